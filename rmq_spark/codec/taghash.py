@@ -1,0 +1,41 @@
+"""Tag hash codes as stored in consume-queue entries: Java ``String.hashCode()``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()`` as a signed 32-bit int (over UTF-16 code units).
+
+    >>> java_string_hash("TagA")
+    2598919
+    >>> java_string_hash("")
+    0
+    """
+    units = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def tag_hash_code(tags: str | None) -> int:
+    """The 64-bit tag code of a message: the sign-extended hash, 0 when it has no tag."""
+    if not tags:
+        return 0
+    return java_string_hash(tags)
+
+
+def tag_hash_codes(tags: Iterable[str | None]) -> np.ndarray:
+    """Tag codes of many messages as an int64 array (messages of a batch often share tags)."""
+    cache: dict[str | None, int] = {}
+    out = []
+    for tag in tags:
+        code = cache.get(tag)
+        if code is None:
+            code = cache[tag] = tag_hash_code(tag)
+        out.append(code)
+    return np.asarray(out, dtype=np.int64)

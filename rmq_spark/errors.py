@@ -1,0 +1,85 @@
+"""The one exception hierarchy of rocketlite.
+
+Every error says what was wrong (with the offending value) and what to do. The broker maps
+these classes to gRPC status codes at the servicer boundary, and the client maps status codes
+back to these classes, so callers catch the same exceptions in-process and over the wire.
+"""
+
+from __future__ import annotations
+
+
+class RocketliteError(Exception):
+    """Base class of every error raised by rocketlite."""
+
+    #: gRPC status code name used when this error crosses the wire.
+    grpc_code = "INTERNAL"
+    #: True when the same request may succeed if simply retried later.
+    retriable = False
+
+
+class InvalidArgumentError(RocketliteError, ValueError):
+    """A value given by the caller is malformed or out of range."""
+
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class InvalidNameError(InvalidArgumentError):
+    """A topic or group name breaks RocketMQ's naming rule."""
+
+
+class NotFoundError(RocketliteError, LookupError):
+    """The topic, queue, group or message does not exist."""
+
+    grpc_code = "NOT_FOUND"
+
+
+class AlreadyExistsError(RocketliteError):
+    grpc_code = "ALREADY_EXISTS"
+
+
+class PermissionDeniedError(RocketliteError):
+    """The topic or broker does not allow this operation (see topic permissions 2/4/6)."""
+
+    grpc_code = "PERMISSION_DENIED"
+
+
+class ResourceExhaustedError(RocketliteError):
+    """A size or count limit was exceeded, or the disk is (almost) full."""
+
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class UnavailableError(RocketliteError):
+    """The broker is not reachable or is shutting down; retry, possibly on another broker."""
+
+    grpc_code = "UNAVAILABLE"
+    retriable = True
+
+
+class FlushTimeoutError(RocketliteError):
+    """SYNC flush did not complete in time; the data may or may not be durable."""
+
+    grpc_code = "DEADLINE_EXCEEDED"
+    retriable = True
+
+
+class StoreError(RocketliteError):
+    """The store cannot be opened or used as asked."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store directory."""
+
+
+class CorruptDataError(StoreError):
+    """Bytes on disk or on the wire do not decode to valid records."""
+
+    grpc_code = "DATA_LOSS"
+
+
+class DataLossError(RocketliteError):
+    """Requested data is gone (e.g. deleted by retention) and the caller asked to fail."""
+
+    grpc_code = "OUT_OF_RANGE"

@@ -1,0 +1,59 @@
+"""RocketMQ's naming rule for topics and consumer groups."""
+
+from __future__ import annotations
+
+import re
+
+from rmq_spark.errors import InvalidNameError
+
+_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+MAX_TOPIC_LENGTH = 127
+MAX_GROUP_LENGTH = 255
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SYSTEM_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX)
+
+
+def _check(kind: str, name: object, max_length: int) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidNameError(f"{kind} name must be a non-empty string, got {name!r}")
+    if len(name) > max_length:
+        raise InvalidNameError(
+            f"{kind} name {name[:40]!r}... is {len(name)} characters long; "
+            f"the limit is {max_length}"
+        )
+    if not _VALID.match(name):
+        raise InvalidNameError(
+            f"{kind} name {name!r} has characters outside [%|a-zA-Z0-9_-]; "
+            "use letters, digits, '_', '-', '|' or '%'"
+        )
+    return name
+
+
+def validate_topic(name: object, *, allow_system: bool = False) -> str:
+    """Return ``name`` if it is a valid topic name, else raise InvalidNameError.
+
+    Names starting with ``%RETRY%`` or ``%DLQ%`` are reserved for the broker; pass
+    ``allow_system=True`` where the broker itself creates them.
+    """
+    topic = _check("topic", name, MAX_TOPIC_LENGTH)
+    if not allow_system and topic.startswith(SYSTEM_PREFIXES):
+        raise InvalidNameError(
+            f"topic name {topic!r} uses a reserved prefix ({', '.join(SYSTEM_PREFIXES)}); "
+            "pick another name"
+        )
+    return topic
+
+
+def validate_group(name: object) -> str:
+    """Return ``name`` if it is a valid consumer/producer group name."""
+    return _check("group", name, MAX_GROUP_LENGTH)
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
