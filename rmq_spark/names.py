@@ -23,7 +23,7 @@ def _check(kind: str, name: object, max_length: int) -> str:
             f"{kind} name {name[:40]!r}... is {len(name)} characters long; "
             f"the limit is {max_length}"
         )
-    if not _VALID.match(name):
+    if not _VALID.fullmatch(name):
         raise InvalidNameError(
             f"{kind} name {name!r} has characters outside [%|a-zA-Z0-9_-]; "
             "use letters, digits, '_', '-', '|' or '%'"

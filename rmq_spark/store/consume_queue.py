@@ -1,0 +1,174 @@
+"""One consume queue: the index of one (topic, queue id) into the commit log.
+
+Files live at ``consumequeue/{topic}/{queueId}/{20-digit start byte}``; entry N of the queue
+is at byte N * 20. The queue is derived data: recovery rebuilds it from the commit log.
+"""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+
+import numpy as np
+
+from rmq_spark.codec.consume_queue import ENTRY_SIZE, decode_entries, encode_entries
+from rmq_spark.store.mapped_file import MappedFile, file_name, fsync_dir
+
+
+class ConsumeQueue:
+    def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int):
+        self.directory = directory
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_bytes = entries_per_file * ENTRY_SIZE
+        # Readers take no lock: writers replace this (starts, files) pair as a whole.
+        self._index: tuple[list[int], list[MappedFile]] = ([], [])
+        #: next queue offset to write == number of entries (RocketMQ's max offset)
+        self.max_offset = 0
+        #: first readable queue offset (moves up when retention deletes the commit log)
+        self.min_offset = 0
+        if directory.exists():
+            paths = sorted(p for p in directory.iterdir() if p.name.isdigit())
+            self._publish(
+                [MappedFile(p, int(p.name), p.stat().st_size, create=False) for p in paths]
+            )
+        self._load_positions()
+
+    def _publish(self, files: list[MappedFile]) -> None:
+        self._index = ([f.start_offset for f in files], files)
+
+    @property
+    def files(self) -> list[MappedFile]:
+        return self._index[1]
+
+    def _load_positions(self) -> None:
+        """Find the last written entry; written slots always have a non-zero size."""
+        self.max_offset = self.min_offset = 0
+        if not self.files:
+            return
+        self.min_offset = self.files[0].start_offset // ENTRY_SIZE
+        for seg in reversed(self.files):
+            sizes = np.frombuffer(seg.view(), dtype=">i4").reshape(-1, 5)[:, 2]
+            written = np.flatnonzero(sizes)
+            if len(written):
+                seg.write_pos = seg.flushed_pos = (int(written[-1]) + 1) * ENTRY_SIZE
+                self.max_offset = (seg.start_offset + seg.write_pos) // ENTRY_SIZE
+                break
+        for seg in self.files:
+            if seg.start_offset + seg.size <= self.max_offset * ENTRY_SIZE:
+                seg.write_pos = seg.flushed_pos = seg.size
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def put(self, first_offset: int, physical_offsets, sizes, tag_codes) -> None:
+        """Write entries for queue offsets ``first_offset ..`` (overwriting is allowed)."""
+        data = encode_entries(physical_offsets, sizes, tag_codes)
+        pos = first_offset * ENTRY_SIZE
+        end = pos + len(data)
+        while pos < end:
+            seg = self._file_for_write(pos)
+            rel = pos - seg.start_offset
+            take = min(end - pos, seg.size - rel)
+            chunk_start = pos - first_offset * ENTRY_SIZE
+            seg.write_at(rel, memoryview(data)[chunk_start : chunk_start + take])
+            pos += take
+        self.max_offset = max(self.max_offset, end // ENTRY_SIZE)
+
+    def _file_for_write(self, pos: int) -> MappedFile:
+        start = pos - pos % self.file_bytes
+        starts, files = self._index
+        i = bisect.bisect_left(starts, start)
+        if i < len(files) and starts[i] == start:
+            return files[i]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        seg = MappedFile(self.directory / file_name(start), start, self.file_bytes, create=True)
+        fsync_dir(self.directory)
+        self._publish([*files[:i], seg, *files[i:]])
+        if len(self.files) == 1:
+            self.min_offset = start // ENTRY_SIZE
+        return seg
+
+    def truncate(self, max_offset: int) -> None:
+        """Drop entries at and after ``max_offset`` (recovery of a torn commit log)."""
+        if max_offset >= self.max_offset:
+            return
+        cut = max_offset * ENTRY_SIZE
+        while self.files and self.files[-1].start_offset >= cut:
+            doomed = self.files[-1]
+            self._publish(self.files[:-1])
+            doomed.destroy()
+        if self.files:
+            last = self.files[-1]
+            last.zero_from(cut - last.start_offset)
+            last.write_pos = cut - last.start_offset
+        self.max_offset = max_offset
+        self.min_offset = min(self.min_offset, max_offset)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def entries(self, start: int, end: int) -> np.ndarray:
+        """Entries for queue offsets [start, end) clipped to what exists (native dtype)."""
+        start = max(start, self.min_offset)
+        end = min(end, self.max_offset)
+        if start >= end:
+            return decode_entries(b"")
+        parts = []
+        pos, stop = start * ENTRY_SIZE, end * ENTRY_SIZE
+        starts, files = self._index
+        while pos < stop:
+            i = bisect.bisect_right(starts, pos) - 1
+            seg = files[i]
+            rel = pos - seg.start_offset
+            take = min(stop - pos, seg.size - rel)
+            parts.append(decode_entries(seg.view(rel, rel + take)))
+            pos += take
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def entry(self, offset: int) -> tuple[int, int, int] | None:
+        found = self.entries(offset, offset + 1)
+        if len(found) == 0:
+            return None
+        e = found[0]
+        return int(e["physical_offset"]), int(e["size"]), int(e["tag_code"])
+
+    # -- flush and retention ----------------------------------------------------------------
+
+    def flush(self) -> None:
+        for seg in self.files:
+            if seg.write_pos > seg.flushed_pos:
+                seg.flush()
+
+    def drop_below_physical(self, commitlog_min: int) -> None:
+        """Forget entries pointing below the commit log's new minimum (after retention)."""
+        if self.max_offset <= self.min_offset:
+            return
+        # Whole files whose last entry points below the minimum can go.
+        while len(self.files) > 1:
+            first = self.files[0]
+            last_entry = (first.start_offset + first.size) // ENTRY_SIZE - 1
+            e = self.entry(last_entry)
+            if e is None or e[0] >= commitlog_min:
+                break
+            self._publish(self.files[1:])
+            self.min_offset = self.files[0].start_offset // ENTRY_SIZE
+            first.destroy()
+        # Within the first file, binary search the first entry still in the commit log.
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and e[0] >= commitlog_min:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.min_offset = lo
+
+    def close(self) -> None:
+        for seg in self.files:
+            seg.close()
+
+    def destroy(self) -> None:
+        files = self.files
+        self._publish([])
+        for seg in files:
+            seg.destroy()

@@ -1,0 +1,544 @@
+"""The store facade: opens a directory, appends batches, serves reads, runs housekeeping.
+
+Directory layout (RocketMQ's, plus a lock file)::
+
+    commitlog/00000000000000000000         records, fixed-size segments
+    consumequeue/{topic}/{queueId}/{start} 20-byte entries per message
+    config/topics.json                     topic table
+    config/consumerOffset.json (+ .bak)    consumer-group offsets
+    checkpoint                             where recovery may start
+    abort                                  present while open: a crash leaves it behind
+    lock                                   flock held by the owning process
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rmq_spark.codec import record as rec
+from rmq_spark.codec.batch_encode import finish_batch, prepare_batch
+from rmq_spark.codec.properties import TAGS, decode_properties
+from rmq_spark.codec.taghash import tag_hash_codes
+from rmq_spark.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    StoreError,
+)
+from rmq_spark.offsets.broker_table import ConsumerOffsetTable
+from rmq_spark.store.checkpoint import CheckpointFile
+from rmq_spark.store.commitlog import CommitLog
+from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.consume_queue import ConsumeQueue
+from rmq_spark.store.dir_lock import DirectoryLock
+from rmq_spark.store.flush import FlushService
+from rmq_spark.store.recovery import RecoveryReport, recover
+from rmq_spark.store.topics import TopicTable
+from rmq_spark.structs import PullStatus
+
+log = logging.getLogger("rmq_spark.store")
+
+#: how many consume-queue entries one filtered read may scan (RocketMQ's 16000)
+MAX_FILTER_SCAN = 16_000
+DEFAULT_MAX_BYTES = 4 << 20
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class AppendResult:
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    physical_offsets: np.ndarray  # int64, one per message
+    store_timestamp: int
+
+    @property
+    def count(self) -> int:
+        return len(self.physical_offsets)
+
+    def msg_ids(self, store_host: str) -> list[str]:
+        return [rec.offset_msg_id(store_host, int(p)) for p in self.physical_offsets]
+
+
+@dataclass
+class GetResult:
+    """The answer to a read: status, offsets, and the raw records back to back."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    data: bytes = b""
+    queue_offsets: np.ndarray | None = None  # int64 per returned message
+    sizes: np.ndarray | None = None  # int64 record sizes, in order; starts = cumsum
+
+    @property
+    def count(self) -> int:
+        return 0 if self.sizes is None else len(self.sizes)
+
+    def record_starts(self) -> np.ndarray:
+        sizes = self.sizes if self.sizes is not None else np.zeros(0, np.int64)
+        return np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+
+
+class MessageStore:
+    """A RocketMQ-format store in one directory. Thread-safe: one writer lock, lock-free reads.
+
+    >>> store = MessageStore.open(StoreConfig(tmp))                   # doctest: +SKIP
+    >>> store.topics.create("orders", queues=4)                      # doctest: +SKIP
+    >>> store.append("orders", 0, [b"hello"], tags=["TagA"])         # doctest: +SKIP
+    >>> store.get_messages("orders", 0, offset=0, max_count=32)      # doctest: +SKIP
+    """
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self._write_lock = threading.Lock()
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._queues_lock = threading.Lock()
+        self._disk_full = False
+        self._closed = False
+        self._last_store_ts = 0
+        self.recovery: RecoveryReport | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, config: StoreConfig) -> MessageStore:
+        """Open (creating if needed) and recover the store in ``config.store_dir``."""
+        store = cls(config)
+        store._open()
+        return store
+
+    def _open(self) -> None:
+        cfg = self.config
+        root = Path(cfg.store_dir)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create store directory {root}: {exc}") from exc
+        self._dir_lock = DirectoryLock(root)
+        try:
+            self._open_locked(root)
+        except BaseException:
+            self._dir_lock.release()
+            raise
+
+    def _open_locked(self, root: Path) -> None:
+        cfg = self.config
+        abort_file = root / "abort"
+        abnormal = abort_file.exists()
+        self.topics = TopicTable.open(cfg.config_dir)
+        self.offsets = ConsumerOffsetTable.open(
+            cfg.config_dir,
+            force_empty=cfg.force_empty_offsets,
+            persist_interval_ms=cfg.offsets_persist_interval_ms,
+        )
+        self.commitlog = CommitLog(cfg.commitlog_dir, cfg.commitlog_segment_bytes)
+        self._load_queues()
+        self._checkpoint = CheckpointFile(root / "checkpoint")
+        last = self._checkpoint.last
+        if abnormal:
+            log.warning("store %s was not shut down cleanly; recovering from the commit log", root)
+        self.recovery = recover(
+            self.commitlog,
+            self._queue,
+            list(self._queues.values()),
+            last.safe_offset if last else None,
+            abnormal=abnormal or last is None,
+        )
+        for cq in self._queues.values():
+            cq.drop_below_physical(self.commitlog.min_offset)
+        abort_file.touch()
+        self.flush_service = FlushService(
+            sync=cfg.flush_mode == "SYNC",
+            flush_interval_ms=cfg.flush_interval_ms,
+            checkpoint_interval_ms=cfg.checkpoint_interval_ms,
+            flush_commitlog=self._flush_commitlog,
+            checkpoint=self.checkpoint,
+        )
+        self.checkpoint()
+        self.flush_service.start(self.commitlog.max_offset)
+        self._stop_cleaner = threading.Event()
+        self._cleaner = threading.Thread(target=self._run_cleaner, name="rmq-clean", daemon=True)
+        self._cleaner.start()
+        log.info(
+            "store %s open: commit log [%d, %d), %d queues, flush %s",
+            root,
+            self.commitlog.min_offset,
+            self.commitlog.max_offset,
+            len(self._queues),
+            cfg.flush_mode,
+        )
+
+    def _load_queues(self) -> None:
+        base = self.config.consumequeue_dir
+        if not base.exists():
+            return
+        for topic_dir in sorted(base.iterdir()):
+            for qdir in sorted(topic_dir.iterdir()):
+                if qdir.name.isdigit():
+                    self._queue(topic_dir.name, int(qdir.name))
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint, persist offsets and release the lock."""
+        if self._closed:
+            return
+        with self._write_lock:  # waits for an append in progress; later ones see _closed
+            self._closed = True
+        self._stop_cleaner.set()
+        self._cleaner.join()
+        self.flush_service.stop()  # its last round covers SYNC appenders still waiting
+        self.checkpoint()
+        with self._write_lock:
+            self.offsets.close()
+            self.commitlog.close()
+            for cq in self._queues.values():
+                cq.close()
+            self._checkpoint.close()
+            (Path(self.config.store_dir) / "abort").unlink(missing_ok=True)
+            self._dir_lock.release()
+        log.info("store %s closed cleanly", self.config.store_dir)
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- queues ----------------------------------------------------------------------------
+
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        cq = self._queues.get(key)
+        if cq is None:
+            with self._queues_lock:
+                cq = self._queues.get(key)
+                if cq is None:
+                    directory = self.config.consumequeue_dir / topic / str(queue_id)
+                    cq = ConsumeQueue(
+                        directory, topic, queue_id, self.config.consumequeue_entries_per_file
+                    )
+                    self._queues[key] = cq
+        return cq
+
+    def _readable_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue to read, None if it has never been written; NotFound if unknown."""
+        if not isinstance(queue_id, int) or queue_id < 0:
+            raise InvalidArgumentError(f"queue id {queue_id!r} must be a whole number >= 0")
+        cq = self._queues.get((topic, queue_id))
+        if cq is not None:
+            return cq
+        config = self.topics.find(topic)
+        if config is None:
+            raise NotFoundError(
+                f"topic {topic!r} does not exist; create it first (rocketlite topic create)"
+            )
+        if queue_id >= max(config.read_queue_nums, config.write_queue_nums):
+            raise NotFoundError(
+                f"topic {topic!r} has {config.read_queue_nums} read queues; "
+                f"queue {queue_id} does not exist"
+            )
+        return None
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(q for t, q in self._queues if t == topic)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def append(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes] | None = None,
+        *,
+        tags: Sequence[str | None] | None = None,
+        born_host: str = "127.0.0.1:0",
+        born_timestamps: Sequence[int] | int | None = None,
+        flags: Sequence[int] | int | None = None,
+        reconsume_times: Sequence[int] | int | None = None,
+        sysflag: int = 0,
+    ) -> AppendResult:
+        """Append a batch of messages to one queue; returns their offsets.
+
+        ``properties`` are encoded property blobs (see :mod:`rmq_spark.codec.properties`);
+        ``tags`` are the TAGS values (parsed from ``properties`` when not given) whose hash
+        codes go into the consume queue. In SYNC flush mode this returns once the batch is
+        fsynced (group commit).
+        """
+        self._check_open()
+        config = self.topics.get(topic)
+        if not config.is_writable:
+            raise PermissionDeniedError(
+                f"topic {topic!r} is not writable (perm {config.perm}); "
+                "update it with perm 6 to allow writes"
+            )
+        if not isinstance(queue_id, int) or not 0 <= queue_id < config.write_queue_nums:
+            raise InvalidArgumentError(
+                f"queue id {queue_id!r} is out of range for topic {topic!r}: "
+                f"it has {config.write_queue_nums} write queues (0..{config.write_queue_nums - 1})"
+            )
+        if self._disk_full:
+            raise ResourceExhaustedError(
+                f"disk holding {self.config.store_dir} is over "
+                f"{self.config.disk_max_used_ratio:.0%} full; writes are refused until space "
+                "is freed"
+            )
+        self._check_bodies(bodies)
+        batch = prepare_batch(
+            topic,
+            queue_id,
+            bodies,
+            properties,
+            born_host=born_host,
+            store_host=self.config.store_host,
+            born_timestamps=born_timestamps,
+            flags=flags,
+            reconsume_times=reconsume_times,
+            sysflag=sysflag,
+        )
+        if tags is None:
+            tags = [decode_properties(p).get(TAGS) for p in batch.properties]
+        elif len(tags) != batch.count:
+            raise InvalidArgumentError(f"{len(tags)} tags for {batch.count} messages")
+        tag_codes = tag_hash_codes(tags)
+        too_big = batch.sizes > self.config.commitlog_segment_bytes - rec.BLANK_MARKER_SIZE
+        if too_big.any():
+            raise InvalidArgumentError(
+                f"a record of {int(batch.sizes[too_big][0])} bytes does not fit in a "
+                f"commit-log segment of {self.config.commitlog_segment_bytes} bytes"
+            )
+        with self._write_lock:
+            self._check_open()
+            cq = self._queue(topic, queue_id)
+            first = cq.max_offset
+            plan = self.commitlog.plan(batch.sizes)
+            store_ts = max(now_ms(), self._last_store_ts)
+            data = finish_batch(batch, first, plan.positions, store_ts)
+            self.commitlog.write(data, batch.sizes, plan)
+            cq.put(first, plan.positions, batch.sizes, tag_codes)
+            self._last_store_ts = store_ts
+            end = self.commitlog.max_offset
+        if self.config.flush_mode == "SYNC":
+            self.flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms)
+        return AppendResult(topic, queue_id, first, plan.positions, store_ts)
+
+    def _check_bodies(self, bodies: Sequence[bytes]) -> None:
+        limit = self.config.max_message_bytes
+        for i, body in enumerate(bodies):
+            if not isinstance(body, bytes | bytearray | memoryview):
+                raise InvalidArgumentError(
+                    f"message {i}: body must be bytes, got {type(body).__name__}"
+                )
+        lens = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies))
+        if len(lens) and lens.max() > limit:
+            i = int(np.argmax(lens))
+            raise InvalidArgumentError(
+                f"message {i}: body of {int(lens[i])} bytes exceeds the limit of {limit} bytes"
+            )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._readable_queue(topic, queue_id)
+        return cq.min_offset if cq else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (exclusive end)."""
+        cq = self._readable_queue(topic, queue_id)
+        return cq.max_offset if cq else 0
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        tag_codes: Sequence[int] | None = None,
+    ) -> GetResult:
+        """Read up to ``max_count`` messages (and about ``max_bytes``) from ``offset``.
+
+        ``tag_codes`` (hash codes of the wanted tags; None = all) filters on the consume
+        queue; entries that do not match are skipped, and nextBeginOffset moves past them.
+        At least one message is returned when any matches, however large.
+        """
+        self._check_open()
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise InvalidArgumentError(f"offset {offset!r} must be a whole number")
+        if not isinstance(max_count, int) or max_count < 1:
+            raise InvalidArgumentError(f"max_count {max_count!r} must be a whole number >= 1")
+        if not isinstance(max_bytes, int) or max_bytes < 1:
+            raise InvalidArgumentError(f"max_bytes {max_bytes!r} must be a whole number >= 1")
+        cq = self._readable_queue(topic, queue_id)
+        lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
+        if offset < lo or offset > hi:
+            nxt = lo if offset < lo else hi
+            return GetResult(PullStatus.OFFSET_ILLEGAL, nxt, lo, hi)
+        if offset == hi:
+            return GetResult(PullStatus.NO_NEW_MSG, offset, lo, hi)
+        assert cq is not None
+        scan = max_count if tag_codes is None else max(max_count, MAX_FILTER_SCAN)
+        scan_end = min(hi, offset + scan)
+        entries = cq.entries(offset, scan_end)
+        if tag_codes is None:
+            picked = np.arange(min(len(entries), max_count))
+        else:
+            wanted = np.asarray(list(tag_codes), dtype=np.int64)
+            picked = np.flatnonzero(np.isin(entries["tag_code"], wanted))[:max_count]
+        if len(picked) == 0:
+            return GetResult(PullStatus.NO_MATCHED_MSG, scan_end, lo, hi)
+        sizes = entries["size"][picked].astype(np.int64)
+        keep = max(1, int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right")))
+        limited = keep < len(picked) or len(picked) == max_count
+        picked, sizes = picked[:keep], sizes[:keep]
+        physical = entries["physical_offset"][picked]
+        if physical[0] < self.commitlog.min_offset:
+            # Retention removed these records since the queue's minimum was last moved.
+            cq.drop_below_physical(self.commitlog.min_offset)
+            return GetResult(PullStatus.OFFSET_ILLEGAL, cq.min_offset, cq.min_offset, hi)
+        data = self.commitlog.gather(physical, sizes)
+        next_offset = offset + int(picked[-1]) + 1 if limited else scan_end
+        return GetResult(
+            PullStatus.FOUND, next_offset, lo, hi, data, offset + picked.astype(np.int64), sizes
+        )
+
+    def read_record(self, physical_offset: int) -> bytes:
+        """The raw record at ``physical_offset`` (ViewMessage by offset message id)."""
+        head = self.commitlog.read(physical_offset, 8)
+        if head is None:
+            raise NotFoundError(f"no message at physical offset {physical_offset}")
+        size, magic = struct.unpack(">iI", head)
+        head.release()
+        if magic not in (rec.MAGIC_V1, rec.MAGIC_V2) or size <= 0:
+            raise NotFoundError(f"no message starts at physical offset {physical_offset}")
+        view = self.commitlog.read(physical_offset, size)
+        if view is None:
+            raise NotFoundError(f"no message at physical offset {physical_offset}")
+        try:
+            return bytes(view)
+        finally:
+            view.release()
+
+    def store_timestamp_at(self, physical_offset: int) -> int:
+        head = self.commitlog.read(physical_offset, 48 + rec.IPV6_HOST + 8)
+        if head is None:
+            raise NotFoundError(f"no message at physical offset {physical_offset}")
+        try:
+            (sysflag,) = struct.unpack_from(">i", head, rec.POS_SYSFLAG)
+            pos = rec.POS_BORNHOST + rec.host_size(sysflag, rec.SYSFLAG_BORNHOST_V6)
+            return struct.unpack_from(">q", head, pos)[0]
+        finally:
+            head.release()
+
+    def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset whose store timestamp is >= ``timestamp_ms`` (max if none)."""
+        cq = self._readable_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            entry = cq.entry(mid)
+            if entry is None or self.store_timestamp_at(entry[0]) >= timestamp_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- flush, checkpoint, retention ------------------------------------------------------
+
+    def _flush_commitlog(self) -> int:
+        return self.commitlog.flush()
+
+    def checkpoint(self) -> None:
+        """Flush the commit log and every consume queue, then record the safe offset."""
+        with self._write_lock:
+            end = self.commitlog.max_offset
+            ts = self._last_store_ts
+        self.commitlog.flush()
+        for cq in list(self._queues.values()):
+            cq.flush()
+        self._checkpoint.write(end, ts, ts)
+
+    def _run_cleaner(self) -> None:
+        interval = self.config.cleanup_interval_ms / 1000
+        while not self._stop_cleaner.wait(interval):
+            try:
+                self._check_disk()
+                self.delete_expired_files()
+            except Exception:
+                log.exception("housekeeping failed")
+
+    def _check_disk(self) -> None:
+        usage = shutil.disk_usage(self.config.store_dir)
+        full = usage.used / usage.total > self.config.disk_max_used_ratio
+        if full != self._disk_full:
+            log.warning("disk %s: writes %s", "full" if full else "ok", "off" if full else "on")
+        self._disk_full = full
+
+    def delete_expired_files(self, max_age_ms: int | None = None) -> int:
+        """Delete commit-log segments not written for ``max_age_ms`` (default
+        ``file_reserved_ms``) and the consume-queue entries pointing into them.
+        The segment being written is never deleted. Returns how many were deleted."""
+        age = self.config.file_reserved_ms if max_age_ms is None else max_age_ms
+        cutoff = time.time() - age / 1000
+        with self._write_lock:
+            segments = self.commitlog.segments
+            expired_end = None
+            for seg in segments[:-1]:
+                if os.path.getmtime(seg.path) >= cutoff:
+                    break
+                expired_end = seg.end_offset
+            if expired_end is None:
+                return 0
+            deleted = self.commitlog.delete_segments_before(expired_end)
+            new_min = self.commitlog.min_offset
+            for cq in list(self._queues.values()):
+                cq.drop_below_physical(new_min)
+        log.info("retention deleted %d commit-log segment(s); minimum is now %d", deleted, new_min)
+        return deleted
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic, its consume queues and its consumer offsets (records stay in the
+        commit log until retention removes them)."""
+        with self._write_lock:
+            self.topics.delete(topic)
+            for key in [k for k in self._queues if k[0] == topic]:
+                self._queues.pop(key).destroy()
+            shutil.rmtree(self.config.consumequeue_dir / topic, ignore_errors=True)
+            self.offsets.remove_topic(topic)
+
+    # -- misc ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"store {self.config.store_dir} is closed")
+
+    def stats(self) -> dict:
+        return {
+            "commitlog_min_offset": self.commitlog.min_offset,
+            "commitlog_max_offset": self.commitlog.max_offset,
+            "commitlog_segments": len(self.commitlog.segments),
+            "flushed_offset": self.flush_service.flushed_offset,
+            "queues": len(self._queues),
+            "topics": len(self.topics.list()),
+            "flush_mode": self.config.flush_mode,
+            "disk_full": self._disk_full,
+        }
