@@ -1,0 +1,35 @@
+"""Shared fixtures. Store tests use real files in a temporary directory; integration tests
+start real processes. Spark tests (later) share one session-scoped SparkSession."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+# Spark workers must run the interpreter that has our dependencies.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+@pytest.fixture
+def store_factory(tmp_path):
+    """Open MessageStores in tmp_path with small segments; closes them after the test."""
+    from rmq_spark.store import MessageStore, StoreConfig
+
+    opened = []
+
+    def open_store(**overrides):
+        settings = {
+            "store_dir": tmp_path / "store",
+            "commitlog_segment_bytes": 64 * 1024,
+            "consumequeue_entries_per_file": 64,
+        }
+        settings.update(overrides)
+        store = MessageStore.open(StoreConfig(**settings))
+        opened.append(store)
+        return store
+
+    yield open_store
+    for store in opened:
+        store.close()

@@ -1,0 +1,277 @@
+"""The store as a library: append, read, filter, limits, timestamps, retention, reopen."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from rmq_spark.codec import record as rec
+from rmq_spark.codec.properties import encode_properties
+from rmq_spark.codec.taghash import tag_hash_code
+from rmq_spark.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    StoreLockedError,
+)
+from rmq_spark.store import MessageStore, StoreConfig, message_store
+from rmq_spark.structs import PullStatus
+
+
+def bodies(prefix: str, n: int, size: int = 0) -> list[bytes]:
+    return [f"{prefix}-{i}".encode().ljust(size, b".") for i in range(n)]
+
+
+def read_all(store, topic, qid, offset=0, **kw):
+    result = store.get_messages(topic, qid, offset, max_count=100_000, **kw)
+    return result, list(rec.iter_records(result.data))
+
+
+def test_append_then_read_returns_exact_records_across_segment_rolls(store_factory):
+    store = store_factory(commitlog_segment_bytes=8192)
+    store.topics.create("orders", queues=2)
+    sent = []
+    for batch in range(40):
+        data = bodies(f"b{batch}", 7, size=100)
+        props = [encode_properties({"TAGS": "TagA", "KEYS": f"k{batch}"})] * 7
+        result = store.append("orders", batch % 2, data, props, born_timestamps=batch)
+        assert result.count == 7
+        sent.append((batch % 2, result.first_queue_offset, data))
+    assert len(store.commitlog.segments) > 5, "small segments must have rolled"
+
+    for qid in (0, 1):
+        result, records = read_all(store, "orders", qid)
+        expected = [b for q, _, data in sent if q == qid for b in data]
+        assert result.status is PullStatus.FOUND
+        assert [r.body for r in records] == expected
+        assert [r.queue_offset for r in records] == list(range(len(expected)))
+        assert result.next_begin_offset == result.max_offset == len(expected)
+        assert all(r.topic == "orders" and r.queue_id == qid for r in records)
+        assert records[0].properties == encode_properties({"TAGS": "TagA", "KEYS": f"k{qid}"})
+        # The physical offset stamped in each record is where it really lives.
+        for r in records:
+            assert store.read_record(r.physical_offset) == rec.encode_record(r)
+
+
+def test_segments_end_with_a_blank_marker_and_never_split_a_record(store_factory):
+    store = store_factory(commitlog_segment_bytes=4096)
+    store.topics.create("t", queues=1)
+    for _ in range(30):
+        store.append("t", 0, bodies("x", 3, size=300))
+    for seg in store.commitlog.segments[:-1]:
+        raw = bytes(seg.view())
+        pos = 0
+        while True:
+            size = int.from_bytes(raw[pos : pos + 4], "big")
+            magic = int.from_bytes(raw[pos + 4 : pos + 8], "big")
+            if magic == rec.BLANK_MAGIC:
+                assert size == len(raw) - pos, "blank marker holds the remaining size"
+                break
+            rec.decode_record(raw, pos)  # a whole, valid record
+            pos += size
+
+
+def test_tag_filter_returns_only_matching_and_skips_the_gap(store_factory):
+    store = store_factory()
+    store.topics.create("t", queues=1)
+    tags = ["A", "B", "B", "A", "C", "B", "B", "B"]
+    store.append("t", 0, bodies("m", len(tags)), tags=tags)
+    result, records = read_all(store, "t", 0, tag_codes=[tag_hash_code("A"), tag_hash_code("C")])
+    assert result.status is PullStatus.FOUND
+    assert [r.body for r in records] == [b"m-0", b"m-3", b"m-4"]
+    assert list(result.queue_offsets) == [0, 3, 4]
+    assert result.next_begin_offset == 8, "trailing non-matching entries are skipped"
+
+    none = store.get_messages("t", 0, 5, tag_codes=[tag_hash_code("A")])
+    assert none.status is PullStatus.NO_MATCHED_MSG
+    assert none.next_begin_offset == 8 and none.data == b""
+
+
+def test_read_statuses_at_the_edges(store_factory):
+    store = store_factory()
+    store.topics.create("t", queues=2)
+    store.append("t", 0, bodies("m", 5))
+    at_end = store.get_messages("t", 0, 5)
+    assert (at_end.status, at_end.next_begin_offset) == (PullStatus.NO_NEW_MSG, 5)
+    past = store.get_messages("t", 0, 9)
+    assert (past.status, past.next_begin_offset) == (PullStatus.OFFSET_ILLEGAL, 5)
+    below = store.get_messages("t", 0, -3)
+    assert (below.status, below.next_begin_offset) == (PullStatus.OFFSET_ILLEGAL, 0)
+    empty = store.get_messages("t", 1, 0)
+    assert (empty.status, empty.min_offset, empty.max_offset) == (PullStatus.NO_NEW_MSG, 0, 0)
+
+
+def test_count_and_byte_limits(store_factory):
+    store = store_factory()
+    store.topics.create("t", queues=1)
+    store.append("t", 0, bodies("m", 10, size=1000))
+    few = store.get_messages("t", 0, 2, max_count=3)
+    assert few.count == 3 and few.next_begin_offset == 5
+    by_bytes = store.get_messages("t", 0, 0, max_count=10, max_bytes=2500)
+    assert by_bytes.count == 2 and by_bytes.next_begin_offset == 2
+    one_big = store.get_messages("t", 0, 0, max_bytes=10)
+    assert one_big.count == 1, "a message larger than max_bytes still comes alone"
+    sizes = by_bytes.sizes
+    starts = by_bytes.record_starts()
+    assert [rec.decode_record(by_bytes.data, int(s)).body for s in starts] == bodies("m", 2, 1000)
+    assert int(sizes.sum()) == len(by_bytes.data)
+
+
+def test_offset_by_store_timestamp(store_factory, monkeypatch):
+    clock = iter([1_000, 2_000, 3_000, 4_000])
+    monkeypatch.setattr(message_store, "now_ms", lambda: next(clock))
+    store = store_factory()
+    store.topics.create("t", queues=1)
+    for i in range(4):
+        store.append("t", 0, bodies(f"at{i}", 3))
+    assert store.offset_by_timestamp("t", 0, 0) == 0
+    assert store.offset_by_timestamp("t", 0, 2_000) == 3
+    assert store.offset_by_timestamp("t", 0, 2_500) == 6
+    assert store.offset_by_timestamp("t", 0, 9_999) == 12, "after the last: the max offset"
+    _, records = read_all(store, "t", 0, offset=6)
+    assert records[0].store_timestamp == 3_000
+
+
+def test_retention_deletes_old_segments_and_reads_below_min_are_illegal(store_factory):
+    store = store_factory(commitlog_segment_bytes=4096, consumequeue_entries_per_file=16)
+    store.topics.create("t", queues=1)
+    for i in range(40):
+        store.append("t", 0, bodies(f"r{i}", 2, size=200))
+    segments = store.commitlog.segments
+    old = time.time() - 3600
+    for seg in segments[:3]:
+        os.utime(seg.path, (old, old))
+    assert store.delete_expired_files(max_age_ms=60_000) == 3
+    assert not segments[0].path.exists()
+    new_min = store.min_offset("t", 0)
+    assert new_min > 0
+    below = store.get_messages("t", 0, 0)
+    assert (below.status, below.next_begin_offset) == (PullStatus.OFFSET_ILLEGAL, new_min)
+    result, records = read_all(store, "t", 0, offset=new_min)
+    assert result.status is PullStatus.FOUND
+    assert records[0].queue_offset == new_min
+    assert records[0].physical_offset >= store.commitlog.min_offset
+    assert records[-1].body == bodies("r39", 2, size=200)[1]
+
+
+def test_retention_survives_reopen(store_factory, tmp_path):
+    store = store_factory(commitlog_segment_bytes=4096)
+    store.topics.create("t", queues=1)
+    for i in range(30):
+        store.append("t", 0, bodies(f"r{i}", 2, size=200))
+    for seg in store.commitlog.segments[:2]:
+        os.utime(seg.path, (1, 1))
+    store.delete_expired_files(max_age_ms=1000)
+    min_before, max_before = store.min_offset("t", 0), store.max_offset("t", 0)
+    store.close()
+    again = store_factory(commitlog_segment_bytes=4096)
+    assert (again.min_offset("t", 0), again.max_offset("t", 0)) == (min_before, max_before)
+
+
+def test_errors_name_the_bad_value(store_factory):
+    store = store_factory(max_message_bytes=1000)
+    store.topics.create("t", queues=2)
+    store.topics.create("readonly", queues=1, perm=4)
+    with pytest.raises(NotFoundError, match=r"'nope'.*create it"):
+        store.append("nope", 0, [b"x"])
+    with pytest.raises(NotFoundError, match="'nope'"):
+        store.get_messages("nope", 0, 0)
+    with pytest.raises(InvalidArgumentError, match=r"queue id 2 .*0\.\.1"):
+        store.append("t", 2, [b"x"])
+    with pytest.raises(PermissionDeniedError, match=r"'readonly'.*perm 4"):
+        store.append("readonly", 0, [b"x"])
+    with pytest.raises(InvalidArgumentError, match="1001 bytes exceeds the limit of 1000"):
+        store.append("t", 0, [b"ok", b"y" * 1001])
+    with pytest.raises(InvalidArgumentError, match="max_count 0"):
+        store.get_messages("t", 0, 0, max_count=0)
+    assert store.max_offset("t", 0) == 0, "a rejected batch writes nothing"
+
+
+def test_reopen_continues_offsets_and_keeps_consumer_offsets(store_factory):
+    store = store_factory()
+    store.topics.create("t", queues=1)
+    store.append("t", 0, bodies("a", 5))
+    store.offsets.commit("etl", "t", {0: 3})
+    store.close()
+    store = store_factory()
+    assert store.recovery.abnormal is False
+    result = store.append("t", 0, bodies("b", 2))
+    assert result.first_queue_offset == 5
+    assert store.offsets.query_one("etl", "t", 0) == 3
+    _, records = read_all(store, "t", 0)
+    assert [r.body for r in records] == [*bodies("a", 5), *bodies("b", 2)]
+
+
+def test_a_store_directory_opens_once(store_factory):
+    store_factory()
+    with pytest.raises(StoreLockedError, match="in use by another process"):
+        store_factory()
+
+
+def test_sync_appends_from_many_threads_are_all_durable_and_ordered(store_factory):
+    store = store_factory(flush_mode="SYNC")
+    store.topics.create("t", queues=4)
+    errors = []
+
+    def worker(qid):
+        try:
+            for i in range(50):
+                r = store.append("t", qid, [f"{qid}:{i}".encode()])
+                assert r.first_queue_offset == i
+                # SYNC: acknowledged means fsynced.
+                assert store.flush_service.flushed_offset >= int(r.physical_offsets[-1])
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(q,)) for q in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for qid in range(4):
+        _, records = read_all(store, "t", qid)
+        assert [r.body for r in records] == [f"{qid}:{i}".encode() for i in range(50)]
+
+
+def test_delete_topic_removes_queues_and_offsets(store_factory):
+    store = store_factory()
+    store.topics.create("t", queues=1)
+    store.append("t", 0, bodies("a", 3))
+    store.offsets.commit("g", "t", {0: 2})
+    store.delete_topic("t")
+    with pytest.raises(NotFoundError):
+        store.get_messages("t", 0, 0)
+    assert store.offsets.query("g", "t") == {}
+    assert not (store.config.consumequeue_dir / "t").exists()
+
+
+def test_config_validation_names_the_option(tmp_path):
+    with pytest.raises(InvalidArgumentError, match="flush_mode 'SOMETIMES'"):
+        StoreConfig(tmp_path, flush_mode="sometimes")
+    with pytest.raises(InvalidArgumentError, match="commitlog_segment_bytes=10"):
+        StoreConfig(tmp_path, commitlog_segment_bytes=10)
+    with pytest.raises(InvalidArgumentError, match="'nonsense'"):
+        StoreConfig(tmp_path, store_host="nonsense")
+
+
+def test_physical_offsets_are_increasing_and_match_msg_ids(store_factory):
+    store = store_factory()
+    store.topics.create("t", queues=1)
+    result = store.append("t", 0, bodies("m", 50))
+    assert np.all(np.diff(result.physical_offsets) > 0)
+    ids = result.msg_ids(store.config.store_host)
+    host, phys = rec.parse_offset_msg_id(ids[7])
+    assert host == store.config.store_host and phys == int(result.physical_offsets[7])
+    assert rec.decode_record(store.read_record(phys)).body == b"m-7"
+
+
+def test_open_reports_unwritable_store_dir(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("not a directory")
+    with pytest.raises(Exception, match="file"):
+        MessageStore.open(StoreConfig(target / "store"))
