@@ -15,6 +15,7 @@ which is cheaper than the fixed cost of the Arrow calls.
 
 from __future__ import annotations
 
+import numbers
 import struct
 import zlib
 from collections.abc import Sequence
@@ -79,8 +80,8 @@ class PreparedBatch:
 def _per_message(name: str, values, n: int, default: int) -> np.ndarray | int:
     if values is None:
         return default
-    if isinstance(values, int):
-        return values
+    if isinstance(values, numbers.Integral):
+        return int(values)
     if len(values) != n:
         raise InvalidArgumentError(f"{name} has {len(values)} values for {n} messages")
     return np.asarray(values, dtype=np.int64)
@@ -116,6 +117,7 @@ def prepare_batch(
             f"the limit is {MAX_PROPERTIES_BYTES}"
         )
     topic_bytes = topic.encode("utf-8")
+    rec.check_topic_length(len(topic_bytes))
     v2 = len(topic_bytes) > rec.MAX_V1_TOPIC_BYTES
     born, born_v6 = rec.encode_host(born_host)
     store, store_v6 = rec.encode_host(store_host)

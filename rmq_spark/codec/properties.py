@@ -47,7 +47,13 @@ def encode_properties(props: Mapping[str, str] | None) -> bytes:
         if not name:
             raise InvalidArgumentError("property names must not be empty")
         parts.append(f"{name}\x01{value}\x02")
-    data = "".join(parts).encode("utf-8")
+    try:
+        data = "".join(parts).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"properties are not valid Unicode text ({exc.reason} at {exc.start}); "
+            "remove lone surrogate characters"
+        ) from None
     if len(data) > MAX_PROPERTIES_BYTES:
         raise InvalidArgumentError(
             f"properties take {len(data)} bytes encoded; the limit is {MAX_PROPERTIES_BYTES}"

@@ -68,6 +68,14 @@ def record_size(body_len: int, topic_len: int, props_len: int, sysflag: int = 0)
     return size + (1 if topic_len > MAX_V1_TOPIC_BYTES else 0)
 
 
+def check_topic_length(topic_bytes: int) -> None:
+    if topic_bytes > 0xFFFF:
+        raise InvalidArgumentError(
+            f"topic of {topic_bytes} bytes is too long to encode (at most 65535); "
+            "use a shorter topic name"
+        )
+
+
 def encode_host(host: str) -> tuple[bytes, bool]:
     """``"ip:port"`` (``"[v6]:port"`` for IPv6) to the record's address bytes and a v6 flag."""
     addr, port = parse_host(host)
@@ -78,12 +86,15 @@ def encode_host(host: str) -> tuple[bytes, bool]:
 def parse_host(host: str) -> tuple[str, int]:
     try:
         addr, _, port_text = host.rpartition(":")
+        if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+            raise ValueError(port_text)
+        bracketed = addr.startswith("[") and addr.endswith("]")
+        if bracketed:
+            addr = addr[1:-1]
+        if (ipaddress.ip_address(addr).version == 6) != bracketed:
+            raise ValueError(addr)  # IPv6 needs brackets, IPv4 must not have them
         port = int(port_text)
-        addr = addr.strip("[]")
-        ipaddress.ip_address(addr)
-        if not 0 <= port <= 65535:
-            raise ValueError(port)
-    except ValueError:
+    except (ValueError, AttributeError):
         raise InvalidArgumentError(
             f"host {host!r} is not 'ip:port' (IPv6 as '[addr]:port') with a port 0-65535"
         ) from None
@@ -118,8 +129,8 @@ class Record:
 
     @property
     def size(self) -> int:
-        sysflag = (SYSFLAG_BORNHOST_V6 if self.born_host.startswith("[") else 0) | (
-            SYSFLAG_STOREHOST_V6 if self.store_host.startswith("[") else 0
+        sysflag = (SYSFLAG_BORNHOST_V6 if encode_host(self.born_host)[1] else 0) | (
+            SYSFLAG_STOREHOST_V6 if encode_host(self.store_host)[1] else 0
         )
         return record_size(len(self.body), len(self.topic.encode()), len(self.properties), sysflag)
 
@@ -131,8 +142,7 @@ def encode_record(rec: Record) -> bytes:
     sysflag = rec.sysflag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
     sysflag |= (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
     topic = rec.topic.encode("utf-8")
-    if len(topic) > 0xFFFF:
-        raise InvalidArgumentError(f"topic of {len(topic)} bytes is too long to encode")
+    check_topic_length(len(topic))
     if len(rec.properties) > 0x7FFF:
         raise InvalidArgumentError(f"properties of {len(rec.properties)} bytes exceed 32767")
     v2 = len(topic) > MAX_V1_TOPIC_BYTES
@@ -170,11 +180,20 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Tr
     end = len(mv)
     if end - pos < HEAD.size:
         raise CorruptDataError(f"record at {pos}: only {end - pos} bytes left")
-    size, magic, crc, qid, flag, qoff, phys, sysflag, born_ts = HEAD.unpack_from(mv, pos)
+    size, magic = struct.unpack_from(">iI", mv, pos)
     if magic not in (MAGIC_V1, MAGIC_V2):
         raise CorruptDataError(f"record at {pos}: bad magic code 0x{magic:08X}")
     if size < FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST or pos + size > end:
         raise CorruptDataError(f"record at {pos}: size {size} does not fit in {end - pos} bytes")
+    try:
+        # Bounded to TOTALSIZE: a field that claims more than the record holds fails here.
+        return _decode_fields(mv[: pos + size], pos, size, check_crc)
+    except (struct.error, ValueError, IndexError) as exc:
+        raise CorruptDataError(f"record at {pos}: fields do not fit TOTALSIZE {size}") from exc
+
+
+def _decode_fields(mv: memoryview, pos: int, size: int, check_crc: bool) -> Record:
+    _, magic, crc, qid, flag, qoff, phys, sysflag, born_ts = HEAD.unpack_from(mv, pos)
     p = pos + HEAD.size
     bh = host_size(sysflag, SYSFLAG_BORNHOST_V6)
     born_host = decode_host(bytes(mv[p : p + bh]))
@@ -230,9 +249,8 @@ def iter_records(buf: bytes | memoryview, *, check_crc: bool = True):
     pos = 0
     end = len(buf)
     while pos < end:
-        rec = decode_record(buf, pos, check_crc=check_crc)
-        yield rec
-        pos += rec.size
+        yield decode_record(buf, pos, check_crc=check_crc)
+        pos += struct.unpack_from(">i", buf, pos)[0]  # the stored TOTALSIZE
 
 
 def offset_msg_id(store_host: str, physical_offset: int) -> str:

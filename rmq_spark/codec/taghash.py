@@ -15,7 +15,7 @@ def java_string_hash(text: str) -> int:
     >>> java_string_hash("")
     0
     """
-    units = text.encode("utf-16-be")
+    units = text.encode("utf-16-be", "surrogatepass")  # Java hashes lone surrogates too
     h = 0
     for i in range(0, len(units), 2):
         h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
