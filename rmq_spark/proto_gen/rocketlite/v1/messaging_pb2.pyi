@@ -1,0 +1,205 @@
+from rmq_spark.proto_gen.rocketlite.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PULL_STATUS_UNSPECIFIED: _ClassVar[PullStatus]
+    PULL_STATUS_FOUND: _ClassVar[PullStatus]
+    PULL_STATUS_NO_NEW_MSG: _ClassVar[PullStatus]
+    PULL_STATUS_NO_MATCHED_MSG: _ClassVar[PullStatus]
+    PULL_STATUS_OFFSET_ILLEGAL: _ClassVar[PullStatus]
+PULL_STATUS_UNSPECIFIED: PullStatus
+PULL_STATUS_FOUND: PullStatus
+PULL_STATUS_NO_NEW_MSG: PullStatus
+PULL_STATUS_NO_MATCHED_MSG: PullStatus
+PULL_STATUS_OFFSET_ILLEGAL: PullStatus
+
+class Message(_message.Message):
+    __slots__ = ("body", "tags", "keys", "properties", "born_timestamp_ms", "flag", "unique_key")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_KEY_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    tags: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    born_timestamp_ms: int
+    flag: int
+    unique_key: str
+    def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., flag: _Optional[int] = ..., unique_key: _Optional[str] = ...) -> None: ...
+
+class SendMessagesRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "sharding_key", "messages", "delay_level", "producer_group")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_KEY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    sharding_key: str
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    delay_level: int
+    producer_group: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., sharding_key: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., delay_level: _Optional[int] = ..., producer_group: _Optional[str] = ...) -> None: ...
+
+class SendResultEntry(_message.Message):
+    __slots__ = ("msg_id", "offset_msg_id", "queue_id", "queue_offset")
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    msg_id: str
+    offset_msg_id: str
+    queue_id: int
+    queue_offset: int
+    def __init__(self, msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ...) -> None: ...
+
+class SendMessagesResponse(_message.Message):
+    __slots__ = ("queue", "entries", "store_timestamp_ms")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    queue: _common_pb2.MessageQueue
+    entries: _containers.RepeatedCompositeFieldContainer[SendResultEntry]
+    store_timestamp_ms: int
+    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., store_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class PullMessagesRequest(_message.Message):
+    __slots__ = ("consumer_group", "queue", "queue_offset", "max_messages", "max_bytes", "subscription_expression", "suspend_timeout_ms", "commit_offset")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    queue: _common_pb2.MessageQueue
+    queue_offset: int
+    max_messages: int
+    max_bytes: int
+    subscription_expression: str
+    suspend_timeout_ms: int
+    commit_offset: int
+    def __init__(self, consumer_group: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., subscription_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+
+class PullMessagesResponse(_message.Message):
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "records", "record_sizes", "queue_offsets")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_SIZES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    records: bytes
+    record_sizes: _containers.RepeatedScalarFieldContainer[int]
+    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., record_sizes: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class QueueOffsetsQuery(_message.Message):
+    __slots__ = ("queue", "timestamp_ms")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    queue: _common_pb2.MessageQueue
+    timestamp_ms: int
+    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class QueueOffsets(_message.Message):
+    __slots__ = ("queue", "min_offset", "max_offset", "timestamp_offset")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue: _common_pb2.MessageQueue
+    min_offset: int
+    max_offset: int
+    timestamp_offset: int
+    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., timestamp_offset: _Optional[int] = ...) -> None: ...
+
+class QueryOffsetsRequest(_message.Message):
+    __slots__ = ("queries",)
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    queries: _containers.RepeatedCompositeFieldContainer[QueueOffsetsQuery]
+    def __init__(self, queries: _Optional[_Iterable[_Union[QueueOffsetsQuery, _Mapping]]] = ...) -> None: ...
+
+class QueryOffsetsResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+
+class MessageRef(_message.Message):
+    __slots__ = ("offset_msg_id", "physical_offset")
+    OFFSET_MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset_msg_id: str
+    physical_offset: int
+    def __init__(self, offset_msg_id: _Optional[str] = ..., physical_offset: _Optional[int] = ...) -> None: ...
+
+class ViewMessageRequest(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: MessageRef
+    def __init__(self, message: _Optional[_Union[MessageRef, _Mapping]] = ...) -> None: ...
+
+class ViewMessageResponse(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: bytes
+    def __init__(self, record: _Optional[bytes] = ...) -> None: ...
+
+class ConsumerSendBackRequest(_message.Message):
+    __slots__ = ("consumer_group", "message", "original_topic", "delay_level", "max_reconsume_times", "dead_letter_now")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_NOW_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    message: MessageRef
+    original_topic: str
+    delay_level: int
+    max_reconsume_times: int
+    dead_letter_now: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., message: _Optional[_Union[MessageRef, _Mapping]] = ..., original_topic: _Optional[str] = ..., delay_level: _Optional[int] = ..., max_reconsume_times: _Optional[int] = ..., dead_letter_now: _Optional[bool] = ...) -> None: ...
+
+class ConsumerSendBackResponse(_message.Message):
+    __slots__ = ("queue", "dead_lettered", "reconsume_times", "delay_level", "offset_msg_id")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    queue: _common_pb2.MessageQueue
+    dead_lettered: bool
+    reconsume_times: int
+    delay_level: int
+    offset_msg_id: str
+    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., dead_lettered: _Optional[bool] = ..., reconsume_times: _Optional[int] = ..., delay_level: _Optional[int] = ..., offset_msg_id: _Optional[str] = ...) -> None: ...
