@@ -27,7 +27,7 @@ import numpy as np
 
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.batch_encode import finish_batch, prepare_batch
-from rmq_spark.codec.properties import TAGS, decode_properties
+from rmq_spark.codec.properties import TAGS, decode_properties, encode_properties
 from rmq_spark.codec.taghash import tag_hash_codes
 from rmq_spark.errors import (
     InvalidArgumentError,
@@ -275,12 +275,15 @@ class MessageStore:
     ) -> AppendResult:
         """Append a batch of messages to one queue; returns their offsets.
 
-        ``properties`` are encoded property blobs (see :mod:`rmq_spark.codec.properties`);
-        ``tags`` are the TAGS values (parsed from ``properties`` when not given) whose hash
-        codes go into the consume queue. In SYNC flush mode this returns once the batch is
-        fsynced (group commit).
+        ``properties`` are encoded property blobs (see :mod:`rmq_spark.codec.properties`).
+        ``tags`` are the TAGS values whose hash codes go into the consume queue: parsed from
+        ``properties`` when not given; written into the records as the TAGS property when
+        ``properties`` is not given; callers passing both must keep them in agreement.
+        In SYNC flush mode this returns once the batch is fsynced (group commit).
         """
         self._check_open()
+        if properties is None and tags is not None:
+            properties = [encode_properties({TAGS: t}) if t else b"" for t in tags]
         config = self.topics.get(topic)
         if not config.is_writable:
             raise PermissionDeniedError(

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rmq_spark.codec import record as rec
-from rmq_spark.codec.properties import encode_properties
+from rmq_spark.codec.properties import decode_properties, encode_properties
 from rmq_spark.codec.taghash import tag_hash_code
 from rmq_spark.errors import (
     InvalidArgumentError,
@@ -85,6 +85,8 @@ def test_tag_filter_returns_only_matching_and_skips_the_gap(store_factory):
     assert [r.body for r in records] == [b"m-0", b"m-3", b"m-4"]
     assert list(result.queue_offsets) == [0, 3, 4]
     assert result.next_begin_offset == 8, "trailing non-matching entries are skipped"
+
+    assert [decode_properties(r.properties).get("TAGS") for r in records] == ["A", "A", "C"]
 
     none = store.get_messages("t", 0, 5, tag_codes=[tag_hash_code("A")])
     assert none.status is PullStatus.NO_MATCHED_MSG
