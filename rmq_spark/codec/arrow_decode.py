@@ -352,6 +352,11 @@ class _Distinct:
 
     def __init__(self, raw: np.ndarray) -> None:
         n, width = raw.shape
+        words = raw.view(np.uint32)  # widths 8 and 20: compare 4 bytes at a time
+        if n and (words == words[0]).all():  # one host for the whole batch: the broker, usually
+            self.rows = raw[:1].copy()
+            self.codes = pa.array(np.zeros(n, np.int32))
+            return
         raw = np.ascontiguousarray(raw)
         if width == IPV4_HOST:  # hashing uint64s is faster than fixed-size binaries
             keys = pa.array(raw.view(np.uint64).ravel())
@@ -691,10 +696,9 @@ def _properties_columns(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     if fast is None:
         return _properties_columns_slow(props)
     offsets, keys, values = fast
-    owner = np.repeat(np.arange(len(props)), np.diff(offsets))  # record of each property
     mapped = pa.MapArray.from_arrays(pa.array(offsets), keys, values)
-    tags = _lookup(keys, values, owner, TAGS, len(props))
-    return mapped, tags, _lookup(keys, values, owner, KEYS, len(props))
+    tags_at, keys_at = _find_names(keys, TAGS, KEYS)
+    return mapped, _lookup(values, offsets, tags_at), _lookup(values, offsets, keys_at)
 
 
 def _split_properties(props: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array] | None:
@@ -736,8 +740,20 @@ def _split_properties(props: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array] 
     key_tokens = np.arange(0, 2 * len(seps), 4)
     keys = tokens.take(key_tokens)
     values = tokens.take(key_tokens + 2)
-    map_offsets = np.searchsorted(seps[1::2], offsets).astype(np.int32)  # items before each
-    return map_offsets, keys, values
+    return _map_offsets(seps[1::2], offsets), keys, values
+
+
+def _map_offsets(item_ends: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """How many items come before each record: map offsets from the items' \\x02 positions.
+
+    Records of a batch usually carry the same number ``k`` of properties; then checking that
+    every ``k``-th item ends its record is much cheaper than a binary search per record.
+    """
+    n = len(offsets) - 1
+    k, extra = divmod(len(item_ends), n)
+    if k and not extra and (item_ends[k - 1 :: k] == offsets[1:] - 1).all():
+        return np.arange(0, len(item_ends) + 1, k, dtype=np.int32)
+    return np.searchsorted(item_ends, offsets).astype(np.int32)
 
 
 def _is_utf8_buffer(buffer: pa.Buffer, length: int) -> bool:
@@ -752,14 +768,34 @@ def _is_utf8_buffer(buffer: pa.Buffer, length: int) -> bool:
     return True
 
 
-def _lookup(keys: pa.Array, values: pa.Array, owner: np.ndarray, name: str, n: int) -> pa.Array:
-    """Each record's value of property ``name``, null when absent (the last one if repeated)."""
-    hits = np.flatnonzero(pc.equal(keys, name).to_numpy(zero_copy_only=False))
-    rows = owner[hits]
-    if len(hits) == n and (np.diff(rows) > 0).all():  # exactly once in every record
-        return values.take(hits)
+def _find_names(keys: pa.Array, *names: str) -> list[np.ndarray]:
+    """Indices of the keys equal to each of ``names``, which are 4-byte ASCII names.
+
+    One pass for all names: only keys of 4 bytes can match, and those compare as one uint32
+    read straight from the keys' data, cheaper than a string comparison kernel per name.
+    """
+    words = [np.frombuffer(name.encode(), "<u4")[0] for name in names]  # raises unless 4 B
+    bounds = np.frombuffer(keys.buffers()[1], np.int32, len(keys) + 1, keys.offset * 4)
+    four = np.flatnonzero(np.diff(bounds) == 4)
+    if not len(four):
+        return [four] * len(names)
+    data = np.frombuffer(keys.buffers()[2], np.uint8, int(bounds[-1]))
+    # A uint32 at every byte offset; a 4-byte key starts at most 4 bytes before the end.
+    at_offset = np.ndarray((len(data) - 3,), "<u4", buffer=data, strides=(1,))
+    found = at_offset[bounds[four]]
+    return [four[found == word] for word in words]
+
+
+def _lookup(values: pa.Array, offsets: np.ndarray, hits: np.ndarray) -> pa.Array:
+    """Each record's value at the item indices ``hits``, null where the record has none
+    (the last one where it has several).
+    """
+    n = len(offsets) - 1
+    if len(hits) == n and ((hits >= offsets[:-1]) & (hits < offsets[1:])).all():
+        return values.take(hits)  # exactly once in every record: no record index needed
+    owner = np.repeat(np.arange(n), np.diff(offsets))  # record of each property
     index = np.full(n, -1, np.int64)
-    index[rows] = hits  # numpy assigns in order: a repeated name keeps its last value
+    index[owner[hits]] = hits  # numpy assigns in order: a repeated name keeps its last value
     return values.take(pa.array(index, mask=index < 0))
 
 

@@ -408,3 +408,38 @@ def test_random_records_round_trip(batch_records: list[Record]) -> None:
     assert decode_records(buf).to_pylist() == expected
     index = index_records(buf)
     assert decode_records(buf, index.starts, index.sizes, check_crc=True).to_pylist() == expected
+
+
+# Property counts that defeat the same-count-per-record shortcut in different ways: a total
+# divisible by the record count whose every k-th item is not a record end, empty records, and
+# names close to TAGS/KEYS (other length, same prefix) that must not match.
+PROPERTY_SHAPES = {
+    "2 then 4 items (divisible total)": [
+        {TAGS: "a", KEYS: "k"},
+        {"UNIQ_KEY": "u", TAGS: "b", "X": "x", KEYS: "kk"},
+    ],
+    "empty between full": [{TAGS: "a", KEYS: "k"}, {}, {TAGS: "c", KEYS: "kc"}],
+    "TAGS missing in one": [{TAGS: "a"}, {KEYS: "k"}, {TAGS: "c", KEYS: "kc"}],
+    "near names": [{"TAG": "1", "TAGSX": "2", "KEY": "3", "keys": "4"}, {TAGS: "t", "KEYSS": "5"}],
+    "same count, name moves": [{TAGS: "a", KEYS: "k"}, {KEYS: "k2", TAGS: "b"}],
+    "all empty": [{}, {}],
+}
+
+
+@pytest.mark.parametrize("shape", PROPERTY_SHAPES.values(), ids=PROPERTY_SHAPES.keys())
+def test_property_shapes_decode_like_reference(shape: list[dict[str, str]]) -> None:
+    records = [rec(queue_offset=i, properties=encode_properties(p)) for i, p in enumerate(shape)]
+    assert_decodes_like_reference(records_buffer(*records))
+
+
+def test_find_names_matches_only_whole_four_byte_names() -> None:
+    keys = pa.array(["x", "TAGS", "KEYS", "TAGSX", "TAG", "TAGS"]).slice(1)
+    tags_at, keys_at = arrow_decode._find_names(keys, TAGS, KEYS)
+    assert tags_at.tolist() == [0, 4] and keys_at.tolist() == [1]
+    empty = arrow_decode._find_names(pa.array([], pa.string()), TAGS, KEYS)
+    assert [e.tolist() for e in empty] == [[], []]
+
+
+def test_one_store_host_and_several_born_hosts() -> None:
+    records = [rec(born_host=f"10.0.0.{i % 3}:{i % 2}", physical_offset=i) for i in range(10)]
+    assert_decodes_like_reference(records_buffer(*records))
