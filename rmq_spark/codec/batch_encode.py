@@ -32,6 +32,10 @@ from rmq_spark.errors import InvalidArgumentError
 # Below this many messages the per-message struct path is faster than the Arrow path.
 SMALL_BATCH = 48
 
+# The first pa.scalar() call imports pyarrow's pandas shim (~200 ms); pay it at import time
+# rather than inside the store's write lock on the first large batch.
+_EMPTY = pa.scalar(b"", pa.large_binary())
+
 
 def _header_dtype(born_host_size: int, store_host_size: int) -> np.dtype:
     """Big-endian layout of everything up to and including BODYLEN."""
@@ -202,7 +206,7 @@ def _join_arrow(batch: PreparedBatch) -> memoryview:
         pa.scalar(batch.topic_part, pa.large_binary()),
         _fixed_column(prop_lens.astype(">u2").tobytes(), 2, n),
         _binary_column(batch.properties, prop_lens),
-        pa.scalar(b"", pa.large_binary()),
+        _EMPTY,
     )
     # Rows were joined in order into one contiguous data buffer: that buffer is the batch.
     offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64, count=n + 1, offset=0)

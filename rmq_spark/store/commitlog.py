@@ -33,9 +33,15 @@ class CommitLog:
         self.segment_bytes = segment_bytes
         directory.mkdir(parents=True, exist_ok=True)
         segments = []
-        for path in sorted(p for p in directory.iterdir() if p.name.isdigit()):
+        paths = sorted(p for p in directory.iterdir() if p.name.isdigit())
+        for i, path in enumerate(paths):
             size = path.stat().st_size
-            segments.append(MappedFile(path, int(path.name), size, create=False))
+            # The segment being written may have been left short by a crash while it was
+            # created or cut by recovery: it gets its full size back.
+            last = i == len(paths) - 1
+            if last:
+                size = max(size, segment_bytes)
+            segments.append(MappedFile(path, int(path.name), size, create=False, grow=last))
         # Readers take no lock: they read this (starts, segments) pair, which writers
         # replace as a whole, never mutate.
         self._index: tuple[list[int], list[MappedFile]] = ([], [])
@@ -128,7 +134,14 @@ class CommitLog:
         return WritePlan(positions, rolls)
 
     def write(self, data: memoryview, sizes: np.ndarray, plan: WritePlan) -> None:
-        """Write the encoded records of ``data`` as planned: one syscall per segment."""
+        """Write the encoded records of ``data`` as planned: two syscalls per segment.
+
+        Each segment's part is written without its first 8 bytes (the first record's
+        TOTALSIZE and MAGICCODE), which follow in a second write. A process killed during
+        the first write (the kernel stops a write to the page cache between pages) leaves
+        zeros where recovery looks for the next record, so no torn record survives. Checking
+        BODYCRC alone would let a record cut inside its topic or properties through.
+        """
         record_starts = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=record_starts[1:])
         first = 0
@@ -141,10 +154,10 @@ class CommitLog:
                 if blank_at is not None:
                     remaining = seg.end_offset - blank_at
                     marker = struct.pack(">iI", remaining, rec.BLANK_MAGIC)
-                    seg.append(chunk, marker)
+                    _append_head_last(seg, chunk, marker)
                     seg.write_pos = seg.size  # the marker closes the segment
                 else:
-                    seg.append(chunk)
+                    _append_head_last(seg, chunk)
             first = roll_index
 
     def _writable_segment(self, global_pos: int) -> MappedFile:
@@ -215,3 +228,14 @@ class CommitLog:
     def close(self) -> None:
         for seg in self.segments:
             seg.close()
+
+
+def _append_head_last(seg: MappedFile, chunk: memoryview, *more: bytes) -> None:
+    """Append ``chunk`` (whole records) and ``more``, writing the first 8 bytes last."""
+    head = rec.BLANK_MARKER_SIZE  # TOTALSIZE + MAGICCODE of the first record
+    if len(chunk) < head:  # no record in this segment: only an end marker
+        seg.append(chunk, *more)
+        return
+    pos = seg.write_pos
+    seg.write_at(pos + head, chunk[head:], *more)
+    seg.write_at(pos, chunk[:head])

@@ -29,8 +29,19 @@ class ConsumeQueue:
         self.min_offset = 0
         if directory.exists():
             paths = sorted(p for p in directory.iterdir() if p.name.isdigit())
+            # A file shorter than the others was left by a crash while it was created or
+            # truncated; its missing tail is unwritten slots.
             self._publish(
-                [MappedFile(p, int(p.name), p.stat().st_size, create=False) for p in paths]
+                [
+                    MappedFile(
+                        p,
+                        int(p.name),
+                        max(p.stat().st_size, self.file_bytes),
+                        create=False,
+                        grow=True,
+                    )
+                    for p in paths
+                ]
             )
         self._load_positions()
 

@@ -29,7 +29,12 @@ def fsync_dir(path: Path) -> None:
 class MappedFile:
     """One segment. ``write_pos`` and ``flushed_pos`` are relative to the file start."""
 
-    def __init__(self, path: Path, start_offset: int, size: int, *, create: bool) -> None:
+    def __init__(
+        self, path: Path, start_offset: int, size: int, *, create: bool, grow: bool = False
+    ) -> None:
+        """Open (``create``: create and size) the file. With ``grow``, an existing file
+        shorter than ``size`` is extended with zeros: that is what a crash leaves between
+        creating a file and sizing it, or inside :meth:`zero_from`."""
         self.path = path
         self.start_offset = start_offset
         self.size = size
@@ -38,6 +43,10 @@ class MappedFile:
         if create:
             os.ftruncate(self._fd, size)  # sparse: blocks are allocated as they are written
         actual = os.fstat(self._fd).st_size
+        if grow and actual < size:
+            log.warning("%s is %d bytes, expected %d: extending it with zeros", path, actual, size)
+            os.ftruncate(self._fd, size)
+            actual = size
         if actual != size:
             os.close(self._fd)
             raise OSError(f"{path} is {actual} bytes, expected {size}")
