@@ -83,3 +83,54 @@ class DataLossError(RocketliteError):
     """Requested data is gone (e.g. deleted by retention) and the caller asked to fail."""
 
     grpc_code = "OUT_OF_RANGE"
+
+
+#: the trailing-metadata key carrying the error class name across the wire
+ERROR_CLASS_METADATA = "rocketlite-error-class"
+
+
+class RequestTimeoutError(RocketliteError):
+    """The call did not complete before its deadline (client side, or a long poll)."""
+
+    grpc_code = "DEADLINE_EXCEEDED"
+    retriable = True
+
+
+def _all_error_classes() -> dict[str, type[RocketliteError]]:
+    found: dict[str, type[RocketliteError]] = {}
+    pending: list[type[RocketliteError]] = [RocketliteError]
+    while pending:
+        cls = pending.pop()
+        found[cls.__name__] = cls
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+# The class a bare status code becomes when the broker did not name one.
+_BY_CODE: dict[str, type[RocketliteError]] = {
+    "INVALID_ARGUMENT": InvalidArgumentError,
+    "NOT_FOUND": NotFoundError,
+    "ALREADY_EXISTS": AlreadyExistsError,
+    "PERMISSION_DENIED": PermissionDeniedError,
+    "RESOURCE_EXHAUSTED": ResourceExhaustedError,
+    "UNAVAILABLE": UnavailableError,
+    "DEADLINE_EXCEEDED": RequestTimeoutError,
+    "FAILED_PRECONDITION": StoreError,
+    "DATA_LOSS": CorruptDataError,
+    "OUT_OF_RANGE": DataLossError,
+}
+
+
+def error_from_status(code_name: str, message: str, class_name: str | None = None):
+    """Rebuild the exception a broker raised from its gRPC status (client side).
+
+    The class named in the trailing metadata wins when it has the same status code;
+    otherwise the general class of that code; otherwise :class:`RocketliteError`.
+
+    >>> type(error_from_status("NOT_FOUND", "topic 'x' does not exist")).__name__
+    'NotFoundError'
+    """
+    cls = _all_error_classes().get(class_name or "")
+    if cls is None or cls.grpc_code != code_name:
+        cls = _BY_CODE.get(code_name, RocketliteError)
+    return cls(message)
