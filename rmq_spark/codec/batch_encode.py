@@ -15,6 +15,7 @@ which is cheaper than the fixed cost of the Arrow calls.
 
 from __future__ import annotations
 
+import functools
 import numbers
 import struct
 import zlib
@@ -32,11 +33,14 @@ from rmq_spark.errors import InvalidArgumentError
 # Below this many messages the per-message struct path is faster than the Arrow path.
 SMALL_BATCH = 48
 
+_BYTES_TYPES = frozenset((bytes, bytearray, memoryview))
+
 # The first pa.scalar() call imports pyarrow's pandas shim (~200 ms); pay it at import time
 # rather than inside the store's write lock on the first large batch.
 _EMPTY = pa.scalar(b"", pa.large_binary())
 
 
+@functools.cache
 def _header_dtype(born_host_size: int, store_host_size: int) -> np.dtype:
     """Big-endian layout of everything up to and including BODYLEN."""
     return np.dtype(
@@ -71,6 +75,7 @@ class PreparedBatch:
     properties: list[bytes]
     topic_part: bytes  # topic length prefix + topic bytes, the same for every record
     sizes: np.ndarray  # int64 record sizes
+    prop_lens: np.ndarray  # int64 encoded properties lengths
 
     @property
     def count(self) -> int:
@@ -112,6 +117,11 @@ def prepare_batch(
     if len(props) != n:
         raise InvalidArgumentError(f"{len(props)} property blobs for {n} message bodies")
     bodies = bodies if isinstance(bodies, list) else list(bodies)
+    if not _BYTES_TYPES.issuperset(map(type, bodies)):
+        bad = next(i for i, b in enumerate(bodies) if type(b) not in _BYTES_TYPES)
+        raise InvalidArgumentError(
+            f"message {bad}: body must be bytes, got {type(bodies[bad]).__name__}"
+        )
     body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
     prop_lens = np.fromiter(map(len, props), dtype=np.int64, count=n)
     if n and prop_lens.max() > MAX_PROPERTIES_BYTES:
@@ -146,7 +156,7 @@ def prepare_batch(
     topic_part = (struct.pack(">H", len(topic_bytes)) if v2 else bytes([len(topic_bytes)])) + (
         topic_bytes
     )
-    return PreparedBatch(topic, queue_id, headers, bodies, props, topic_part, sizes)
+    return PreparedBatch(topic, queue_id, headers, bodies, props, topic_part, sizes, prop_lens)
 
 
 def finish_batch(
@@ -164,6 +174,13 @@ def finish_batch(
     if n < SMALL_BATCH:
         return memoryview(_join_small(batch))
     return _join_arrow(batch)
+
+
+def warm_up() -> None:
+    """Run the Arrow path once: its first call imports pyarrow's compute wrappers (~0.3 s),
+    which a store should pay when it opens, not inside its write lock."""
+    batch = prepare_batch("warmup", 0, [b""] * SMALL_BATCH)
+    finish_batch(batch, 0, np.zeros(SMALL_BATCH, dtype=np.int64), 0)
 
 
 def _join_small(batch: PreparedBatch) -> bytes:
@@ -192,20 +209,22 @@ def _binary_column(values: list[bytes], lengths: np.ndarray | None = None) -> pa
 
 
 def _fixed_column(block: bytes, width: int, n: int) -> pa.Array:
-    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(block)])
-    return fixed.cast(pa.large_binary())
+    """Equal-width values as a large_binary column, without a cast (which would copy)."""
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64)
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(block)]
+    )
 
 
 def _join_arrow(batch: PreparedBatch) -> memoryview:
     n = batch.count
     headers = batch.headers
-    prop_lens = np.fromiter(map(len, batch.properties), dtype=np.int64, count=n)
     joined = pc.binary_join_element_wise(
         _fixed_column(headers.tobytes(), headers.dtype.itemsize, n),
         _binary_column(batch.bodies, headers["body_len"].astype(np.int64)),
         pa.scalar(batch.topic_part, pa.large_binary()),
-        _fixed_column(prop_lens.astype(">u2").tobytes(), 2, n),
-        _binary_column(batch.properties, prop_lens),
+        _fixed_column(batch.prop_lens.astype(">u2").tobytes(), 2, n),
+        _binary_column(batch.properties, batch.prop_lens),
         _EMPTY,
     )
     # Rows were joined in order into one contiguous data buffer: that buffer is the batch.

@@ -11,6 +11,7 @@ are tested against it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -76,6 +77,7 @@ def check_topic_length(topic_bytes: int) -> None:
         )
 
 
+@functools.lru_cache(maxsize=1024)
 def encode_host(host: str) -> tuple[bytes, bool]:
     """``"ip:port"`` (``"[v6]:port"`` for IPv6) to the record's address bytes and a v6 flag."""
     addr, port = parse_host(host)

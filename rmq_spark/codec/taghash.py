@@ -30,12 +30,7 @@ def tag_hash_code(tags: str | None) -> int:
 
 
 def tag_hash_codes(tags: Iterable[str | None]) -> np.ndarray:
-    """Tag codes of many messages as an int64 array (messages of a batch often share tags)."""
-    cache: dict[str | None, int] = {}
-    out = []
-    for tag in tags:
-        code = cache.get(tag)
-        if code is None:
-            code = cache[tag] = tag_hash_code(tag)
-        out.append(code)
-    return np.asarray(out, dtype=np.int64)
+    """Tag codes of many messages as an int64 array (hashing each distinct tag once)."""
+    tags = tags if isinstance(tags, list) else list(tags)
+    table = {tag: tag_hash_code(tag) for tag in set(tags)}
+    return np.fromiter(map(table.__getitem__, tags), dtype=np.int64, count=len(tags))

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from rmq_spark.codec import record as rec
-from rmq_spark.codec.batch_encode import finish_batch, prepare_batch
+from rmq_spark.codec.batch_encode import finish_batch, prepare_batch, warm_up
 from rmq_spark.codec.properties import TAGS, decode_properties, encode_properties
 from rmq_spark.codec.taghash import tag_hash_codes
 from rmq_spark.errors import (
@@ -163,6 +163,7 @@ class MessageStore:
         for cq in self._queues.values():
             cq.drop_below_physical(self.commitlog.min_offset)
         abort_file.touch()
+        warm_up()
         self.flush_service = FlushService(
             sync=cfg.flush_mode == "SYNC",
             flush_interval_ms=cfg.flush_interval_ms,
@@ -301,7 +302,6 @@ class MessageStore:
                 f"{self.config.disk_max_used_ratio:.0%} full; writes are refused until space "
                 "is freed"
             )
-        self._check_bodies(bodies)
         batch = prepare_batch(
             topic,
             queue_id,
@@ -314,6 +314,7 @@ class MessageStore:
             reconsume_times=reconsume_times,
             sysflag=sysflag,
         )
+        self._check_sizes(batch)
         if tags is None:
             tags = [decode_properties(p).get(TAGS) for p in batch.properties]
         elif len(tags) != batch.count:
@@ -340,15 +341,10 @@ class MessageStore:
             self.flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms)
         return AppendResult(topic, queue_id, first, plan.positions, store_ts)
 
-    def _check_bodies(self, bodies: Sequence[bytes]) -> None:
+    def _check_sizes(self, batch) -> None:
         limit = self.config.max_message_bytes
-        for i, body in enumerate(bodies):
-            if not isinstance(body, bytes | bytearray | memoryview):
-                raise InvalidArgumentError(
-                    f"message {i}: body must be bytes, got {type(body).__name__}"
-                )
-        lens = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies))
-        if len(lens) and lens.max() > limit:
+        lens = batch.headers["body_len"]
+        if lens.max() > limit:
             i = int(np.argmax(lens))
             raise InvalidArgumentError(
                 f"message {i}: body of {int(lens[i])} bytes exceeds the limit of {limit} bytes"

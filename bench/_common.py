@@ -1,0 +1,236 @@
+"""Helpers shared by the benchmarks in ``bench/``: timing, a ``--quick`` flag, tables.
+
+* :func:`add_timing_args` / :func:`timing_from_args`: ``--quick``, ``--rounds``,
+  ``--round-seconds`` and ``--warmup-seconds``, resolved into one :class:`Timing`.
+* :func:`best_of`: best-of-N wall time of a callable (for a fixed amount of work).
+* :func:`measure_rates`: throughput of several contenders (e.g. the code under test and a
+  baseline) timed in interleaved rounds, so that drifting conditions (disk, CPU frequency,
+  neighbours) hit all of them alike; :func:`paired_ratio` compares two of them round by
+  round. :func:`looped` turns "do one unit of work" into a contender.
+* :class:`Table`: a plain-text table with aligned columns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+#: Look at the clock about this often while looping over short calls.
+_CLOCK_CHECK_S = 0.002
+
+#: A contender: run for about ``seconds``, return (calls, units of work, elapsed seconds).
+RoundFn = Callable[[float], tuple[int, int, float]]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long to warm up and measure each case."""
+
+    warmup_s: float
+    round_s: float
+    rounds: int
+    quick: bool = False
+
+    def describe(self) -> str:
+        text = f"best of {self.rounds} x {self.round_s:g} s after {self.warmup_s:g} s warm-up"
+        return text + (" (--quick)" if self.quick else "")
+
+
+def add_timing_args(parser: argparse.ArgumentParser, *, default: Timing, quick: Timing) -> None:
+    """Add ``--quick``, ``--rounds``, ``--round-seconds``, ``--warmup-seconds``."""
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"short run: {quick.describe().removesuffix(' (--quick)')}",
+    )
+    parser.add_argument("--rounds", type=int, help=f"timed rounds per case ({default.rounds})")
+    parser.add_argument(
+        "--round-seconds", type=float, help=f"length of one timed round ({default.round_s:g})"
+    )
+    parser.add_argument(
+        "--warmup-seconds", type=float, help=f"untimed warm-up per case ({default.warmup_s:g})"
+    )
+
+
+def timing_from_args(args: argparse.Namespace, *, default: Timing, quick: Timing) -> Timing:
+    base = quick if args.quick else default
+    rounds = args.rounds if args.rounds is not None else base.rounds
+    round_s = args.round_seconds if args.round_seconds is not None else base.round_s
+    warmup_s = args.warmup_seconds if args.warmup_seconds is not None else base.warmup_s
+    if rounds < 1 or round_s <= 0 or warmup_s < 0:
+        raise SystemExit("--rounds must be >= 1, --round-seconds > 0, --warmup-seconds >= 0")
+    return Timing(warmup_s, round_s, rounds, quick=args.quick)
+
+
+def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
+    """The shortest wall time in seconds of ``repeats`` calls of ``fn``."""
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@dataclass
+class RateResult:
+    """Throughput of one contender: units (e.g. messages) per second, per timed round."""
+
+    rates: list[float] = field(default_factory=list)
+    calls: int = 0  # calls made in the timed rounds
+    units: int = 0  # units of work done in the timed rounds
+    seconds: float = 0.0  # length of the timed rounds together
+
+    def add(self, calls: int, units: int, elapsed: float) -> None:
+        self.rates.append(units / elapsed)
+        self.calls += calls
+        self.units += units
+        self.seconds += elapsed
+
+    @property
+    def best(self) -> float:
+        return max(self.rates)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def spread(self) -> float:
+        """(best - worst) / best over the rounds: how noisy the measurement was."""
+        return (self.best - min(self.rates)) / self.best if self.best else 0.0
+
+
+def looped(step: Callable[[], int], max_units: int | None = None) -> RoundFn:
+    """A contender calling ``step`` (one unit of work; returns how many units) in a loop
+    until the round's time is up or, if given, ``max_units`` units are done.
+
+    The clock is read every few calls, not every call, so that the cost of reading it does
+    not count for short calls; how many is learned from the previous round.
+    """
+    chunk = 1
+    cap = max_units if max_units is not None else float("inf")
+
+    def run(seconds: float) -> tuple[int, int, float]:
+        nonlocal chunk
+        calls = units = 0
+        begin = time.perf_counter()
+        while True:
+            for _ in range(chunk):
+                units += step()
+            calls += chunk
+            elapsed = time.perf_counter() - begin
+            if elapsed >= seconds or units >= cap:
+                break
+        chunk = max(1, int(_CLOCK_CHECK_S * calls / elapsed)) if elapsed > 0 else chunk
+        if max_units is not None:
+            chunk = max(1, min(chunk, calls // 8))  # do not overshoot the cap by much
+        return calls, units, elapsed
+
+    return run
+
+
+def measure_rates(
+    contenders: Sequence[RoundFn],
+    timing: Timing,
+    *,
+    after_warmup: Callable[[], None] | None = None,
+    between_rounds: Callable[[], None] | None = None,
+) -> list[RateResult]:
+    """Warm each contender up, call ``after_warmup``, then time ``timing.rounds`` rounds of
+    each, interleaved and in alternating order (A B, B A, A B, ...).
+
+    ``between_rounds`` runs untimed before every round (e.g. ``os.sync`` so that each round
+    starts with no dirty pages left by the one before).
+    """
+    settle = between_rounds or (lambda: None)
+    for run in contenders:
+        settle()
+        run(timing.warmup_s)
+    if after_warmup is not None:
+        after_warmup()
+    results = [RateResult() for _ in contenders]
+    for round_no in range(timing.rounds):
+        order = list(range(len(contenders)))
+        if round_no % 2:
+            order.reverse()
+        for i in order:
+            settle()
+            results[i].add(*contenders[i](timing.round_s))
+    return results
+
+
+def measure_rate(step: Callable[[], int], timing: Timing) -> RateResult:
+    """Throughput of one step function on its own."""
+    return measure_rates([looped(step)], timing)[0]
+
+
+def paired_ratio(a: RateResult, b: RateResult) -> float:
+    """Median over rounds of a/b, each round of ``a`` against the round of ``b`` next to it."""
+    return statistics.median(x / y for x, y in zip(a.rates, b.rates, strict=True))
+
+
+class Table:
+    """A plain-text table: ``Table([("name", "<"), ("msgs/s", ">")])``, then rows."""
+
+    def __init__(self, columns: Sequence[tuple[str, str]], gap: str = "  ") -> None:
+        self.headers = [name for name, _ in columns]
+        self.aligns = [align for _, align in columns]
+        self.gap = gap
+        self.rows: list[list[str] | None] = []  # None draws a rule
+
+    def add(self, *cells: object) -> None:
+        if len(cells) != len(self.headers):
+            raise ValueError(f"{len(cells)} cells for {len(self.headers)} columns")
+        self.rows.append(["" if c is None else str(c) for c in cells])
+
+    def rule(self) -> None:
+        """A horizontal rule before the next row (none is drawn at the end)."""
+        self.rows.append(None)
+
+    def render(self) -> str:
+        cells = [self.headers] + [r for r in self.rows if r is not None]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(self.headers))]
+
+        def line(row: list[str]) -> str:
+            parts = [
+                cell.ljust(w) if a == "<" else cell.rjust(w)
+                for cell, w, a in zip(row, widths, self.aligns, strict=True)
+            ]
+            return self.gap.join(parts).rstrip()
+
+        rule = self.gap.join("-" * w for w in widths)
+        rows = list(self.rows)
+        while rows and rows[-1] is None:
+            rows.pop()
+        return "\n".join(
+            [line(self.headers), rule] + [rule if r is None else line(r) for r in rows]
+        )
+
+    def print(self) -> None:
+        print(self.render(), flush=True)
+
+
+def fmt_int(value: float) -> str:
+    """``1234567.8`` -> ``"1,234,568"``."""
+    return f"{value:,.0f}"
+
+
+def fmt_mb(bytes_per_s: float) -> str:
+    """Bytes per second as MB/s (10^6 bytes)."""
+    return f"{bytes_per_s / 1e6:,.1f}"
+
+
+def fmt_ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def fmt_bytes(size: int) -> str:
+    """``100`` -> ``"100 B"``, ``1024`` -> ``"1 KiB"``, ``512 << 20`` -> ``"512 MiB"``."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
