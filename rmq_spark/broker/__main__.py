@@ -1,0 +1,204 @@
+"""Run a broker: ``python -m rmq_spark.broker --store DIR [--port 10911] ...``.
+
+Once it serves, the broker prints exactly one line to stdout, so scripts and tests started
+with ``--port 0`` can read the bound port::
+
+    rocketlite broker broker-a listening on 127.0.0.1:40123 store=/data/broker-a
+
+Logs go to stderr. SIGTERM or SIGINT shuts it down cleanly. Bad flags or settings print one
+error line and exit with 2; a broker that cannot start (port taken, store locked or
+unreadable) prints one error line and exits with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+
+from rmq_spark.broker.config import DEFAULT_DELAY_LEVELS, DEFAULT_PORT, BrokerConfig
+from rmq_spark.broker.server import BrokerServer, serve
+from rmq_spark.errors import InvalidArgumentError, RocketliteError
+
+PROG = "python -m rmq_spark.broker"
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s [%(threadName)s] %(message)s"
+
+_SIZE = re.compile(r"(\d+)\s*(|B|KiB|MiB|GiB)", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+#: flags that go to the store (StoreConfig field names); unset ones keep the store defaults
+_STORE_FLAGS = (
+    "commitlog_segment_bytes",
+    "consumequeue_entries_per_file",
+    "flush_interval_ms",
+    "sync_flush_timeout_ms",
+    "checkpoint_interval_ms",
+    "file_reserved_ms",
+    "disk_max_used_ratio",
+    "offsets_persist_interval_ms",
+    "force_empty_offsets",
+)
+
+
+def byte_size(text: str) -> int:
+    """``"4MiB"`` -> 4194304; plain numbers are bytes."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size; use bytes or a number with KiB, MiB or GiB (e.g. 4MiB)"
+        )
+    return int(match[1]) * _SIZE_UNITS[match[2].lower()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The broker's flags; each maps to one BrokerConfig (or StoreConfig) field."""
+    net = parser.add_argument_group("network")
+    net.add_argument("--store", required=True, metavar="DIR", help="store directory")
+    net.add_argument("--host", default="127.0.0.1", help="IP address to listen on")
+    net.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="port to listen on; 0 picks a free one"
+    )
+    net.add_argument("--name", default="broker-a", help="broker name (unique per cluster)")
+    net.add_argument(
+        "--advertised-endpoint",
+        metavar="HOST:PORT",
+        help="address clients are told to use (default: host:bound port)",
+    )
+    net.add_argument(
+        "--grpc-workers", type=int, default=64, metavar="N", help="gRPC server threads"
+    )
+
+    broker = parser.add_argument_group("broker")
+    broker.add_argument(
+        "--flush",
+        type=str.upper,
+        choices=("ASYNC", "SYNC"),
+        default="ASYNC",
+        help="ASYNC: ack once in the page cache; SYNC: ack once fsynced",
+    )
+    broker.add_argument(
+        "--broker-perm",
+        type=int,
+        choices=(2, 4, 6),
+        default=6,
+        help="6 read+write, 4 read-only, 2 write-only",
+    )
+    broker.add_argument(
+        "--auto-create-topics", action="store_true", help="create unknown topics on first send"
+    )
+    broker.add_argument("--default-topic-queues", type=int, default=4, metavar="N")
+    broker.add_argument(
+        "--delay-levels",
+        default=DEFAULT_DELAY_LEVELS,
+        metavar="LEVELS",
+        help='durations of delay levels 1, 2, ... (default "%(default)s")',
+    )
+    broker.add_argument("--max-reconsume-times", type=int, default=16, metavar="N")
+    broker.add_argument("--session-timeout-ms", type=int, default=120_000, metavar="MS")
+    broker.add_argument("--lock-lease-ms", type=int, default=60_000, metavar="MS")
+
+    limits = parser.add_argument_group("limits (sizes take KiB/MiB/GiB suffixes)")
+    limits.add_argument("--max-message-bytes", type=byte_size, default=4 << 20, metavar="SIZE")
+    limits.add_argument("--max-request-bytes", type=byte_size, default=64 << 20, metavar="SIZE")
+    limits.add_argument("--max-response-bytes", type=byte_size, default=64 << 20, metavar="SIZE")
+    limits.add_argument("--max-pull-messages", type=int, default=65_536, metavar="N")
+    limits.add_argument("--max-pull-bytes", type=byte_size, default=32 << 20, metavar="SIZE")
+    limits.add_argument("--max-suspend-timeout-ms", type=int, default=30_000, metavar="MS")
+
+    store = parser.add_argument_group("store (defaults: the store's)")
+    store.add_argument("--commitlog-segment-bytes", type=byte_size, metavar="SIZE")
+    store.add_argument("--consumequeue-entries-per-file", type=int, metavar="N")
+    store.add_argument("--flush-interval-ms", type=int, metavar="MS")
+    store.add_argument("--sync-flush-timeout-ms", type=int, metavar="MS")
+    store.add_argument("--checkpoint-interval-ms", type=int, metavar="MS")
+    store.add_argument("--file-reserved-ms", type=int, metavar="MS")
+    store.add_argument("--disk-max-used-ratio", type=float, metavar="RATIO")
+    store.add_argument("--offsets-persist-interval-ms", type=int, metavar="MS")
+    store.add_argument(
+        "--force-empty-offsets",
+        action="store_true",
+        default=None,
+        help="start with no consumer offsets when both offset files are unreadable",
+    )
+
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        default="INFO",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    """A validated BrokerConfig (store settings included); InvalidArgumentError if bad."""
+    config = BrokerConfig(
+        store_dir=args.store,
+        name=args.name,
+        host=args.host,
+        port=args.port,
+        advertised_endpoint=args.advertised_endpoint,
+        flush_mode=args.flush,
+        broker_perm=args.broker_perm,
+        auto_create_topics=args.auto_create_topics,
+        default_topic_queues=args.default_topic_queues,
+        max_message_bytes=args.max_message_bytes,
+        max_request_bytes=args.max_request_bytes,
+        max_response_bytes=args.max_response_bytes,
+        max_pull_messages=args.max_pull_messages,
+        max_pull_bytes=args.max_pull_bytes,
+        max_suspend_timeout_ms=args.max_suspend_timeout_ms,
+        consumer_session_timeout_ms=args.session_timeout_ms,
+        queue_lock_lease_ms=args.lock_lease_ms,
+        max_reconsume_times=args.max_reconsume_times,
+        delay_levels=args.delay_levels,
+        grpc_workers=args.grpc_workers,
+        store_options={
+            name: getattr(args, name) for name in _STORE_FLAGS if getattr(args, name) is not None
+        },
+    )
+    config.store_config()  # the store's own checks, now rather than after binding the port
+    return config
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        # One line, no usage dump: the message names the flag; --help has the rest.
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _announce(server: BrokerServer) -> None:
+    config = server.broker.config
+    print(
+        f"rocketlite broker {config.name} listening on {config.host}:{server.port} "
+        f"store={config.store_dir}",
+        flush=True,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a broker from parsed flags (shared with ``rocketlite broker``); an exit code."""
+    logging.basicConfig(
+        level=args.log_level, format=LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S", stream=sys.stderr
+    )
+    try:
+        config = config_from_args(args)
+    except InvalidArgumentError as exc:
+        print(f"{PROG}: error: {exc} (see --help)", file=sys.stderr, flush=True)
+        return 2
+    try:
+        serve(config, on_started=_announce)
+    except (RocketliteError, OSError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog=PROG, description="Run a rocketlite broker in the foreground.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

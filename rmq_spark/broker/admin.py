@@ -1,0 +1,145 @@
+"""AdminService: topics, routes and broker facts (docs/protocol.md, "Admin").
+
+Each broker answers for itself only; clients merge the routes of several brokers.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import cast
+
+import rmq_spark
+from rmq_spark.broker import checks
+from rmq_spark.broker.core import Broker
+from rmq_spark.broker.status import grpc_boundary
+from rmq_spark.names import validate_topic
+from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc, common_pb2
+from rmq_spark.store.topics import TopicConfig
+from rmq_spark.structs import Permission
+
+_FLUSH_MODES = {"ASYNC": admin_pb2.FLUSH_MODE_ASYNC, "SYNC": admin_pb2.FLUSH_MODE_SYNC}
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    @grpc_boundary
+    def CreateTopic(self, request, context):
+        topic = validate_topic(request.topic)
+        default = self._broker.config.default_topic_queues
+        read = checks.non_negative(request.read_queue_nums, "read_queue_nums") or default
+        write = checks.non_negative(request.write_queue_nums, "write_queue_nums") or default
+        # Same config again is a no-op (retried creates succeed); a different one conflicts.
+        config = self._broker.store.topics.create(
+            topic,
+            default,
+            read_queues=read,
+            write_queues=write,
+            perm=request.perm or int(Permission.READ_WRITE),
+        )
+        return admin_pb2.CreateTopicResponse(topic=topic_config_pb(config))
+
+    @grpc_boundary
+    def UpdateTopic(self, request, context):
+        topic = validate_topic(request.topic, allow_system=True)
+        config = self._broker.store.topics.update(
+            topic,
+            read_queues=_optional(request, "read_queue_nums"),
+            write_queues=_optional(request, "write_queue_nums"),
+            perm=_optional(request, "perm"),
+        )
+        return admin_pb2.UpdateTopicResponse(topic=topic_config_pb(config))
+
+    @grpc_boundary
+    def DeleteTopic(self, request, context):
+        topic = validate_topic(request.topic, allow_system=True)
+        self._broker.store.delete_topic(topic)
+        self._broker.notifier.notify_topic(topic)  # held pulls on it answer NOT_FOUND now
+        return admin_pb2.DeleteTopicResponse()
+
+    @grpc_boundary
+    def GetTopicRoute(self, request, context):
+        topic = validate_topic(request.topic, allow_system=True)
+        config = self._broker.store.topics.get(topic)
+        broker_perm = self._broker.config.broker_perm
+        return admin_pb2.GetTopicRouteResponse(
+            topic=topic_config_pb(config),
+            broker_name=self._broker.name,
+            endpoint=self._broker.endpoint,
+            broker_perm=broker_perm,
+            queues=[
+                admin_pb2.QueueRoute(
+                    queue=checks.queue_pb(self._broker, topic, queue_id),
+                    perm=queue_perm(config, queue_id, broker_perm),
+                )
+                for queue_id in range(max(config.read_queue_nums, config.write_queue_nums))
+            ],
+        )
+
+    @grpc_boundary
+    def ListTopics(self, request, context):
+        topics = self._broker.store.topics.list()
+        if not request.include_system_topics:
+            topics = [t for t in topics if not checks.is_system_topic(t.name)]
+        return admin_pb2.ListTopicsResponse(
+            broker_name=self._broker.name, topics=[topic_config_pb(t) for t in topics]
+        )
+
+    @grpc_boundary
+    def GetBrokerInfo(self, request, context):
+        broker = self._broker
+        config = broker.config
+        return admin_pb2.GetBrokerInfoResponse(
+            broker_name=broker.name,
+            version=rmq_spark.__version__,
+            endpoint=broker.endpoint,
+            store_host=broker.store_host,
+            broker_perm=config.broker_perm,
+            flush_mode=_FLUSH_MODES[broker.store.config.flush_mode],
+            start_timestamp_ms=broker.start_ms,
+            now_timestamp_ms=time.time_ns() // 1_000_000,
+            limits=admin_pb2.BrokerLimits(
+                max_message_bytes=config.max_message_bytes,
+                max_request_bytes=config.max_request_bytes,
+                max_response_bytes=config.max_response_bytes,
+                max_pull_messages=config.max_pull_messages,
+                max_pull_bytes=config.max_pull_bytes,
+                max_suspend_timeout_ms=config.max_suspend_timeout_ms,
+            ),
+            store_stats=store_stats_pb(broker.store.stats()),
+        )
+
+
+def queue_perm(config: TopicConfig, queue_id: int, broker_perm: int) -> int:
+    """What clients may do with one queue: its place among the read / write queues,
+    narrowed by the topic's and the broker's permission (0 = nothing)."""
+    perm = (Permission.READ if queue_id < config.read_queue_nums else 0) | (
+        Permission.WRITE if queue_id < config.write_queue_nums else 0
+    )
+    return int(perm) & config.perm & broker_perm
+
+
+def topic_config_pb(config: TopicConfig) -> admin_pb2.TopicConfig:
+    return admin_pb2.TopicConfig(
+        topic=config.name,
+        read_queue_nums=config.read_queue_nums,
+        write_queue_nums=config.write_queue_nums,
+        perm=cast(common_pb2.Permission, config.perm),  # same numbers, see common.proto
+    )
+
+
+def store_stats_pb(stats: dict) -> admin_pb2.StoreStats:
+    return admin_pb2.StoreStats(
+        commitlog_min_offset=stats["commitlog_min_offset"],
+        commitlog_max_offset=stats["commitlog_max_offset"],
+        flushed_offset=stats["flushed_offset"],
+        commitlog_segments=stats["commitlog_segments"],
+        topic_count=stats["topics"],
+        queue_count=stats["queues"],
+        disk_full=stats["disk_full"],
+    )
+
+
+def _optional(request, field: str) -> int | None:
+    return getattr(request, field) if request.HasField(field) else None

@@ -1,0 +1,102 @@
+"""Checks of request fields shared by the servicers, and the queue values they answer with.
+
+Each check raises an :mod:`rmq_spark.errors` class naming the field and the bad value; the
+servicer boundary (:mod:`rmq_spark.broker.status`) turns it into the status code. Batch
+requests check every item before acting and wrap each check in :func:`item` so the message
+says which item was bad (``queries[3]: topic 'x' does not exist ...``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from rmq_spark.broker.schedule import SCHEDULE_TOPIC
+from rmq_spark.errors import InvalidArgumentError, InvalidNameError, NotFoundError, RocketliteError
+from rmq_spark.names import SYSTEM_PREFIXES, validate_topic
+from rmq_spark.proto_gen.rocketlite.v1 import common_pb2
+from rmq_spark.store.topics import TopicConfig
+from rmq_spark.structs import MessageQueue
+
+if TYPE_CHECKING:
+    from rmq_spark.broker.core import Broker
+
+
+@contextmanager
+def item(label: str) -> Iterator[None]:
+    """Prefix the message of an error raised inside with ``label`` (same error class)."""
+    try:
+        yield
+    except RocketliteError as exc:
+        raise type(exc)(f"{label}: {exc}") from None
+
+
+def non_negative(value: int, field: str) -> int:
+    if value < 0:
+        raise InvalidArgumentError(f"{field}={value} is negative; it must be >= 0")
+    return value
+
+
+def bounded(value: int, field: str, default: int, cap: int) -> int:
+    """A size or count from a request: 0 means ``default``, larger than ``cap`` is lowered."""
+    non_negative(value, field)
+    return min(value or default, cap)
+
+
+def is_system_topic(name: str) -> bool:
+    """``%RETRY%``/``%DLQ%`` topics and the delay scheduler's topic: the broker's own."""
+    return name.startswith(SYSTEM_PREFIXES) or name == SCHEDULE_TOPIC
+
+
+def sendable_topic(name: str) -> str:
+    """A topic producers may send to: a valid name that is not one of the broker's own."""
+    topic = validate_topic(name)
+    if topic == SCHEDULE_TOPIC:
+        raise InvalidNameError(
+            f"topic {topic!r} holds the broker's delayed messages; send with delay_level to "
+            "another topic instead"
+        )
+    return topic
+
+
+def check_broker_name(broker: Broker, name: str) -> None:
+    """An empty name means this broker; any other name must be this broker's."""
+    if name and name != broker.name:
+        raise NotFoundError(
+            f"the queue belongs to broker {name!r} but this is broker {broker.name!r}; "
+            f"send the request to {name!r}'s endpoint (refresh the topic route)"
+        )
+
+
+def check_queue(
+    broker: Broker, pb: common_pb2.MessageQueue, *, must_exist: bool = True
+) -> tuple[MessageQueue, TopicConfig | None]:
+    """The queue a request names, on this broker, and its topic's config.
+
+    With ``must_exist`` the topic must be on this broker (NOT_FOUND otherwise) and the queue
+    id below its read or write queue count; without it only the names and the id are
+    checked and the config may be None.
+    """
+    topic = validate_topic(pb.topic, allow_system=True)
+    check_broker_name(broker, pb.broker_name)
+    queue_id = non_negative(pb.queue_id, "queue_id")
+    config = broker.store.topics.find(topic)
+    if must_exist:
+        if config is None:
+            raise NotFoundError(
+                f"topic {topic!r} does not exist on broker {broker.name!r}; create it first "
+                "or ask the brokers in the topic route"
+            )
+        queue_count = max(config.read_queue_nums, config.write_queue_nums)
+        if queue_id >= queue_count:
+            raise NotFoundError(
+                f"topic {topic!r} has {queue_count} queues on broker {broker.name!r} "
+                f"(0..{queue_count - 1}); queue {queue_id} does not exist"
+            )
+    return MessageQueue(topic, broker.name, queue_id), config
+
+
+def queue_pb(broker: Broker, topic: str, queue_id: int) -> common_pb2.MessageQueue:
+    """A queue of this broker as answers carry it (broker_name filled in)."""
+    return common_pb2.MessageQueue(topic=topic, broker_name=broker.name, queue_id=queue_id)

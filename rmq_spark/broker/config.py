@@ -1,0 +1,100 @@
+"""Broker configuration: parsed once (from CLI flags or code), validated, units in names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.store.config import MiB, StoreConfig
+
+DEFAULT_PORT = 10911
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """``"1s 5s 1m"`` -> ``[1000, 5000, 60000]`` (level 1 is the first entry).
+
+    >>> parse_delay_levels("500ms 2s 1m")
+    [500, 2000, 60000]
+    """
+    levels = []
+    for item in text.split():
+        unit = next((u for u in ("ms", "s", "m", "h", "d") if item.endswith(u)), None)
+        number = item[: -len(unit)] if unit else ""
+        if unit is None or not number.isdigit() or int(number) <= 0:
+            raise InvalidArgumentError(
+                f"delay level {item!r} is not a positive duration like 500ms, 5s, 1m, 2h"
+            )
+        levels.append(int(number) * _UNITS_MS[unit])
+    if not levels:
+        raise InvalidArgumentError("delay levels must list at least one duration")
+    return levels
+
+
+@dataclass
+class BrokerConfig:
+    """Everything a broker needs; ``store`` settings are passed through to StoreConfig."""
+
+    store_dir: str | Path
+    name: str = "broker-a"
+    host: str = "127.0.0.1"
+    #: 0 picks a free port (tests); the bound port is returned by create_server
+    port: int = DEFAULT_PORT
+    #: the address clients are told to use (routes); default host:bound-port
+    advertised_endpoint: str | None = None
+    flush_mode: str = "ASYNC"
+    #: broker-wide permission: 6 read+write, 4 read-only (writes answer PERMISSION_DENIED)
+    broker_perm: int = 6
+    auto_create_topics: bool = False
+    default_topic_queues: int = 4
+    max_message_bytes: int = 4 * MiB
+    max_request_bytes: int = 64 * MiB
+    max_response_bytes: int = 64 * MiB
+    max_pull_messages: int = 65_536
+    max_pull_bytes: int = 32 * MiB
+    max_suspend_timeout_ms: int = 30_000
+    consumer_session_timeout_ms: int = 120_000
+    queue_lock_lease_ms: int = 60_000
+    max_reconsume_times: int = 16
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+    grpc_workers: int = 64
+    store_options: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.broker_perm not in (2, 4, 6):
+            raise InvalidArgumentError(f"broker_perm {self.broker_perm!r} must be 2, 4 or 6")
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise InvalidArgumentError(f"port {self.port!r} must be 0..65535 (0 = any free)")
+        for name in (
+            "default_topic_queues",
+            "max_message_bytes",
+            "max_pull_messages",
+            "max_pull_bytes",
+            "max_suspend_timeout_ms",
+            "consumer_session_timeout_ms",
+            "queue_lock_lease_ms",
+            "max_reconsume_times",
+            "grpc_workers",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidArgumentError(f"{name}={value!r} must be a whole number >= 1")
+        if self.max_pull_bytes + 2 * self.max_message_bytes > self.max_response_bytes:
+            raise InvalidArgumentError(
+                f"max_response_bytes={self.max_response_bytes} cannot carry a pull of "
+                f"max_pull_bytes={self.max_pull_bytes} plus one message of "
+                f"max_message_bytes={self.max_message_bytes}; raise it or lower those"
+            )
+        self.delay_levels_ms = parse_delay_levels(self.delay_levels)
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(
+            self.store_dir,
+            broker_name=self.name,
+            store_host=f"{self.host}:{self.port}",
+            flush_mode=self.flush_mode,  # type: ignore[arg-type]
+            max_message_bytes=self.max_message_bytes,
+            **self.store_options,
+        )

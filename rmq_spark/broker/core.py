@@ -1,0 +1,86 @@
+"""Broker state shared by the servicers: the store plus the in-memory services around it.
+
+Every write goes through :meth:`Broker.put_messages` (sends, delayed re-puts, send-backs), so
+permission checks, auto-creation and long-poll wake-ups happen in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.groups import ConsumerRegistry
+from rmq_spark.broker.locks import QueueLockManager
+from rmq_spark.broker.long_poll import PullNotifier
+from rmq_spark.broker.schedule import DelayScheduler
+from rmq_spark.errors import NotFoundError, PermissionDeniedError
+from rmq_spark.store import AppendResult, MessageStore
+from rmq_spark.store.topics import TopicConfig
+
+log = logging.getLogger("rmq_spark.broker")
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, bound_port: int) -> None:
+        self.config = config
+        self.port = bound_port
+        self.endpoint = config.advertised_endpoint or f"{config.host}:{bound_port}"
+        self.store_host = f"{config.host}:{bound_port}"
+        store_config = config.store_config()
+        store_config.store_host = self.store_host
+        self.store = MessageStore.open(store_config)
+        self.start_ms = time.time_ns() // 1_000_000
+        self.notifier = PullNotifier()
+        self.consumers = ConsumerRegistry(config.consumer_session_timeout_ms)
+        self.locks = QueueLockManager(config.queue_lock_lease_ms)
+        self.delays = DelayScheduler(self, config.delay_levels_ms)
+        self.delays.start()
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.config.broker_perm & 2)
+
+    def topic_for_write(self, topic: str) -> TopicConfig:
+        """The topic's config, auto-creating it when the broker allows; checks permissions."""
+        if not self.writable:
+            raise PermissionDeniedError(
+                f"broker {self.name} is read-only (perm {self.config.broker_perm}); "
+                "send to another broker"
+            )
+        config = self.store.topics.find(topic)
+        if config is None:
+            if not self.config.auto_create_topics:
+                raise NotFoundError(
+                    f"topic {topic!r} does not exist on broker {self.name}; create it with "
+                    f"'rocketlite topic create {topic}' (auto-creation is off)"
+                )
+            config = self.store.topics.create(topic, self.config.default_topic_queues)
+            log.info("auto-created topic %s with %d queues", topic, config.write_queue_nums)
+        return config
+
+    def put_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes],
+        tags: Sequence[str | None],
+        **fields,
+    ) -> AppendResult:
+        """The single write path: append to the store, then wake long-polling pulls."""
+        self.topic_for_write(topic)
+        result = self.store.append(topic, queue_id, bodies, properties, tags=tags, **fields)
+        self.notifier.notify(topic, queue_id)
+        return result
+
+    def close(self) -> None:
+        self.delays.stop()
+        self.consumers.close()
+        self.notifier.close()
+        self.store.close()

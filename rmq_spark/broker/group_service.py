@@ -1,0 +1,161 @@
+"""GroupService: consumer-group membership and queue locks over gRPC.
+
+A thin servicer: it validates requests, converts protocol messages to plain values and
+delegates to :class:`~rmq_spark.broker.groups.ConsumerRegistry` and
+:class:`~rmq_spark.broker.locks.QueueLockManager`. The only store access is creating a
+group's retry topic on its first CLUSTERING heartbeat (RocketMQ does the same).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from rmq_spark.broker import checks
+from rmq_spark.broker.groups import MembershipEvent
+from rmq_spark.broker.status import grpc_boundary
+from rmq_spark.codec.subscription import parse_subscription
+from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.names import retry_topic, validate_group, validate_topic
+from rmq_spark.proto_gen.rocketlite.v1 import groups_pb2, groups_pb2_grpc
+from rmq_spark.structs import MessageQueue
+from rmq_spark.wire import mq_to_pb
+
+if TYPE_CHECKING:
+    from rmq_spark.broker.core import Broker
+
+MAX_CLIENT_ID_LENGTH = 255
+
+_MESSAGE_MODELS = {
+    groups_pb2.MESSAGE_MODEL_CLUSTERING: "CLUSTERING",
+    groups_pb2.MESSAGE_MODEL_BROADCASTING: "BROADCASTING",
+}
+_CONSUME_TYPES = {
+    groups_pb2.CONSUME_TYPE_PULL: "PULL",
+    groups_pb2.CONSUME_TYPE_PUSH: "PUSH",
+}
+_CONSUME_FROM = {
+    groups_pb2.CONSUME_FROM_WHERE_UNSPECIFIED: "LAST_OFFSET",
+    groups_pb2.CONSUME_FROM_WHERE_LAST_OFFSET: "LAST_OFFSET",
+    groups_pb2.CONSUME_FROM_WHERE_FIRST_OFFSET: "FIRST_OFFSET",
+    groups_pb2.CONSUME_FROM_WHERE_TIMESTAMP: "TIMESTAMP",
+}
+
+
+def validate_client_id(client_id: object) -> str:
+    """A client id is 1..255 printable characters without spaces (e.g. ``10.0.0.7@4242``)."""
+    if not isinstance(client_id, str) or not client_id:
+        raise InvalidArgumentError("client_id must be a non-empty string such as 'ip@pid'")
+    if len(client_id) > MAX_CLIENT_ID_LENGTH or not client_id.isprintable() or " " in client_id:
+        raise InvalidArgumentError(
+            f"client_id {client_id[:40]!r} must be at most {MAX_CLIENT_ID_LENGTH} printable "
+            "characters without spaces"
+        )
+    return client_id
+
+
+def _enum_value(table: dict[int, str], value: int, field: str) -> str:
+    try:
+        return table[value]
+    except KeyError:
+        choices = ", ".join(sorted(set(table.values())))
+        raise InvalidArgumentError(
+            f"{field}={value} is not set or unknown; use {choices}"
+        ) from None
+
+
+def _event_to_pb(event: MembershipEvent) -> groups_pb2.ConsumerChangeEvent:
+    return groups_pb2.ConsumerChangeEvent(
+        consumer_group=event.group,
+        consumer_ids=event.consumer_ids,
+        membership_version=event.version,
+    )
+
+
+class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    @grpc_boundary
+    def Heartbeat(self, request, context):
+        group = validate_group(request.consumer_group)
+        client_id = validate_client_id(request.client_id)
+        model = _enum_value(_MESSAGE_MODELS, request.message_model, "message_model")
+        consume_type = _enum_value(_CONSUME_TYPES, request.consume_type, "consume_type")
+        from_where = _enum_value(_CONSUME_FROM, request.consume_from_where, "consume_from_where")
+        subscriptions = [
+            (
+                validate_topic(s.topic, allow_system=True),
+                parse_subscription(s.expression).expression,
+            )
+            for s in request.subscriptions
+        ]
+        if model == "CLUSTERING":
+            # Before joining, so a member that got an answer can subscribe to the retry topic.
+            self._broker.store.topics.ensure_system_topic(retry_topic(group), 1)
+        registry = self._broker.consumers
+        registry.heartbeat(
+            client_id,
+            group,
+            subscriptions,
+            model,  # type: ignore[arg-type]
+            consume_type,  # type: ignore[arg-type]
+            from_where,  # type: ignore[arg-type]
+            request.consume_timestamp_ms,
+        )
+        return groups_pb2.HeartbeatResponse(
+            session_timeout_ms=registry.session_timeout_ms,
+            membership_version=registry.snapshot(group).version,
+        )
+
+    @grpc_boundary
+    def Unregister(self, request, context):
+        group = validate_group(request.consumer_group)
+        self._broker.consumers.unregister(validate_client_id(request.client_id), group)
+        return groups_pb2.UnregisterResponse()
+
+    @grpc_boundary
+    def GetConsumerList(self, request, context):
+        event = self._broker.consumers.snapshot(validate_group(request.consumer_group))
+        return groups_pb2.GetConsumerListResponse(
+            consumer_ids=event.consumer_ids, membership_version=event.version
+        )
+
+    @grpc_boundary
+    def WatchConsumerChanges(self, request, context):
+        group = validate_group(request.consumer_group)
+        client_id = validate_client_id(request.client_id) if request.client_id else ""
+        for event in self._broker.consumers.watch(group, client_id, context):
+            yield _event_to_pb(event)
+
+    @grpc_boundary
+    def LockQueues(self, request, context):
+        group = validate_group(request.consumer_group)
+        client_id = validate_client_id(request.client_id)
+        queues = _queues(self._broker, request.queues, must_exist=True)
+        locks = self._broker.locks
+        lease_ms = locks.effective_lease_ms(request.lease_ms)
+        locked, _ = locks.lock(group, client_id, queues, lease_ms)
+        return groups_pb2.LockQueuesResponse(
+            locked_queues=[mq_to_pb(mq) for mq in locked],
+            lease_ms=lease_ms,
+            lease_expire_timestamp_ms=time.time_ns() // 1_000_000 + lease_ms,
+        )
+
+    @grpc_boundary
+    def UnlockQueues(self, request, context):
+        group = validate_group(request.consumer_group)
+        client_id = validate_client_id(request.client_id)
+        # A deleted topic's locks can still be released, so existence is not checked.
+        queues = _queues(self._broker, request.queues, must_exist=False)
+        self._broker.locks.unlock(group, client_id, queues)
+        return groups_pb2.UnlockQueuesResponse()
+
+
+def _queues(broker: Broker, queues, *, must_exist: bool) -> list[MessageQueue]:
+    """The requested queues as values on this broker; the first bad one fails the call."""
+    checked = []
+    for i, pb in enumerate(queues):
+        with checks.item(f"queues[{i}]"):
+            checked.append(checks.check_queue(broker, pb, must_exist=must_exist)[0])
+    return checked

@@ -1,0 +1,162 @@
+"""OffsetService: consumer-group offsets kept by this broker (docs/protocol.md, "Offsets").
+
+The table itself is :class:`rmq_spark.offsets.broker_table.ConsumerOffsetTable`
+(``broker.store.offsets``); this module checks requests against it and the topic table.
+A committed offset is the next offset to consume; "never committed" is an absent field,
+never 0.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rmq_spark.broker import checks
+from rmq_spark.broker.core import Broker
+from rmq_spark.broker.status import grpc_boundary
+from rmq_spark.errors import InvalidArgumentError, NotFoundError
+from rmq_spark.names import retry_topic, validate_group, validate_topic
+from rmq_spark.proto_gen.rocketlite.v1 import offsets_pb2, offsets_pb2_grpc
+from rmq_spark.structs import MessageQueue
+
+
+class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    @grpc_boundary
+    def UpdateConsumerOffsets(self, request, context):
+        group = validate_group(request.consumer_group)
+        if not request.offsets:
+            raise InvalidArgumentError("offsets is empty; list at least one queue to commit")
+        wanted = self._checked_commits(request.offsets)
+        by_topic: dict[str, dict[int, int]] = defaultdict(dict)
+        for mq, offset in wanted.items():
+            by_topic[mq.topic][mq.queue_id] = offset
+        stored = {
+            topic: self._broker.store.offsets.commit(
+                group, topic, offsets, increase_only=request.increase_only
+            )
+            for topic, offsets in by_topic.items()
+        }
+        return offsets_pb2.UpdateConsumerOffsetsResponse(
+            results=[
+                offsets_pb2.CommittedOffset(
+                    queue=checks.queue_pb(self._broker, mq.topic, mq.queue_id),
+                    offset=stored[mq.topic][mq.queue_id],
+                    updated=stored[mq.topic][mq.queue_id] == offset,
+                )
+                for mq, offset in wanted.items()
+            ]
+        )
+
+    @grpc_boundary
+    def QueryConsumerOffsets(self, request, context):
+        group = validate_group(request.consumer_group)
+        if request.queues:
+            queues = self._checked_queries(request.queues)
+        else:
+            queues = committed_queues(self._broker, group)
+        committed: dict[str, dict[int, int]] = {}
+        for topic in {mq.topic for mq in queues}:
+            committed[topic] = self._broker.store.offsets.query(group, topic)
+        answers = []
+        for mq in queues:
+            answer = offsets_pb2.ConsumerOffset(
+                queue=checks.queue_pb(self._broker, mq.topic, mq.queue_id)
+            )
+            offset = committed[mq.topic].get(mq.queue_id)
+            if offset is not None:
+                answer.offset = offset
+            answers.append(answer)
+        return offsets_pb2.QueryConsumerOffsetsResponse(offsets=answers)
+
+    @grpc_boundary
+    def GetConsumerProgress(self, request, context):
+        group = validate_group(request.consumer_group)
+        if request.topic:
+            topics = [validate_topic(request.topic, allow_system=True)]
+            if self._broker.store.topics.find(topics[0]) is None:
+                raise NotFoundError(
+                    f"topic {topics[0]!r} does not exist on broker {self._broker.name!r}"
+                )
+        else:
+            topics = progress_topics(self._broker, group)
+        progress = [q for topic in topics for q in queue_progress(self._broker, group, topic)]
+        return offsets_pb2.GetConsumerProgressResponse(
+            queues=progress, total_lag=sum(q.lag for q in progress)
+        )
+
+    # -- request checks --------------------------------------------------------------------
+
+    def _checked_commits(self, items) -> dict[MessageQueue, int]:
+        """Every item checked before any is applied: queue on this broker, offset >= 0."""
+        wanted: dict[MessageQueue, int] = {}
+        for i, item in enumerate(items):
+            with checks.item(f"offsets[{i}]"):
+                mq, _ = checks.check_queue(self._broker, item.queue)
+                checks.non_negative(item.offset, "offset")
+                if mq in wanted:
+                    raise InvalidArgumentError(
+                        f"queue {mq.queue_id} of topic {mq.topic!r} is listed twice; commit "
+                        "each queue once per call"
+                    )
+            wanted[mq] = item.offset
+        return wanted
+
+    def _checked_queries(self, items) -> list[MessageQueue]:
+        # A topic that is not here has no offsets: that answers "absent", not an error.
+        queues = []
+        for i, pb in enumerate(items):
+            with checks.item(f"queues[{i}]"):
+                mq, _ = checks.check_queue(self._broker, pb, must_exist=False)
+            queues.append(mq)
+        return queues
+
+
+def committed_queues(broker: Broker, group: str) -> list[MessageQueue]:
+    """Every queue where ``group`` has a committed offset on this broker, sorted."""
+    snapshot = broker.store.offsets.snapshot()
+    return sorted(
+        MessageQueue(topic, broker.name, queue_id)
+        for (topic, name), queues in snapshot.items()
+        if name == group
+        for queue_id in queues
+    )
+
+
+def progress_topics(broker: Broker, group: str) -> list[str]:
+    """Topics to report for ``group``: those with commits, those its live members subscribe
+    to, and its retry topic, each only if it exists on this broker; sorted."""
+    topics = set(broker.store.offsets.topics_of_group(group))
+    for client_id in broker.consumers.members(group):
+        info = broker.consumers.consumer_info(group, client_id)
+        if info is not None:
+            topics.update(topic for topic, _ in info.subscriptions)
+    topics.add(retry_topic(group))
+    return sorted(t for t in topics if broker.store.topics.find(t) is not None)
+
+
+def queue_progress(broker: Broker, group: str, topic: str) -> list[offsets_pb2.QueueProgress]:
+    """Progress of ``group`` on every readable queue of ``topic``, plus any queue beyond them
+    where it still has a commit (a topic whose read count was lowered)."""
+    store = broker.store
+    config = store.topics.get(topic)
+    committed = store.offsets.query(group, topic)
+    queue_count = max(config.read_queue_nums, config.write_queue_nums)
+    queue_ids = sorted(
+        set(range(config.read_queue_nums)) | {q for q in committed if q < queue_count}
+    )
+    answers = []
+    for queue_id in queue_ids:
+        low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+        answer = offsets_pb2.QueueProgress(
+            queue=checks.queue_pb(broker, topic, queue_id),
+            broker_min_offset=low,
+            broker_max_offset=high,
+        )
+        offset = committed.get(queue_id)
+        if offset is not None:
+            answer.committed_offset = offset
+        answer.lag = max(0, high - max(low, offset if offset is not None else low))
+        answers.append(answer)
+    return answers

@@ -1,0 +1,153 @@
+"""CONSUMER_SEND_MSG_BACK: a consumer gives back a message it failed to consume.
+
+RocketMQ's rule (facts sheet, section 9): the broker writes a copy of the stored record to
+the group's retry topic ``%RETRY%{group}`` (one queue) with reconsume count + 1, delayed by
+level ``3 + reconsumeTimes`` unless the consumer asked for a level; once the record's
+reconsume count has reached ``max_reconsume_times`` (or the consumer says so) the copy goes
+to the dead-letter topic ``%DLQ%{group}`` instead, undelayed, and is not redelivered.
+
+The copy keeps the body, flag, born host and time, tags and every property, so it keeps its
+``UNIQ_KEY`` (the message id a consumer sees stays the same across retries). Two properties
+are set only the first time: ``RETRY_TOPIC`` (the topic the consumer subscribed to, where the
+message returns) and ``ORIGIN_MESSAGE_ID`` (the offset message id of the first stored copy).
+
+:func:`plan_send_back` is the rule as a pure function; :func:`send_back` looks the record up
+and writes the copy through the broker's write path (delayed copies via the scheduler).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rmq_spark.codec.properties import (
+    DELAY,
+    ORIGIN_MESSAGE_ID,
+    RETRY_TOPIC,
+    TAGS,
+    decode_properties,
+    encode_properties,
+)
+from rmq_spark.codec.record import Record, decode_record, offset_msg_id, parse_offset_msg_id
+from rmq_spark.errors import InvalidArgumentError, NotFoundError
+from rmq_spark.names import dlq_topic, retry_topic, validate_group, validate_topic
+from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
+
+if TYPE_CHECKING:
+    from rmq_spark.broker.core import Broker
+
+#: RocketMQ's first retry level: 3 = 10 s with the default levels
+FIRST_RETRY_LEVEL = 3
+RETRY_QUEUE_NUMS = 1
+DLQ_QUEUE_NUMS = 1
+
+
+@dataclass(frozen=True)
+class SendBackPlan:
+    """Where and how the copy of a given-back record is written."""
+
+    topic: str
+    dead_lettered: bool
+    #: requested level (before the scheduler lowers it to its highest); 0 for the DLQ
+    delay_level: int
+    reconsume_times: int
+    properties: dict[str, str]
+
+
+def plan_send_back(
+    record: Record,
+    *,
+    group: str,
+    record_msg_id: str,
+    original_topic: str = "",
+    delay_level: int = 0,
+    max_reconsume_times: int = 16,
+    dead_letter_now: bool = False,
+) -> SendBackPlan:
+    """Apply RocketMQ's send-back rule to ``record`` (whose offset message id is
+    ``record_msg_id``).
+
+    >>> plan = plan_send_back(Record("TopicA", 0, b"x"), group="G", record_msg_id="ID")
+    >>> plan.topic, plan.delay_level, plan.reconsume_times, plan.properties["RETRY_TOPIC"]
+    ('%RETRY%G', 3, 1, 'TopicA')
+    """
+    if delay_level < 0:
+        raise InvalidArgumentError(f"delay_level {delay_level} must be >= 0 (0 = the broker picks)")
+    if max_reconsume_times < 1:
+        raise InvalidArgumentError(f"max_reconsume_times {max_reconsume_times} must be >= 1")
+    props = decode_properties(record.properties)
+    props.pop(DELAY, None)  # the scheduler sets it for a delayed copy
+    if not props.get(RETRY_TOPIC):
+        props[RETRY_TOPIC] = original_topic or record.topic
+    if not props.get(ORIGIN_MESSAGE_ID):
+        props[ORIGIN_MESSAGE_ID] = record_msg_id
+    reconsume_times = record.reconsume_times + 1
+    if dead_letter_now or record.reconsume_times >= max_reconsume_times:
+        return SendBackPlan(dlq_topic(group), True, 0, reconsume_times, props)
+    level = delay_level or FIRST_RETRY_LEVEL + record.reconsume_times
+    return SendBackPlan(retry_topic(group), False, level, reconsume_times, props)
+
+
+def send_back(broker: Broker, request, context=None) -> messaging_pb2.ConsumerSendBackResponse:
+    """Serve ConsumerSendBack: write the copy to ``%RETRY%`` (delayed) or ``%DLQ%``."""
+    group = validate_group(request.consumer_group)
+    if not broker.writable:
+        broker.topic_for_write(retry_topic(group))  # raises PermissionDeniedError, creates nothing
+    if request.original_topic:
+        validate_topic(request.original_topic, allow_system=True)
+    record, msg_id = find_record(broker, request.message)
+    plan = plan_send_back(
+        record,
+        group=group,
+        record_msg_id=msg_id,
+        original_topic=request.original_topic,
+        delay_level=request.delay_level,
+        max_reconsume_times=request.max_reconsume_times or broker.config.max_reconsume_times,
+        dead_letter_now=request.dead_letter_now,
+    )
+    queues = DLQ_QUEUE_NUMS if plan.dead_lettered else RETRY_QUEUE_NUMS
+    broker.store.topics.ensure_system_topic(plan.topic, queues)
+    level = 0 if plan.dead_lettered else broker.delays.clamp_level(plan.delay_level)
+    fields: dict[str, Any] = {
+        "born_host": record.born_host,
+        "born_timestamps": [record.born_timestamp],
+        "flags": [record.flag],
+        "reconsume_times": [plan.reconsume_times],
+        "sysflag": record.sysflag,
+    }
+    args = ([record.body], [encode_properties(plan.properties)], [plan.properties.get(TAGS)])
+    if plan.dead_lettered:
+        result = broker.put_messages(plan.topic, 0, *args, **fields)
+    else:
+        result = broker.delays.submit(plan.topic, 0, *args, level, **fields)
+    return messaging_pb2.ConsumerSendBackResponse(
+        queue=common_pb2.MessageQueue(topic=plan.topic, broker_name=broker.name, queue_id=0),
+        dead_lettered=plan.dead_lettered,
+        reconsume_times=plan.reconsume_times,
+        delay_level=level,
+        offset_msg_id=result.msg_ids(broker.store_host)[0],
+    )
+
+
+def find_record(broker: Broker, ref) -> tuple[Record, str]:
+    """The record a MessageRef names on this broker, and its offset message id."""
+    which = ref.WhichOneof("ref")
+    if which == "offset_msg_id":
+        host, physical = parse_offset_msg_id(ref.offset_msg_id)
+    elif which == "physical_offset":
+        host, physical = None, ref.physical_offset
+        if physical < 0:
+            raise InvalidArgumentError(f"physical_offset {physical} must be >= 0")
+    else:
+        raise InvalidArgumentError("message: set offset_msg_id or physical_offset")
+    record = decode_record(broker.store.read_record(physical))
+    if record.physical_offset != physical:  # bytes inside another record, not a record
+        raise NotFoundError(f"no message starts at physical offset {physical}")
+    # The record keeps the store host of the run that wrote it (the port may have changed
+    # since), so an id is this broker's exactly when it names the record's own store host.
+    if host is not None and host != record.store_host:
+        raise NotFoundError(
+            f"message {ref.offset_msg_id} was stored by {host}, not by this broker "
+            f"({broker.store_host}); send it back to the broker that delivered it"
+        )
+    return record, offset_msg_id(record.store_host, physical)

@@ -1,0 +1,417 @@
+"""The ``rocketlite`` command: run a broker, manage topics, send, consume, inspect offsets.
+
+Every subcommand except ``broker`` talks to brokers over gRPC through ``rmq_spark.client``.
+Output is a readable table by default and JSON with ``--json``; an error prints one line
+(``error: ...``) and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import time
+from collections.abc import Iterable, Sequence
+
+from rmq_spark.errors import RocketliteError
+
+DEFAULT_ENDPOINTS = "127.0.0.1:10911"
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+def print_table(rows: Sequence[dict], columns: Sequence[str], out=None) -> None:
+    """Print ``rows`` as an aligned table with ``columns`` as headers."""
+    out = out or sys.stdout
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip(), file=out)
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(), file=out)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return str(value)
+
+
+def print_json_lines(rows: Iterable[dict], out=None) -> None:
+    out = out or sys.stdout
+    for row in rows:
+        out.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
+    out.flush()
+
+
+def _json_default(value):
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def body_text(body: bytes) -> str:
+    """A body as text when it is UTF-8, else as base64 marked so."""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(body).decode()
+
+
+# -- subcommands --------------------------------------------------------------------------
+
+
+def cmd_broker(args) -> int:
+    from rmq_spark.broker.__main__ import run
+
+    return run(args)
+
+
+def cmd_topic(args) -> int:
+    from rmq_spark.client import Admin
+
+    with Admin(args.endpoints) as admin:
+        if args.action == "create":
+            admin.create_topic(args.topic, queues=args.queues, perm=args.perm)
+            print(f"created topic {args.topic} with {args.queues} queues on every broker")
+        elif args.action == "update":
+            admin.update_topic(args.topic, queues=args.queues, perm=args.perm)
+            print(f"updated topic {args.topic}")
+        elif args.action == "delete":
+            admin.delete_topic(args.topic)
+            print(f"deleted topic {args.topic}")
+        elif args.action == "list":
+            topics = admin.list_topics(include_system=args.all)
+            rows = [_topic_row(info) for infos in topics.values() for info in infos]
+            _emit(args, rows, ["topic", "broker", "readQueues", "writeQueues", "perm"])
+        elif args.action == "describe":
+            route = admin.describe_topic(args.topic)
+            rows = [
+                {
+                    "topic": mq.topic,
+                    "broker": mq.broker_name,
+                    "queueId": mq.queue_id,
+                    "perm": _perm_text(perm),
+                    "endpoint": route.brokers[mq.broker_name].endpoint,
+                }
+                for mq, perm in sorted(route.queues.items())
+            ]
+            _emit(args, rows, ["topic", "broker", "queueId", "perm", "endpoint"])
+    return 0
+
+
+def _topic_row(t) -> dict:
+    return {
+        "topic": t.topic,
+        "broker": t.broker_name,
+        "readQueues": t.read_queue_nums,
+        "writeQueues": t.write_queue_nums,
+        "perm": _perm_text(t.perm),
+    }
+
+
+def _perm_text(perm) -> str:
+    return {2: "write", 4: "read", 6: "read+write"}.get(int(perm), str(int(perm)))
+
+
+def _emit(args, rows: list[dict], columns: list[str]) -> None:
+    if args.json:
+        print_json_lines(rows)
+    else:
+        print_table(rows, columns)
+
+
+def cmd_send(args) -> int:
+    from rmq_spark.client import Message, Producer
+
+    properties = dict(_parse_property(p) for p in args.property)
+    bodies: Iterable[bytes]
+    from_stdin = not args.body
+    if from_stdin:
+        bodies = (line.rstrip("\n").encode() for line in sys.stdin)
+    else:
+        bodies = (b.encode() for b in args.body)
+    sent = 0
+    started = time.monotonic()
+    rows = []
+    with Producer(args.endpoints) as producer:
+        for chunk in _chunks(bodies, 256 if from_stdin else len(args.body)):
+            messages = [
+                Message(body, tags=args.tag, keys=args.key or None, properties=properties)
+                for body in chunk
+            ]
+            results = producer.send_batch(
+                args.topic,
+                messages,
+                queue=args.queue,
+                sharding_key=args.sharding_key,
+                delay_level=args.delay_level,
+            )
+            sent += len(results)
+            if from_stdin:
+                _progress(f"sent {sent:,} messages ({sent / (time.monotonic() - started):,.0f}/s)")
+            else:
+                rows.extend(
+                    {
+                        "msgId": r.msg_id,
+                        "offsetMsgId": r.offset_msg_id,
+                        "broker": r.message_queue.broker_name,
+                        "queueId": r.message_queue.queue_id,
+                        "queueOffset": r.queue_offset,
+                    }
+                    for r in results
+                )
+    if from_stdin:
+        _progress(None)
+        print(f"sent {sent:,} messages to {args.topic}")
+    else:
+        _emit(args, rows, ["msgId", "broker", "queueId", "queueOffset", "offsetMsgId"])
+    return 0
+
+
+def _chunks(items: Iterable, size: int):
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _progress(text: str | None) -> None:
+    if not sys.stderr.isatty():
+        return
+    sys.stderr.write("\r\033[K" + (text or ""))
+    sys.stderr.flush()
+
+
+def _parse_property(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise RocketliteError(f"--property {text!r} is not NAME=VALUE")
+    return name, value
+
+
+def cmd_consume(args) -> int:
+    from rmq_spark.client import PullConsumer
+
+    shown = 0
+    with PullConsumer(args.endpoints, group=args.group, subscription=args.tag) as consumer:
+        queues = consumer.queues(args.topic)
+        consumer.assign(queues)
+        if args.start == "earliest":
+            consumer.seek_to_beginning(queues)
+        elif args.start == "latest":
+            consumer.seek_to_end(queues)
+        else:
+            consumer.seek_to_timestamp(queues, _parse_timestamp(args.start))
+        idle_since = time.monotonic()
+        while args.max is None or shown < args.max:
+            results = consumer.poll(timeout_ms=500)
+            got = False
+            for result in results:
+                rows = _message_rows(result.batch, result.message_queue.broker_name)
+                for row in rows:
+                    if args.max is not None and shown >= args.max:
+                        break
+                    _print_message(args, row)
+                    shown += 1
+                    got = True
+            if got:
+                idle_since = time.monotonic()
+            elif args.idle_exit_ms is not None and (
+                (time.monotonic() - idle_since) * 1000 >= args.idle_exit_ms
+            ):
+                break
+        if args.group:
+            consumer.commit()
+    if not args.json:
+        print(f"-- {shown} message(s)", file=sys.stderr)
+    return 0
+
+
+def _parse_timestamp(text: str) -> int:
+    if not text.isdigit():
+        raise RocketliteError(
+            f"--from {text!r} is not earliest, latest or a store timestamp in epoch ms"
+        )
+    return int(text)
+
+
+def _message_rows(batch, broker_name: str) -> list[dict]:
+    data = batch.to_pydict()
+    rows = []
+    for i in range(batch.num_rows):
+        rows.append(
+            {
+                "topic": data["topic"][i],
+                "brokerName": broker_name,
+                "queueId": data["queueId"][i],
+                "queueOffset": data["queueOffset"][i],
+                "msgId": data["msgId"][i],
+                "tags": data["tags"][i],
+                "keys": data["keys"][i],
+                "storeTimestamp": data["storeTimestamp"][i],
+                "reconsumeTimes": data["reconsumeTimes"][i],
+                "properties": dict(data["properties"][i] or []),
+                "body": body_text(data["body"][i]),
+            }
+        )
+    return rows
+
+
+def _print_message(args, row: dict) -> None:
+    if args.json:
+        print_json_lines([row])
+    else:
+        tags = f" [{row['tags']}]" if row["tags"] else ""
+        print(f"{row['brokerName']}/{row['queueId']}@{row['queueOffset']}{tags} {row['body']}")
+        sys.stdout.flush()
+
+
+def cmd_offsets(args) -> int:
+    from rmq_spark.client import Admin
+
+    with Admin(args.endpoints) as admin:
+        progress = admin.consumer_progress(args.group, topic=args.topic)
+    rows = [
+        {
+            "topic": p.message_queue.topic,
+            "broker": p.message_queue.broker_name,
+            "queueId": p.message_queue.queue_id,
+            "committed": p.committed_offset,
+            "min": p.broker_min_offset,
+            "max": p.broker_max_offset,
+            "lag": p.lag,
+        }
+        for p in progress
+    ]
+    if args.json:
+        print_json_lines(rows)
+    else:
+        print_table(rows, ["topic", "broker", "queueId", "committed", "min", "max", "lag"])
+        print(f"total lag: {sum(r['lag'] for r in rows):,}")
+    return 0
+
+
+def cmd_message(args) -> int:
+    from rmq_spark.client import Admin
+
+    with Admin(args.endpoints) as admin:
+        batch, broker_name = admin.view_message(args.msg_id)
+    row = _message_rows(batch, broker_name)[0]
+    if args.json:
+        print_json_lines([row])
+    else:
+        for key, value in row.items():
+            print(f"{key:>15}: {value}")
+    return 0
+
+
+# -- parser -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rocketlite`` parser; ``parser.subcommands`` maps names to subparsers."""
+    parser = argparse.ArgumentParser(prog="rocketlite", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    from rmq_spark.broker.__main__ import add_arguments as add_broker_arguments
+
+    broker = sub.add_parser("broker", help="run a broker in the foreground")
+    add_broker_arguments(broker)
+    broker.set_defaults(func=cmd_broker)
+
+    def client_parser(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument(
+            "--endpoints",
+            default=DEFAULT_ENDPOINTS,
+            help=f"comma-separated broker endpoints (default {DEFAULT_ENDPOINTS})",
+        )
+        p.add_argument("--json", action="store_true", help="JSON output (one object per line)")
+        return p
+
+    topic = client_parser("topic", "create, update, list, describe or delete topics")
+    topic.add_argument("action", choices=["create", "update", "list", "describe", "delete"])
+    topic.add_argument("topic", nargs="?")
+    topic.add_argument("--queues", type=int, default=None, help="queue count (create: 4)")
+    topic.add_argument("--perm", type=int, choices=[2, 4, 6], default=None)
+    topic.add_argument("--all", action="store_true", help="list: include %%RETRY%%/%%DLQ%%")
+    topic.set_defaults(func=cmd_topic)
+
+    send = client_parser("send", "send messages (no BODY: one message per stdin line)")
+    send.add_argument("topic")
+    send.add_argument("body", nargs="*")
+    send.add_argument("--tag")
+    send.add_argument("--key", action="append", default=[])
+    send.add_argument("--property", action="append", default=[], metavar="NAME=VALUE")
+    send.add_argument("--queue", type=int, default=None, help="explicit queue id")
+    send.add_argument("--sharding-key", default=None)
+    send.add_argument("--delay-level", type=int, default=0)
+    send.set_defaults(func=cmd_send)
+
+    consume = client_parser("consume", "print messages of a topic")
+    consume.add_argument("topic")
+    consume.add_argument(
+        "--from",
+        dest="start",
+        default="earliest",
+        help="earliest | latest | store timestamp in epoch ms",
+    )
+    consume.add_argument("--tag", default="*", help="subscription, e.g. 'TagA || TagB'")
+    consume.add_argument("--max", type=int, default=None, help="stop after N messages")
+    consume.add_argument("--group", default=None, help="commit positions for this group")
+    consume.add_argument(
+        "--idle-exit-ms",
+        type=int,
+        default=None,
+        help="stop after this long without new messages (default: follow)",
+    )
+    consume.set_defaults(func=cmd_consume)
+
+    offsets = client_parser("offsets", "committed offset, max offset and lag per queue")
+    offsets.add_argument("group")
+    offsets.add_argument("--topic", default=None)
+    offsets.set_defaults(func=cmd_offsets)
+
+    message = client_parser("message", "show one message by its offset message id")
+    message.add_argument("msg_id")
+    message.set_defaults(func=cmd_message)
+    parser.subcommands = sub.choices  # type: ignore[attr-defined]
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["send"]:
+        # BODY words may come after options (send T --tag A hello world): parse intermixed.
+        args = parser.subcommands["send"].parse_intermixed_args(argv[1:])
+        args.command = "send"
+    else:
+        args = parser.parse_args(argv)
+    if args.command == "topic" and args.action != "list" and not args.topic:
+        parser.error(f"topic {args.action} needs a TOPIC name")
+    if args.command == "topic" and args.action == "create" and args.queues is None:
+        args.queues = 4
+    try:
+        return args.func(args)
+    except RocketliteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""One gRPC channel per broker endpoint, and the single call path of the client.
+
+Every RPC the client makes goes through :meth:`Connection.call` (or :meth:`Connection.start`
+for calls issued in parallel), so a ``grpc.RpcError`` becomes an :mod:`rmq_spark.errors`
+class in exactly one place (:func:`error_from_rpc`), and only retriable errors are retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from rmq_spark.errors import (
+    ERROR_CLASS_METADATA,
+    InvalidArgumentError,
+    RocketliteError,
+    UnavailableError,
+    error_from_status,
+)
+from rmq_spark.proto_gen.rocketlite.v1 import (
+    admin_pb2_grpc,
+    groups_pb2_grpc,
+    messaging_pb2_grpc,
+    offsets_pb2_grpc,
+)
+
+log = logging.getLogger("rmq_spark.client")
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently one endpoint is retried after UNAVAILABLE.
+
+    The delay doubles after each failed attempt (with +-20 % jitter so many clients do not
+    retry in step), from ``backoff_ms`` up to ``max_backoff_ms``.
+    """
+
+    attempts: int = 3
+    backoff_ms: int = 100
+    max_backoff_ms: int = 1_000
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise InvalidArgumentError(f"retry attempts={self.attempts!r} must be >= 1")
+        if self.backoff_ms < 0 or self.max_backoff_ms < self.backoff_ms:
+            raise InvalidArgumentError(
+                f"retry backoff_ms={self.backoff_ms!r}, max_backoff_ms={self.max_backoff_ms!r}: "
+                "need 0 <= backoff_ms <= max_backoff_ms"
+            )
+
+    def delays_s(self):
+        """Sleep before attempt 2, 3, ...: one value per retry."""
+        delay = self.backoff_ms
+        for _ in range(self.attempts - 1):
+            yield min(delay, self.max_backoff_ms) * random.uniform(0.8, 1.2) / 1000
+            delay *= 2
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+@dataclass
+class ClientConfig:
+    """Settings every client (producer, consumer, admin) shares. Units are in the names."""
+
+    #: deadline of one ordinary call (long polls add their suspend time to it)
+    request_timeout_ms: int = 10_000
+    #: retries of one endpoint after UNAVAILABLE
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    #: how long a merged topic route is trusted before it is fetched again
+    route_ttl_ms: int = 30_000
+    #: gRPC message limit both ways; the broker's default is 64 MiB (a send batch, a pull)
+    max_grpc_message_bytes: int = 64 * MiB
+    #: HTTP/2 keepalive ping interval, so dead connections are noticed between calls
+    keepalive_time_ms: int = 30_000
+    #: reconnect backoff cap after a broker went away (gRPC's default is 120 s)
+    max_reconnect_backoff_ms: int = 5_000
+
+    def __post_init__(self) -> None:
+        for name in (
+            "request_timeout_ms",
+            "route_ttl_ms",
+            "max_grpc_message_bytes",
+            "keepalive_time_ms",
+            "max_reconnect_backoff_ms",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidArgumentError(f"{name}={value!r} must be a whole number >= 1")
+
+    @property
+    def request_timeout_s(self) -> float:
+        return self.request_timeout_ms / 1000
+
+    def channel_options(self) -> list[tuple[str, Any]]:
+        return [
+            ("grpc.max_send_message_length", self.max_grpc_message_bytes),
+            ("grpc.max_receive_message_length", self.max_grpc_message_bytes),
+            ("grpc.keepalive_time_ms", self.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", self.max_reconnect_backoff_ms),
+        ]
+
+
+def error_from_rpc(
+    exc: grpc.RpcError, endpoint: str, method: str, timeout_s: float | None = None
+) -> RocketliteError:
+    """The rocketlite exception for a failed call: the broker's class when it named one.
+
+    Errors raised by the broker keep the broker's message (it names the bad value); errors
+    of the transport (connection refused, deadline) say which call to which endpoint failed.
+    The endpoint is also kept as the ``endpoint`` attribute.
+    """
+    code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN
+    details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
+    trailers = exc.trailing_metadata() if callable(getattr(exc, "trailing_metadata", None)) else ()
+    class_name = next((v for k, v in trailers or () if k == ERROR_CLASS_METADATA), None)
+    code_name = code.name if code is not None else "UNKNOWN"
+    if class_name is not None:
+        message = details or code_name
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout_s is not None:
+        message = (
+            f"{method} on broker {endpoint} got no answer within {timeout_s:g} s; the broker "
+            "may be overloaded or unreachable (raise request_timeout_ms to wait longer)"
+        )
+    else:
+        message = f"{method} on broker {endpoint} failed: {code_name}: {details}"
+    error = error_from_status(code_name, message, class_name)
+    error.endpoint = endpoint  # type: ignore[attr-defined]
+    return error
+
+
+class PendingCall:
+    """A call started with :meth:`Connection.start`; ``result()`` raises rocketlite errors."""
+
+    def __init__(self, future: grpc.Future, endpoint: str, method: str, timeout_s: float):
+        self.future = future
+        self._where = (endpoint, method, timeout_s)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def cancel(self) -> None:
+        self.future.cancel()
+
+    def cancelled(self) -> bool:
+        return self.future.cancelled()
+
+    def result(self) -> Any:
+        try:
+            return self.future.result()
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, *self._where) from exc
+
+
+class Connection:
+    """The channel to one broker endpoint and a stub for each service.
+
+    >>> conn = Connection("127.0.0.1:10911", ClientConfig())  # doctest: +SKIP
+    >>> conn.call(conn.admin.GetBrokerInfo, admin_pb2.GetBrokerInfoRequest())  # doctest: +SKIP
+    """
+
+    def __init__(self, endpoint: str, config: ClientConfig) -> None:
+        self.endpoint = endpoint
+        self.config = config
+        self.channel = grpc.insecure_channel(endpoint, options=config.channel_options())
+        self.messaging = messaging_pb2_grpc.MessagingServiceStub(self.channel)
+        self.offsets = offsets_pb2_grpc.OffsetServiceStub(self.channel)
+        self.groups = groups_pb2_grpc.GroupServiceStub(self.channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+        # Method names for messages, keyed by the identity of each stub's callables.
+        self._method_names: dict[int, str] = {
+            id(method): name
+            for stub in (self.messaging, self.offsets, self.groups, self.admin)
+            for name, method in vars(stub).items()
+        }
+        self._closed = False
+
+    def method_name(self, method: Any) -> str:
+        return self._method_names.get(id(method), "call")
+
+    def call(
+        self,
+        method: Any,
+        request: Any,
+        *,
+        timeout_s: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
+        """Call ``method`` (a stub attribute of this connection) and return its response.
+
+        Retries after UNAVAILABLE as ``retry`` says (the config's policy by default; pass
+        :data:`NO_RETRY` when the caller fails over elsewhere itself). Raises rocketlite errors.
+        """
+        name = self.method_name(method)
+        timeout = self.config.request_timeout_s if timeout_s is None else timeout_s
+        policy = self.config.retry if retry is None else retry
+        delays = policy.delays_s()
+        for attempt in range(1, policy.attempts + 1):
+            self._check_open(name)
+            try:
+                return method(request, timeout=timeout)
+            except grpc.RpcError as exc:
+                error = error_from_rpc(exc, self.endpoint, name, timeout)
+                cause: BaseException = exc
+            if not isinstance(error, UnavailableError) or attempt == policy.attempts:
+                break
+            pause = next(delays)
+            log.debug(
+                "%s on %s unavailable (%s); retry in %.2f s", name, self.endpoint, error, pause
+            )
+            time.sleep(pause)
+        if isinstance(error, UnavailableError) and policy.attempts > 1:
+            error = UnavailableError(f"{error} (gave up after {policy.attempts} attempts)")
+            error.endpoint = self.endpoint  # type: ignore[attr-defined]
+        raise error from cause
+
+    def start(self, method: Any, request: Any, *, timeout_s: float) -> PendingCall:
+        """Start ``method`` without waiting (no retries): for calls made in parallel."""
+        name = self.method_name(method)
+        self._check_open(name)
+        return PendingCall(
+            method.future(request, timeout=timeout_s), self.endpoint, name, timeout_s
+        )
+
+    def _check_open(self, name: str) -> None:
+        if self._closed:
+            raise RocketliteError(
+                f"cannot call {name} on {self.endpoint}: the client was closed; create a new one"
+            )
+
+    def close(self) -> None:
+        self._closed = True
+        self.channel.close()

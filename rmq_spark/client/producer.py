@@ -1,0 +1,351 @@
+"""The producer: sends messages to the queues of a topic across every broker.
+
+Queue choice (one queue per call, so a batch stays together):
+
+* ``queue=MessageQueue(...)`` or ``queue=<queue id>`` (topic on one broker only): that queue;
+* ``sharding_key="order-42"``: ``abs(java_string_hash(key)) % n`` over the sorted writable
+  queues of the merged route (RocketMQ's SelectMessageQueueByHash), stable while they do not
+  change;
+* otherwise round robin over the sorted writable queues of the merged route. Only these sends
+  move to another broker when one fails (RocketMQ's ``retryTimesWhenSendFailed``), and a
+  broker that answered UNAVAILABLE is skipped for a while.
+
+Sends are at least once: a send that failed because the connection broke may have been
+stored, and is then stored again by the retry (with the same message id).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from rmq_spark.client.cluster import Cluster
+from rmq_spark.client.connection import NO_RETRY, ClientConfig, MiB, RetryPolicy
+from rmq_spark.client.endpoints import Endpoints
+from rmq_spark.client.message import Message, SendResult, split_by_size, to_message
+from rmq_spark.client.selector import RoundRobinSelector, select_by_sharding_key
+from rmq_spark.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    RocketliteError,
+    UnavailableError,
+)
+from rmq_spark.names import validate_group, validate_topic
+from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.structs import MessageQueue
+from rmq_spark.wire import mq_from_pb
+
+log = logging.getLogger("rmq_spark.client")
+
+__all__ = ["Producer", "ProducerConfig"]
+
+#: errors after which a round-robin send tries another broker
+_FAILOVER_ERRORS = (UnavailableError, PermissionDeniedError, NotFoundError)
+
+
+@dataclass
+class ProducerConfig(ClientConfig):
+    """Producer settings (plus the shared :class:`ClientConfig` ones)."""
+
+    #: extra attempts of a round-robin send on other brokers (RocketMQ's default is 2)
+    retry_times_when_send_failed: int = 2
+    #: how long a broker that answered UNAVAILABLE is left out of round robin
+    unavailable_broker_backoff_ms: int = 5_000
+    #: largest encoded batch in one SendMessages request; bigger batches are split
+    max_batch_bytes: int = 63 * MiB
+    #: threads running send_async calls
+    async_workers: int = 4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.retry_times_when_send_failed < 0:
+            raise InvalidArgumentError(
+                f"retry_times_when_send_failed={self.retry_times_when_send_failed!r} must be >= 0"
+            )
+        if not 1 <= self.max_batch_bytes <= self.max_grpc_message_bytes - 64 * 1024:
+            raise InvalidArgumentError(
+                f"max_batch_bytes={self.max_batch_bytes!r} must be between 1 and "
+                f"max_grpc_message_bytes - 64 KiB ({self.max_grpc_message_bytes - 64 * 1024})"
+            )
+        if self.async_workers < 1 or self.unavailable_broker_backoff_ms < 0:
+            raise InvalidArgumentError(
+                f"async_workers={self.async_workers!r} must be >= 1 and "
+                f"unavailable_broker_backoff_ms={self.unavailable_broker_backoff_ms!r} >= 0"
+            )
+
+
+QueueArg = MessageQueue | int | None
+
+
+class Producer:
+    """Sends messages to topics on a set of brokers. Safe to share between threads.
+
+    >>> with Producer("127.0.0.1:10911") as producer:          # doctest: +SKIP
+    ...     result = producer.send("orders", b"hello", tags="TagA", keys=["order-1"])
+    ...     result.message_queue, result.queue_offset
+    (MessageQueue(topic='orders', broker_name='broker-a', queue_id=2), 0)
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Iterable[str] | Endpoints,
+        group: str = "DEFAULT_PRODUCER",
+        config: ProducerConfig | None = None,
+    ) -> None:
+        self.group = validate_group(group)
+        self.config = config or ProducerConfig()
+        self._cluster = Cluster(endpoints, self.config)
+        self._selector = RoundRobinSelector()
+        self._faulty_until: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    # --- public API ----------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        body: bytes | str,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        *,
+        queue: QueueArg = None,
+        sharding_key: str | None = None,
+        delay_level: int = 0,
+    ) -> SendResult:
+        """Send one message; returns where it was stored.
+
+        ``queue`` forces a queue (a MessageQueue, or a queue id when the topic is on one
+        broker); ``sharding_key`` keeps messages with one key in one queue, in order;
+        ``delay_level`` 1..18 delivers it later (1s 5s 10s 30s 1m ... 2h).
+        """
+        message = Message(body, tags, keys, properties)
+        return self._send(topic, [message], queue, sharding_key, delay_level)[0]
+
+    def send_batch(
+        self,
+        topic: str,
+        messages: Sequence[Message | bytes | str | tuple],
+        *,
+        queue: QueueArg = None,
+        sharding_key: str | None = None,
+        delay_level: int = 0,
+    ) -> list[SendResult]:
+        """Send many messages to one queue, at consecutive offsets, in order.
+
+        Items are Messages, bodies, or ``(body, tags, keys, properties)`` tuples. A batch
+        over ``max_batch_bytes`` goes as several requests to the same queue: each request is
+        atomic on the broker, the whole batch is not.
+        """
+        items = [to_message(m) for m in messages]
+        if not items:
+            raise InvalidArgumentError(f"send_batch to topic {topic!r} got no messages")
+        return self._send(topic, items, queue, sharding_key, delay_level)
+
+    def send_async(
+        self,
+        topic: str,
+        body: bytes | str,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        *,
+        queue: QueueArg = None,
+        sharding_key: str | None = None,
+        delay_level: int = 0,
+        callback: Callable[[Future[SendResult]], Any] | None = None,
+    ) -> Future[SendResult]:
+        """Like :meth:`send`, on a small thread pool; ``callback(future)`` runs when done.
+
+        >>> producer.send_async("orders", b"x").result(timeout=5)  # doctest: +SKIP
+        """
+        self._check_open()
+        # Build the message now so a bad argument raises here, not inside the future.
+        message = Message(body, tags, keys, properties)
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self.config.async_workers, thread_name_prefix="rmq-producer-async"
+                )
+            executor = self._executor
+        future = executor.submit(
+            lambda: self._send(topic, [message], queue, sharding_key, delay_level)[0]
+        )
+        if callback is not None:
+            future.add_done_callback(callback)
+        return future
+
+    def writable_queues(self, topic: str) -> list[MessageQueue]:
+        """The sorted writable queues of the topic's merged route (the round-robin order)."""
+        return list(self._cluster.route(topic).writable)
+
+    def close(self) -> None:
+        """Wait for pending async sends, then close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        self._cluster.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- sending -------------------------------------------------------------------------
+
+    def _send(
+        self,
+        topic: str,
+        messages: list[Message],
+        queue: QueueArg,
+        sharding_key: str | None,
+        delay_level: int,
+    ) -> list[SendResult]:
+        self._check_open()
+        validate_topic(topic, allow_system=True)
+        if queue is not None and sharding_key is not None:
+            raise InvalidArgumentError(
+                f"send to topic {topic!r}: give queue={queue!r} or "
+                f"sharding_key={sharding_key!r}, not both"
+            )
+        if not isinstance(delay_level, int) or delay_level < 0:
+            raise InvalidArgumentError(
+                f"delay_level={delay_level!r} must be 0 (now) or a level 1..18"
+            )
+        now_ms = time.time_ns() // 1_000_000
+        encoded = [m.to_pb(now_ms) for m in messages]
+        chunks = list(split_by_size(encoded, self.config.max_batch_bytes))
+        target = self._fixed_queue(topic, queue, sharding_key)
+        if target is None:
+            target, results = self._send_round_robin(topic, chunks[0], delay_level)
+        else:
+            results = self._send_to(target, chunks[0], delay_level, self.config.retry)
+        for chunk in chunks[1:]:
+            results += self._send_to(target, chunk, delay_level, self.config.retry)
+        return results
+
+    def _fixed_queue(
+        self, topic: str, queue: QueueArg, sharding_key: str | None
+    ) -> MessageQueue | None:
+        if sharding_key is not None:
+            return select_by_sharding_key(self._cluster.route(topic).writable, sharding_key)
+        if queue is None:
+            return None
+        if isinstance(queue, MessageQueue):
+            if queue.topic != topic or not queue.broker_name:
+                raise InvalidArgumentError(
+                    f"queue {queue!r} must name topic {topic!r} and its broker"
+                )
+            return queue
+        if isinstance(queue, int) and not isinstance(queue, bool):
+            brokers = sorted(self._cluster.route(topic).brokers)
+            if len(brokers) != 1:
+                raise InvalidArgumentError(
+                    f"queue={queue} is ambiguous: topic {topic!r} is on brokers {brokers}; "
+                    f"pass queue=MessageQueue({topic!r}, <broker>, {queue})"
+                )
+            return MessageQueue(topic, brokers[0], queue)
+        raise InvalidArgumentError(
+            f"queue={queue!r} must be a MessageQueue, a queue id or None (round robin)"
+        )
+
+    def _send_round_robin(
+        self, topic: str, chunk: Sequence[messaging_pb2.Message], delay_level: int
+    ) -> tuple[MessageQueue, list[SendResult]]:
+        attempts = 1 + self.config.retry_times_when_send_failed
+        avoid = self._faulty_brokers()
+        tried: list[str] = []
+        last: RocketliteError | None = None
+        for attempt in range(attempts):
+            # A broker that refused (permission, unknown topic) may mean a stale route.
+            stale = last is not None and not isinstance(last, UnavailableError)
+            route = self._cluster.routes.refresh(topic) if stale else self._cluster.route(topic)
+            if not route.writable:
+                raise PermissionDeniedError(
+                    f"topic {topic!r} has no writable queue on any broker "
+                    f"({', '.join(route.brokers)}); check the topic and broker permissions"
+                )
+            mq = self._selector.select(route.writable, avoid)
+            single_broker = len(route.brokers) == 1
+            # With one broker there is nowhere to fail over to: retry it with backoff instead.
+            retry = self.config.retry if single_broker else NO_RETRY
+            try:
+                return mq, self._send_to(mq, chunk, delay_level, retry)
+            except _FAILOVER_ERRORS as exc:
+                if single_broker:
+                    raise
+                tried.append(mq.broker_name)
+                if attempt == attempts - 1:
+                    raise type(exc)(
+                        f"send to topic {topic!r} failed {attempts} times (brokers tried: "
+                        f"{', '.join(tried)}); last error: {exc}"
+                    ) from exc
+                last = exc
+            avoid = avoid | {mq.broker_name}
+            if isinstance(last, UnavailableError):
+                self._mark_faulty(mq.broker_name)
+            log.warning(
+                "send to %s failed (%s); retrying on another broker (%d/%d)",
+                mq,
+                last,
+                attempt + 1,
+                attempts - 1,
+            )
+        raise AssertionError("unreachable")
+
+    def _send_to(
+        self,
+        mq: MessageQueue,
+        chunk: Sequence[messaging_pb2.Message],
+        delay_level: int,
+        retry: RetryPolicy,
+    ) -> list[SendResult]:
+        conn = self._cluster.connection(self._cluster.endpoint_of(mq.broker_name))
+        request = messaging_pb2.SendMessagesRequest(
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            messages=chunk,
+            delay_level=delay_level,
+            producer_group=self.group,
+        )
+        response = conn.call(conn.messaging.SendMessages, request, retry=retry)
+        queue = mq_from_pb(response.queue)
+        return [
+            SendResult(
+                entry.msg_id,
+                entry.offset_msg_id,
+                MessageQueue(mq.topic, queue.broker_name or mq.broker_name, entry.queue_id),
+                entry.queue_offset if entry.HasField("queue_offset") else None,
+                response.store_timestamp_ms,
+            )
+            for entry in response.entries
+        ]
+
+    # --- broker fault avoidance ----------------------------------------------------------
+
+    def _faulty_brokers(self) -> set[str]:
+        now = time.monotonic()
+        with self._lock:
+            return {name for name, until in self._faulty_until.items() if until > now}
+
+    def _mark_faulty(self, broker_name: str) -> None:
+        until = time.monotonic() + self.config.unavailable_broker_backoff_ms / 1000
+        with self._lock:
+            self._faulty_until[broker_name] = until
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RocketliteError("the producer is closed; create a new Producer")

@@ -1,0 +1,641 @@
+"""The ``rocketlite`` source's options, parsed and checked once into :class:`SourceOptions`.
+
+Spark hands a data source its options as a case-insensitive map of strings; names here are
+matched the same way (``startingoffsets`` is ``startingOffsets``). The names and meanings
+follow Spark's Kafka source where one exists, with RocketMQ words (``maxMessagesPerTrigger``
+for ``maxOffsetsPerTrigger``). Every problem raises
+:class:`~rmq_spark.errors.InvalidArgumentError` naming the option, the bad value and what is
+allowed; unknown options are rejected with the closest valid names.
+
+>>> opts = SourceOptions.parse({"endpoints": "127.0.0.1:10911", "topic": "orders"},
+...                            streaming=True)
+>>> opts.topics, opts.starting.kind, opts.max_trigger_delay_ms
+(('orders',), 'latest', 900000)
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from rmq_spark.codec.subscription import Subscription, parse_subscription
+from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.names import SYSTEM_PREFIXES, validate_group, validate_topic
+from rmq_spark.offsets.json_codec import MAX_OFFSET
+from rmq_spark.offsets.spark import parse_offsets_json, parse_timestamps_json
+from rmq_spark.structs import MessageQueue
+
+StartKind = Literal["earliest", "latest", "group", "offsets", "timestamp", "byTimestamp"]
+GroupFallback = Literal["earliest", "latest", "timestamp"]
+EndKind = Literal["latest", "offsets", "timestamp"]
+
+#: canonical option names; Spark lower-cases keys, so they are matched ignoring case
+OPTION_NAMES: tuple[str, ...] = (
+    "endpoints",
+    "topic",
+    "topics",
+    "topicPattern",
+    "group",
+    "subExpression",
+    "startingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "groupFallback",
+    "endingOffsets",
+    "endingTimestamp",
+    "maxMessagesPerTrigger",
+    "maxBytesPerTrigger",
+    "minMessagesPerTrigger",
+    "maxTriggerDelay",
+    "failOnDataLoss",
+    "commitOffsets",
+    "allocateStrategy",
+    "numPartitions",
+    "minPartitions",
+    "maxMessagesPerPartition",
+    "pullBatchSize",
+    "pullTimeoutMs",
+    "maxRetries",
+    "retryBackoffMs",
+)
+STREAMING_ONLY = frozenset(
+    {
+        "maxMessagesPerTrigger",
+        "maxBytesPerTrigger",
+        "minMessagesPerTrigger",
+        "maxTriggerDelay",
+        "commitOffsets",
+    }
+)
+BATCH_ONLY = frozenset({"endingOffsets", "endingTimestamp"})
+
+#: Kafka source names people will type, and ours
+_KAFKA_NAMES = {
+    "kafka.bootstrap.servers": "endpoints",
+    "subscribe": "topics",
+    "subscribepattern": "topicPattern",
+    "maxoffsetspertrigger": "maxMessagesPerTrigger",
+    "minoffsetspertrigger": "minMessagesPerTrigger",
+    "maxrecordsperpartition": "maxMessagesPerPartition",
+    "groupidprefix": "group",
+    "kafka.group.id": "group",
+}
+_BY_KEY = {name.lower(): name for name in OPTION_NAMES}
+
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+#: Messages asked for per pull. The vectorised decoder does ~2 M msgs/s, so 8192 messages
+#: cost ~4 ms to decode against well under 1 ms of round trip: per-pull overhead stays small,
+#: while one pull of 1 KiB messages (8 MiB) keeps a task's memory modest. Bigger pulls gain
+#: little; the broker caps them anyway (max_pull_messages, max_pull_bytes).
+DEFAULT_PULL_BATCH_SIZE = 8192
+MAX_PULL_BATCH_SIZE = 65_536  # the broker's default max_pull_messages; more is lowered
+DEFAULT_PULL_TIMEOUT_MS = 10_000  # RocketMQ's consumerPullTimeoutMillis
+DEFAULT_MAX_RETRIES = 3  # as Kafka's fetchOffset.numRetries
+DEFAULT_RETRY_BACKOFF_MS = 1_000  # as Kafka's fetchOffset.retryIntervalMs
+#: More Spark tasks than this per batch only adds scheduling overhead (and planning time).
+MAX_PARTITIONS = 10_000
+_MAX_INT = 2**31 - 1
+#: Strategies that split the queues among the partitions, each queue exactly once.
+#: machineRoom and config pick queues by room or by a fixed list, which would leave
+#: queues unread (their offsets still advance) or read twice.
+PARTITIONING_STRATEGIES = ("avg", "avgByCircle", "consistentHash")
+
+_DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)", re.IGNORECASE)
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_BYTES = re.compile(r"(\d+)\s*(b|k|kb|m|mb|g|gb|t|tb)?", re.IGNORECASE)
+_BYTES_SHIFT = {"b": 0, "k": 10, "kb": 10, "m": 20, "mb": 20, "g": 30, "gb": 30, "t": 40, "tb": 40}
+_JSON_SHAPE = "{topic: {brokerName: {queueId: value}}}"
+
+
+@dataclass(frozen=True)
+class StartingPosition:
+    """Where a query without a checkpoint starts reading each queue.
+
+    - ``earliest`` / ``latest``: every queue's first / next-to-be-written offset.
+    - ``group``: the group's committed offset; queues without one use ``group_fallback``
+      (``timestamp`` then uses ``timestamp_ms``), as RocketMQ's ConsumeFromWhere does.
+    - ``offsets``: ``offsets`` per queue, where -2 means earliest and -1 latest.
+    - ``timestamp``: the first message stored at or after ``timestamp_ms`` in every queue.
+    - ``byTimestamp``: ``offsets`` holds that timestamp per queue.
+
+    Queues that ``offsets`` does not name start at earliest, as queues discovered while a
+    query runs do, so nothing written to them is skipped.
+    """
+
+    kind: StartKind
+    offsets: dict[MessageQueue, int] | None = None
+    timestamp_ms: int | None = None
+    group_fallback: GroupFallback | None = None
+
+
+@dataclass(frozen=True)
+class EndingPosition:
+    """Where a batch query stops (exclusive): ``latest`` when the query is planned, per-queue
+    ``offsets`` (-1 means latest; queues not named end at latest), or the first message
+    stored at or after ``timestamp_ms``."""
+
+    kind: EndKind
+    offsets: dict[MessageQueue, int] | None = None
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Every option of the source, checked. Build it with :meth:`parse`."""
+
+    streaming: bool
+    endpoints: tuple[str, ...]
+    #: the topics named by ``topic`` or ``topics``; empty when ``topic_pattern`` is used
+    topics: tuple[str, ...]
+    topic_pattern: str | None
+    group: str | None
+    subscription: Subscription
+    starting: StartingPosition
+    #: None for streaming queries
+    ending: EndingPosition | None
+    max_messages_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    fail_on_data_loss: bool = True
+    commit_offsets: bool = False
+    allocate_strategy: str | None = None
+    num_partitions: int | None = None
+    min_partitions: int | None = None
+    max_messages_per_partition: int | None = None
+    pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE
+    pull_timeout_ms: int = DEFAULT_PULL_TIMEOUT_MS
+    max_retries: int = DEFAULT_MAX_RETRIES
+    retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
+        """Check ``options`` (Spark's map, any key case) for a streaming or batch query."""
+        raw = _Raw(_canonical_keys(options), streaming)
+        _check_mode(raw)
+        topics, pattern = _subscription_target(raw)
+        group = raw.get("group")
+        if group is not None:
+            group = _checked("group", group, validate_group)
+        parsed = cls(
+            streaming=streaming,
+            endpoints=_endpoints(raw),
+            topics=topics,
+            topic_pattern=pattern,
+            group=group,
+            subscription=_sub_expression(raw),
+            starting=_starting(raw, group),
+            ending=_ending(raw) if not streaming else None,
+            max_messages_per_trigger=raw.count("maxMessagesPerTrigger", MAX_OFFSET),
+            max_bytes_per_trigger=raw.size_bytes("maxBytesPerTrigger"),
+            min_messages_per_trigger=raw.count("minMessagesPerTrigger", MAX_OFFSET),
+            max_trigger_delay_ms=raw.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
+            fail_on_data_loss=raw.flag("failOnDataLoss", True),
+            commit_offsets=_commit_offsets(raw, group),
+            allocate_strategy=_allocate_strategy(raw),
+            num_partitions=raw.count("numPartitions", MAX_PARTITIONS),
+            min_partitions=raw.count("minPartitions", MAX_PARTITIONS),
+            max_messages_per_partition=raw.count("maxMessagesPerPartition", MAX_OFFSET),
+            pull_batch_size=raw.setting(
+                "pullBatchSize", MAX_PULL_BATCH_SIZE, 1, DEFAULT_PULL_BATCH_SIZE
+            ),
+            pull_timeout_ms=raw.setting("pullTimeoutMs", _MAX_INT, 1, DEFAULT_PULL_TIMEOUT_MS),
+            max_retries=raw.setting("maxRetries", 1000, 0, DEFAULT_MAX_RETRIES),
+            retry_backoff_ms=raw.setting("retryBackoffMs", _MAX_INT, 0, DEFAULT_RETRY_BACKOFF_MS),
+        )
+        _check_combinations(raw, parsed)
+        return parsed
+
+    def subscribes(self, topic: str) -> bool:
+        """True if ``topic`` is read by this source.
+
+        A ``topicPattern`` must match the whole name, and matches the broker's retry and
+        dead-letter topics (``%RETRY%...``, ``%DLQ%...``) only when the pattern itself starts
+        with ``%``: ``.*`` should not read every group's retry copies as data.
+        """
+        if self.topic_pattern is None:
+            return topic in self.topics
+        if topic.startswith(SYSTEM_PREFIXES) and not self.topic_pattern.startswith("%"):
+            return False
+        return re.fullmatch(self.topic_pattern, topic) is not None
+
+
+class _Raw:
+    """The options after key normalisation, with typed getters that name the option."""
+
+    def __init__(self, values: dict[str, str], streaming: bool) -> None:
+        self.values = values
+        self.streaming = streaming
+
+    def has(self, name: str) -> bool:
+        return name in self.values
+
+    def get(self, name: str) -> str | None:
+        return self.values.get(name)
+
+    def count(
+        self,
+        name: str,
+        maximum: int,
+        *,
+        minimum: int = 1,
+        default: int | None = None,
+        expected: str | None = None,
+    ) -> int | None:
+        text = self.get(name)
+        if text is None:
+            return default
+        stripped = text.strip()
+        if not (stripped.isascii() and stripped.isdigit() and minimum <= int(stripped) <= maximum):
+            what = f"{expected}: " if expected else ""
+            raise bad(name, text, f"expected {what}a whole number in {minimum}..{maximum}")
+        return int(stripped)
+
+    def setting(self, name: str, maximum: int, minimum: int, default: int) -> int:
+        value = self.count(name, maximum, minimum=minimum, default=default)
+        assert value is not None
+        return value
+
+    def timestamp_ms(self, name: str) -> int | None:
+        return self.count(
+            name, MAX_OFFSET, minimum=0, expected="milliseconds since the epoch, e.g. 1700000000000"
+        )
+
+    def size_bytes(self, name: str) -> int | None:
+        text = self.get(name)
+        if text is None:
+            return None
+        match = _BYTES.fullmatch(text.strip())
+        if match is None or int(match[1]) == 0:
+            raise bad(name, text, "expected a positive size in bytes, e.g. 1048576, 512k or 64m")
+        value = int(match[1]) << _BYTES_SHIFT[(match[2] or "b").lower()]
+        if value > MAX_OFFSET:
+            raise bad(name, text, f"expected at most {MAX_OFFSET} bytes")
+        return value
+
+    def duration_ms(self, name: str, default: int) -> int:
+        text = self.get(name)
+        if text is None:
+            return default
+        match = _DURATION.fullmatch(text.strip())
+        if match is None or int(match[1]) == 0:
+            raise bad(
+                name,
+                text,
+                "expected a positive duration with a unit (ms, s, m, h or d), e.g. 15m, 30s "
+                "or 500ms",
+            )
+        return int(match[1]) * _DURATION_MS[match[2].lower()]
+
+    def flag(self, name: str, default: bool) -> bool:
+        text = self.get(name)
+        if text is None:
+            return default
+        if text.strip().lower() not in ("true", "false"):
+            raise bad(name, text, "expected true or false")
+        return text.strip().lower() == "true"
+
+
+def bad(name: str, value: object, expected: str) -> InvalidArgumentError:
+    """The error for one option with a bad value."""
+    return InvalidArgumentError(f"option {name}={_short(value)} is invalid: {expected}")
+
+
+def _canonical_keys(options: Mapping[str, str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for key, value in options.items():
+        name = _BY_KEY.get(str(key).lower())
+        if name is None:
+            raise InvalidArgumentError(_unknown_message(str(key)))
+        if name in values:
+            raise InvalidArgumentError(
+                f"option {name} is given twice (as different spellings of {key!r}); give it once"
+            )
+        if not isinstance(value, str):
+            raise bad(name, value, "option values are strings, as Spark passes them")
+        values[name] = value
+    return values
+
+
+def _unknown_message(key: str) -> str:
+    lowered = key.lower()
+    guesses = [_KAFKA_NAMES[lowered]] if lowered in _KAFKA_NAMES else []
+    guesses += [_BY_KEY[k] for k in difflib.get_close_matches(lowered, list(_BY_KEY), n=3)]
+    hint = f" (did you mean {' or '.join(dict.fromkeys(guesses))}?)" if guesses else ""
+    return (
+        f"unknown option {key!r} for the rocketlite source{hint}. "
+        f"Valid options: {', '.join(OPTION_NAMES)}"
+    )
+
+
+def _endpoints(raw: _Raw) -> tuple[str, ...]:
+    from rmq_spark.client.endpoints import Endpoints
+
+    text = raw.get("endpoints")
+    if text is None or not text.strip():
+        raise InvalidArgumentError(
+            "option endpoints is required: the brokers to read from as a comma-separated "
+            "list of host:port, e.g. '127.0.0.1:10911,127.0.0.1:10912'"
+        )
+    try:
+        return Endpoints.parse(text).addresses
+    except InvalidArgumentError as exc:
+        raise bad("endpoints", text, str(exc)) from None
+
+
+def _subscription_target(raw: _Raw) -> tuple[tuple[str, ...], str | None]:
+    given = [name for name in ("topic", "topics", "topicPattern") if raw.has(name)]
+    if len(given) != 1:
+        found = f"got {' and '.join(given)}" if given else "got none"
+        raise InvalidArgumentError(
+            "give exactly one of the options topic (one topic), topics (comma-separated list) "
+            f"or topicPattern (a regular expression over topic names); {found}"
+        )
+    name = given[0]
+    text = raw.get(name) or ""
+    if name == "topicPattern":
+        try:
+            re.compile(text)
+        except re.error as exc:
+            raise bad(name, text, f"not a regular expression ({exc})") from None
+        if not text:
+            raise bad(name, text, "expected a non-empty regular expression, e.g. 'orders-.*'")
+        return (), text
+    if not text.strip():
+        raise bad(name, text, "expected a topic name")
+    if name == "topic" and "," in text:
+        raise bad(name, text, "one topic name; use the option topics for a comma-separated list")
+    topics: list[str] = []
+    for part in text.split(","):
+        topic = part.strip()
+        if not topic:
+            raise bad(name, text, "an empty topic name in the list; remove the extra comma")
+        _checked(name, topic, lambda t: validate_topic(t, allow_system=True), text)
+        if topic in topics:
+            raise bad(name, text, f"topic {topic!r} is listed twice; list each topic once")
+        topics.append(topic)
+    return tuple(topics), None
+
+
+def _checked(
+    name: str, text: str, check: Callable[[str], str], option_value: str | None = None
+) -> str:
+    try:
+        return check(text)
+    except InvalidArgumentError as exc:
+        raise bad(name, text if option_value is None else option_value, str(exc)) from None
+
+
+def _sub_expression(raw: _Raw) -> Subscription:
+    text = raw.get("subExpression")
+    try:
+        return parse_subscription(text)
+    except InvalidArgumentError as exc:
+        raise bad("subExpression", text, str(exc)) from None
+
+
+def _starting(raw: _Raw, group: str | None) -> StartingPosition:
+    by_timestamp = raw.get("startingOffsetsByTimestamp")
+    timestamp = raw.timestamp_ms("startingTimestamp")
+    text = raw.get("startingOffsets")
+    keyword = text.strip().lower() if text is not None else None
+    if raw.has("groupFallback") and keyword != "group":
+        raise InvalidArgumentError(
+            "option groupFallback only applies with startingOffsets=group; remove it or set "
+            "startingOffsets to group"
+        )
+    if by_timestamp is not None:
+        others = [n for n in ("startingOffsets", "startingTimestamp") if raw.has(n)]
+        if others:
+            raise InvalidArgumentError(
+                f"option startingOffsetsByTimestamp cannot be combined with {others[0]}; "
+                "give one way to choose the starting position"
+            )
+        offsets = parse_timestamps_json(by_timestamp, "startingOffsetsByTimestamp")
+        _check_not_empty("startingOffsetsByTimestamp", by_timestamp, offsets)
+        return StartingPosition("byTimestamp", offsets=offsets)
+    if keyword == "group":
+        return _starting_from_group(raw, group, timestamp)
+    if timestamp is not None:
+        if text is not None:
+            raise InvalidArgumentError(
+                f"option startingTimestamp cannot be combined with startingOffsets={text!r} "
+                "(only with startingOffsets=group, as the fallback for queues the group has "
+                "not committed); remove one of them"
+            )
+        return StartingPosition("timestamp", timestamp_ms=timestamp)
+    if keyword is None:
+        keyword = "latest" if raw.streaming else "earliest"
+    if keyword in ("earliest", "latest"):
+        if keyword == "latest" and not raw.streaming:
+            raise bad(
+                "startingOffsets",
+                text,
+                "a batch query cannot start at latest (it would read nothing); use earliest, "
+                "group, JSON offsets or startingTimestamp",
+            )
+        return StartingPosition(keyword)  # type: ignore[arg-type]
+    assert text is not None
+    if not text.lstrip().startswith("{"):
+        raise bad(
+            "startingOffsets",
+            text,
+            f"expected earliest, latest, group or JSON offsets {_JSON_SHAPE} "
+            "(-2 = earliest, -1 = latest)",
+        )
+    offsets = parse_offsets_json(text, "startingOffsets", allow_latest=raw.streaming)
+    _check_not_empty("startingOffsets", text, offsets)
+    return StartingPosition("offsets", offsets=offsets)
+
+
+def _starting_from_group(raw: _Raw, group: str | None, timestamp: int | None) -> StartingPosition:
+    if group is None:
+        raise InvalidArgumentError(
+            "option startingOffsets=group needs the option group (the consumer group whose "
+            "committed offsets to start from)"
+        )
+    text = raw.get("groupFallback")
+    if text is None:
+        # A timestamp given next to "group" can only mean the fallback.
+        fallback = "timestamp" if timestamp is not None else _mode_default(raw)
+    else:
+        fallback = text.strip().lower()
+        if fallback not in ("earliest", "latest", "timestamp"):
+            raise bad("groupFallback", text, "expected earliest, latest or timestamp")
+    if fallback == "timestamp" and timestamp is None:
+        raise InvalidArgumentError(
+            "option groupFallback=timestamp needs the option startingTimestamp (epoch ms)"
+        )
+    if fallback != "timestamp" and timestamp is not None:
+        raise InvalidArgumentError(
+            f"option startingTimestamp is unused with groupFallback={fallback}; remove it or "
+            "set groupFallback=timestamp"
+        )
+    if fallback == "latest" and not raw.streaming:
+        raise bad("groupFallback", text, "a batch query cannot fall back to latest")
+    return StartingPosition("group", timestamp_ms=timestamp, group_fallback=fallback)  # type: ignore[arg-type]
+
+
+def _mode_default(raw: _Raw) -> str:
+    return "latest" if raw.streaming else "earliest"
+
+
+def _ending(raw: _Raw) -> EndingPosition:
+    text = raw.get("endingOffsets")
+    timestamp = raw.timestamp_ms("endingTimestamp")
+    if timestamp is not None:
+        if text is not None:
+            raise InvalidArgumentError(
+                "options endingOffsets and endingTimestamp cannot be combined; give one"
+            )
+        return EndingPosition("timestamp", timestamp_ms=timestamp)
+    if text is None or text.strip().lower() == "latest":
+        return EndingPosition("latest")
+    if not text.lstrip().startswith("{"):
+        raise bad("endingOffsets", text, f"expected latest or JSON offsets {_JSON_SHAPE}")
+    offsets = parse_offsets_json(text, "endingOffsets", allow_earliest=False)
+    _check_not_empty("endingOffsets", text, offsets)
+    return EndingPosition("offsets", offsets=offsets)
+
+
+def _commit_offsets(raw: _Raw, group: str | None) -> bool:
+    commit = raw.flag("commitOffsets", group is not None and raw.streaming)
+    if commit and group is None:
+        raise InvalidArgumentError(
+            "option commitOffsets=true needs the option group (the consumer group to commit "
+            "the query's progress to)"
+        )
+    return commit
+
+
+def _allocate_strategy(raw: _Raw) -> str | None:
+    text = raw.get("allocateStrategy")
+    if text is None:
+        return None
+    key = text.strip().replace("_", "").replace("-", "").lower()
+    for name in PARTITIONING_STRATEGIES:
+        if key == name.lower():
+            return name
+    expected = f"expected one of {', '.join(PARTITIONING_STRATEGIES)}"
+    if key in ("machineroom", "config"):
+        expected += (
+            f" ({text.strip()} assigns queues by machine room or a fixed list, which would "
+            "leave some queues unread or read twice by a Spark batch)"
+        )
+    raise bad("allocateStrategy", text, expected)
+
+
+def _check_mode(raw: _Raw) -> None:
+    wrong_mode = sorted((BATCH_ONLY if raw.streaming else STREAMING_ONLY).intersection(raw.values))
+    if wrong_mode:
+        if raw.streaming:
+            where = "batch queries (spark.read); this is a streaming query (spark.readStream)"
+        else:
+            where = "streaming queries (spark.readStream); this is a batch query (spark.read)"
+        raise InvalidArgumentError(f"option {wrong_mode[0]} only applies to {where}; remove it")
+
+
+def _check_combinations(raw: _Raw, opts: SourceOptions) -> None:
+    _check_trigger_limits(raw, opts)
+    _check_partitioning(opts)
+    _check_json_topics(opts)
+    _check_start_before_end(opts)
+
+
+def _check_trigger_limits(raw: _Raw, opts: SourceOptions) -> None:
+    low, high = opts.min_messages_per_trigger, opts.max_messages_per_trigger
+    if low is not None and high is not None and low > high:
+        raise InvalidArgumentError(
+            f"option minMessagesPerTrigger={low} is above maxMessagesPerTrigger={high}; "
+            "the minimum must not exceed the maximum"
+        )
+    if raw.has("maxTriggerDelay") and low is None:
+        raise InvalidArgumentError(
+            "option maxTriggerDelay only applies with minMessagesPerTrigger (it bounds how "
+            "long a trigger waits for that many messages); remove it or set both"
+        )
+
+
+def _check_partitioning(opts: SourceOptions) -> None:
+    if (opts.allocate_strategy is None) != (opts.num_partitions is None):
+        given, missing = (
+            ("allocateStrategy", "numPartitions")
+            if opts.num_partitions is None
+            else ("numPartitions", "allocateStrategy")
+        )
+        raise InvalidArgumentError(
+            f"option {given} needs the option {missing}: allocateStrategy groups the queues "
+            "into numPartitions Spark partitions"
+        )
+    splitting = [
+        name
+        for name, value in (
+            ("minPartitions", opts.min_partitions),
+            ("maxMessagesPerPartition", opts.max_messages_per_partition),
+        )
+        if value is not None
+    ]
+    if opts.allocate_strategy is not None and splitting:
+        raise InvalidArgumentError(
+            f"option {splitting[0]} splits queue ranges, allocateStrategy groups whole queues; "
+            "use one or the other"
+        )
+
+
+def _check_json_topics(opts: SourceOptions) -> None:
+    start_name = (
+        "startingOffsetsByTimestamp" if opts.starting.kind == "byTimestamp" else "startingOffsets"
+    )
+    named = [
+        (start_name, opts.starting.offsets),
+        ("endingOffsets", opts.ending and opts.ending.offsets),
+    ]
+    for name, offsets in named:
+        for mq in sorted(offsets or {}):
+            if not opts.subscribes(mq.topic):
+                raise InvalidArgumentError(
+                    f"option {name} names topic {mq.topic!r}, which this source does not "
+                    f"read ({_target(opts)}); remove it or subscribe to it"
+                )
+
+
+def _check_start_before_end(opts: SourceOptions) -> None:
+    start, end = opts.starting, opts.ending
+    if end is None:
+        return
+    if start.kind == "timestamp" and end.kind == "timestamp":
+        assert start.timestamp_ms is not None and end.timestamp_ms is not None
+        if start.timestamp_ms > end.timestamp_ms:
+            raise InvalidArgumentError(
+                f"option startingTimestamp={start.timestamp_ms} is after "
+                f"endingTimestamp={end.timestamp_ms}"
+            )
+    if start.kind == "offsets" and end.kind == "offsets":
+        assert start.offsets is not None and end.offsets is not None
+        for mq in sorted(start.offsets.keys() & end.offsets.keys()):
+            first, last = start.offsets[mq], end.offsets[mq]
+            if first >= 0 and last >= 0 and first > last:
+                raise InvalidArgumentError(
+                    f"option startingOffsets starts topic {mq.topic!r} broker "
+                    f"{mq.broker_name!r} queue {mq.queue_id} at {first}, after its "
+                    f"endingOffsets {last}"
+                )
+
+
+def _check_not_empty(name: str, text: str, offsets: dict[MessageQueue, int]) -> None:
+    if not offsets:
+        raise bad(name, text, f"names no queue; expected {_JSON_SHAPE}")
+
+
+def _target(opts: SourceOptions) -> str:
+    if opts.topic_pattern is not None:
+        return f"topicPattern={opts.topic_pattern!r}"
+    return f"topics {', '.join(opts.topics)}"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
