@@ -49,6 +49,7 @@ from rmq_spark.codec.record import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     decode_host,
+    header_dtype,
 )
 from rmq_spark.errors import CorruptDataError, InvalidArgumentError
 
@@ -187,26 +188,7 @@ class _Layout:
         """Big-endian header fields plus the first 12 body bytes (the body's view head)."""
         born = IPV6_HOST if self.born_v6 else IPV4_HOST
         store = IPV6_HOST if self.store_v6 else IPV4_HOST
-        return np.dtype(
-            [
-                ("total_size", ">i4"),
-                ("magic", ">u4"),
-                ("body_crc", ">i4"),
-                ("queue_id", ">i4"),
-                ("flag", ">i4"),
-                ("queue_offset", ">i8"),
-                ("physical_offset", ">i8"),
-                ("sysflag", ">i4"),
-                ("born_timestamp", ">i8"),
-                ("born_host", f"V{born}"),
-                ("store_timestamp", ">i8"),
-                ("store_host", f"V{store}"),
-                ("reconsume_times", ">i4"),
-                ("prepared_tx_offset", ">i8"),
-                ("body_len", ">i4"),
-                ("body_head", f"V{HEAD_BYTES}"),
-            ]
-        )
+        return header_dtype(born, store, (("body_head", f"V{HEAD_BYTES}"),))
 
 
 def _layout_of(variant: int) -> _Layout:

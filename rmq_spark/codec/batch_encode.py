@@ -15,7 +15,6 @@ which is cheaper than the fixed cost of the Arrow calls.
 
 from __future__ import annotations
 
-import functools
 import numbers
 import struct
 import zlib
@@ -38,30 +37,6 @@ _BYTES_TYPES = frozenset((bytes, bytearray, memoryview))
 # The first pa.scalar() call imports pyarrow's pandas shim (~200 ms); pay it at import time
 # rather than inside the store's write lock on the first large batch.
 _EMPTY = pa.scalar(b"", pa.large_binary())
-
-
-@functools.cache
-def _header_dtype(born_host_size: int, store_host_size: int) -> np.dtype:
-    """Big-endian layout of everything up to and including BODYLEN."""
-    return np.dtype(
-        [
-            ("size", ">i4"),
-            ("magic", ">u4"),
-            ("crc", ">i4"),
-            ("queue_id", ">i4"),
-            ("flag", ">i4"),
-            ("queue_offset", ">i8"),
-            ("physical_offset", ">i8"),
-            ("sysflag", ">i4"),
-            ("born_timestamp", ">i8"),
-            ("born_host", f"S{born_host_size}"),
-            ("store_timestamp", ">i8"),
-            ("store_host", f"S{store_host_size}"),
-            ("reconsume_times", ">i4"),
-            ("prepared_tx_offset", ">i8"),
-            ("body_len", ">i4"),
-        ]
-    )
 
 
 @dataclass
@@ -139,12 +114,12 @@ def prepare_batch(
     sysflag |= (rec.SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (
         rec.SYSFLAG_STOREHOST_V6 if store_v6 else 0
     )
-    headers = np.zeros(n, dtype=_header_dtype(len(born), len(store)))
+    headers = np.zeros(n, dtype=rec.header_dtype(len(born), len(store)))
     fixed = headers.dtype.itemsize
     sizes = fixed + body_lens + (2 if v2 else 1) + len(topic_bytes) + 2 + prop_lens
-    headers["size"] = sizes
+    headers["total_size"] = sizes
     headers["magic"] = rec.MAGIC_V2 if v2 else rec.MAGIC_V1
-    headers["crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+    headers["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
     headers["queue_id"] = queue_id
     headers["flag"] = _per_message("flags", flags, n, 0)
     headers["sysflag"] = sysflag

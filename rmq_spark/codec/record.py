@@ -17,6 +17,8 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rmq_spark.errors import CorruptDataError, InvalidArgumentError
 
 MAGIC_V1 = 0xDAA320A7  # topic length stored in 1 byte
@@ -51,6 +53,38 @@ IPV6_HOST = 20
 # Everything except the two hosts and the variable parts, plus 1 byte v1 topic length:
 # 48 (head) + 8 store ts + 4 reconsume + 8 prepared tx + 4 bodylen + 1 topiclen + 2 proplen
 FIXED_WITHOUT_HOSTS = 75
+
+
+# Every fixed field up to and including BODYLEN, big-endian, as a numpy record layout. The
+# batch encoder fills these columns and the vectorised decoder reads them back.
+_HEADER_FIELDS = (
+    ("total_size", ">i4"),
+    ("magic", ">u4"),
+    ("body_crc", ">i4"),
+    ("queue_id", ">i4"),
+    ("flag", ">i4"),
+    ("queue_offset", ">i8"),
+    ("physical_offset", ">i8"),
+    ("sysflag", ">i4"),
+    ("born_timestamp", ">i8"),
+    ("born_host", "V{born}"),
+    ("store_timestamp", ">i8"),
+    ("store_host", "V{store}"),
+    ("reconsume_times", ">i4"),
+    ("prepared_tx_offset", ">i8"),
+    ("body_len", ">i4"),
+)
+
+
+@functools.cache
+def header_dtype(born_host_size: int, store_host_size: int, extra: tuple = ()) -> np.dtype:
+    """The numpy layout of a record's fixed fields for the given host sizes (8 or 20),
+    optionally followed by ``extra`` (name, dtype) fields."""
+    fields = [
+        (name, kind.format(born=born_host_size, store=store_host_size))
+        for name, kind in _HEADER_FIELDS
+    ]
+    return np.dtype([*fields, *extra])
 
 
 def crc32_body(body: bytes) -> int:
