@@ -87,6 +87,32 @@ def read_json_with_backup(
     )
 
 
+def read_json_or_start_empty(
+    path: str | os.PathLike[str],
+    *,
+    validate: Validator | None,
+    force_empty: bool,
+    what: str,
+) -> tuple[Any, Literal["main", "backup", "none"]]:
+    """:func:`read_json_with_backup`, except that with ``force_empty`` unreadable files are
+    renamed aside (kept for salvage) and ``(None, "none")`` is returned, with an error logged
+    that names ``what`` starts empty."""
+    try:
+        return read_json_with_backup(path, validate=validate)
+    except StoreError as exc:
+        if not force_empty:
+            raise
+        moved = set_aside(path)
+        log.error(
+            "force_empty is set: starting with %s. Unreadable files were kept as %s. "
+            "The error was: %s",
+            what,
+            ", ".join(str(p) for p in moved),
+            exc,
+        )
+        return None, "none"
+
+
 def set_aside(path: str | os.PathLike[str]) -> list[Path]:
     """Rename ``path`` and its ``.bak`` (those that exist) to ``<name>.corrupt-<UTC time>``.
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
-from rmq_spark.durable_json import read_json_with_backup, set_aside, write_json_atomic
+from rmq_spark.durable_json import read_json_or_start_empty, write_json_atomic
 from rmq_spark.errors import InvalidArgumentError, StoreError
 from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.offsets.json_codec import (
@@ -241,19 +241,12 @@ class ConsumerOffsetTable:
 
 def _load(path: Path, force_empty: bool) -> tuple[OffsetTable, bool]:
     """The stored table and whether it came from the backup."""
-    try:
-        document, source = read_json_with_backup(path, validate=offset_table_from_json)
-    except StoreError as exc:
-        if not force_empty:
-            raise
-        moved = set_aside(path)
-        log.error(
-            "force_empty is set: starting with an empty consumer offset table. Unreadable "
-            "files were kept as %s. The error was: %s",
-            ", ".join(str(p) for p in moved),
-            exc,
-        )
-        return {}, False
+    document, source = read_json_or_start_empty(
+        path,
+        validate=offset_table_from_json,
+        force_empty=force_empty,
+        what="an empty consumer offset table",
+    )
     if source == "none":
         return {}, False
     return offset_table_from_json(document), source == "backup"

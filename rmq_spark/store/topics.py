@@ -25,14 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.durable_json import read_json_with_backup, set_aside, write_json_atomic
+from rmq_spark.durable_json import read_json_or_start_empty, write_json_atomic
 from rmq_spark.errors import (
     AlreadyExistsError,
     CorruptDataError,
     InvalidArgumentError,
     InvalidNameError,
     NotFoundError,
-    StoreError,
 )
 from rmq_spark.names import SYSTEM_PREFIXES, validate_topic
 from rmq_spark.structs import Permission
@@ -138,19 +137,9 @@ class TopicTable:
         directory = Path(config_dir)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / FILE_NAME
-        try:
-            document, source = read_json_with_backup(path, validate=topic_table_from_json)
-        except StoreError as exc:
-            if not force_empty:
-                raise
-            moved = set_aside(path)
-            log.error(
-                "force_empty is set: starting with no topics. Unreadable files were kept as "
-                "%s. The error was: %s",
-                ", ".join(str(p) for p in moved),
-                exc,
-            )
-            return cls(path, {})
+        document, source = read_json_or_start_empty(
+            path, validate=topic_table_from_json, force_empty=force_empty, what="no topics"
+        )
         table = cls(path, {} if source == "none" else topic_table_from_json(document))
         if source == "backup":
             with table._lock:
