@@ -16,6 +16,8 @@ stored, and is then stored again by the retry (with the same message id).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import threading
 import time
@@ -25,9 +27,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmq_spark.client.cluster import Cluster
-from rmq_spark.client.connection import NO_RETRY, ClientConfig, MiB, RetryPolicy
+from rmq_spark.client.connection import NO_RETRY, ClientConfig, Connection, MiB, RetryPolicy
 from rmq_spark.client.endpoints import Endpoints
-from rmq_spark.client.message import Message, SendResult, split_by_size, to_message
+from rmq_spark.client.message import (
+    ColumnsChunk,
+    Message,
+    SendResult,
+    encode_columns,
+    offset_msg_ids,
+    split_by_size,
+    to_message,
+)
 from rmq_spark.client.selector import RoundRobinSelector, select_by_sharding_key
 from rmq_spark.errors import (
     InvalidArgumentError,
@@ -61,6 +71,9 @@ class ProducerConfig(ClientConfig):
     max_batch_bytes: int = 63 * MiB
     #: threads running send_async calls
     async_workers: int = 4
+    #: sends of at least this many messages go as columns (MessageColumns), which costs
+    #: both sides far less per message; smaller ones as one Message each; 0 = never columns
+    columns_min_batch: int = 16
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,6 +86,10 @@ class ProducerConfig(ClientConfig):
                 f"max_batch_bytes={self.max_batch_bytes!r} must be between 1 and "
                 f"max_grpc_message_bytes - 64 KiB ({self.max_grpc_message_bytes - 64 * 1024})"
             )
+        if self.columns_min_batch < 0:
+            raise InvalidArgumentError(
+                f"columns_min_batch={self.columns_min_batch!r} must be >= 0 (0 = never)"
+            )
         if self.async_workers < 1 or self.unavailable_broker_backoff_ms < 0:
             raise InvalidArgumentError(
                 f"async_workers={self.async_workers!r} must be >= 1 and "
@@ -81,6 +98,11 @@ class ProducerConfig(ClientConfig):
 
 
 QueueArg = MessageQueue | int | None
+#: what one SendMessages request carries: Message protos, or a batch in columns
+Chunk = Sequence[messaging_pb2.Message] | ColumnsChunk
+#: how a broker that predates MessageColumns refuses a columnar send (it sees no messages)
+_NO_COLUMNS_ERROR = "messages is empty"
+_new_result = functools.partial(tuple.__new__, SendResult)
 
 
 class Producer:
@@ -103,6 +125,7 @@ class Producer:
         self._cluster = Cluster(endpoints, self.config)
         self._selector = RoundRobinSelector()
         self._faulty_until: dict[str, float] = {}
+        self._no_columns: set[str] = set()  # endpoints of brokers without MessageColumns
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
@@ -226,8 +249,7 @@ class Producer:
                 f"delay_level={delay_level!r} must be 0 (now) or a level 1..18"
             )
         now_ms = time.time_ns() // 1_000_000
-        encoded = [m.to_pb(now_ms) for m in messages]
-        chunks = list(split_by_size(encoded, self.config.max_batch_bytes))
+        chunks = self._encode(messages, now_ms)
         target = self._fixed_queue(topic, queue, sharding_key)
         if target is None:
             target, results = self._send_round_robin(topic, chunks[0], delay_level)
@@ -236,6 +258,17 @@ class Producer:
         for chunk in chunks[1:]:
             results += self._send_to(target, chunk, delay_level, self.config.retry)
         return results
+
+    def _encode(self, messages: list[Message], now_ms: int) -> list[Chunk]:
+        """The requests' contents: columns for a batch, else (or when a message needs the
+        per-message form to be refused with the usual error) one Message each."""
+        min_batch = self.config.columns_min_batch
+        if min_batch and len(messages) >= min_batch:
+            columns = encode_columns(messages, now_ms, self.config.max_batch_bytes)
+            if columns is not None:
+                return list(columns)
+        encoded = [m.to_pb(now_ms) for m in messages]
+        return list(split_by_size(encoded, self.config.max_batch_bytes))
 
     def _fixed_queue(
         self, topic: str, queue: QueueArg, sharding_key: str | None
@@ -263,7 +296,7 @@ class Producer:
         )
 
     def _send_round_robin(
-        self, topic: str, chunk: Sequence[messaging_pb2.Message], delay_level: int
+        self, topic: str, chunk: Chunk, delay_level: int
     ) -> tuple[MessageQueue, list[SendResult]]:
         attempts = 1 + self.config.retry_times_when_send_failed
         avoid = self._faulty_brokers()
@@ -307,13 +340,74 @@ class Producer:
         raise AssertionError("unreachable")
 
     def _send_to(
+        self, mq: MessageQueue, chunk: Chunk, delay_level: int, retry: RetryPolicy
+    ) -> list[SendResult]:
+        endpoint = self._cluster.endpoint_of(mq.broker_name)
+        conn = self._cluster.connection(endpoint)
+        if not isinstance(chunk, ColumnsChunk):
+            return self._send_messages(conn, mq, chunk, delay_level, retry)
+        if endpoint not in self._no_columns:
+            try:
+                return self._send_columns(conn, mq, chunk, delay_level, retry)
+            except InvalidArgumentError as exc:
+                if _NO_COLUMNS_ERROR not in str(exc):
+                    raise
+                # It refused before storing anything: send this broker Messages from now on.
+                log.info("broker %s does not take columnar sends; sending messages", endpoint)
+                with self._lock:
+                    self._no_columns.add(endpoint)
+        encoded = [m.to_pb(chunk.now_ms) for m in chunk.messages]
+        results: list[SendResult] = []
+        for part in split_by_size(encoded, self.config.max_batch_bytes):
+            results += self._send_messages(conn, mq, part, delay_level, retry)
+        return results
+
+    def _send_columns(
         self,
+        conn: Connection,
+        mq: MessageQueue,
+        chunk: ColumnsChunk,
+        delay_level: int,
+        retry: RetryPolicy,
+    ) -> list[SendResult]:
+        request = messaging_pb2.SendMessagesRequest(
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            columns=chunk.columns,
+            delay_level=delay_level,
+            producer_group=self.group,
+        )
+        response = conn.call(conn.messaging.SendMessages, request, retry=retry)
+        answer = response.columns_result
+        keys = chunk.unique_keys
+        if not response.HasField("columns_result") or len(answer.physical_offsets) != len(keys):
+            raise RocketliteError(
+                f"broker {mq.broker_name} answered a send of {len(keys)} messages in columns "
+                f"with {len(answer.physical_offsets)} offsets; is it a compatible broker?"
+            )
+        queue = MessageQueue(
+            mq.topic, response.queue.broker_name or mq.broker_name, response.queue.queue_id
+        )
+        prefix = answer.offset_msg_id_prefix
+        offset_ids = offset_msg_ids(prefix, answer.physical_offsets)
+        if answer.HasField("first_queue_offset"):
+            first = answer.first_queue_offset
+            queue_offsets: Iterable[int | None] = range(first, first + len(keys))
+        else:  # delayed: no queue offset until delivered
+            queue_offsets = itertools.repeat(None)
+        stamp = itertools.repeat(response.store_timestamp_ms)
+        return list(
+            map(_new_result, zip(keys, offset_ids, itertools.repeat(queue), queue_offsets, stamp))
+        )
+
+    def _send_messages(
+        self,
+        conn: Connection,
         mq: MessageQueue,
         chunk: Sequence[messaging_pb2.Message],
         delay_level: int,
         retry: RetryPolicy,
     ) -> list[SendResult]:
-        conn = self._cluster.connection(self._cluster.endpoint_of(mq.broker_name))
         request = messaging_pb2.SendMessagesRequest(
             topic=mq.topic,
             queue_id=mq.queue_id,

@@ -47,20 +47,44 @@ class Message(_message.Message):
     def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., flag: _Optional[int] = ..., unique_key: _Optional[str] = ...) -> None: ...
 
 class SendMessagesRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "sharding_key", "messages", "delay_level", "producer_group")
+    __slots__ = ("topic", "queue_id", "sharding_key", "messages", "delay_level", "producer_group", "columns")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     SHARDING_KEY_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     sharding_key: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     delay_level: int
     producer_group: str
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., sharding_key: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., delay_level: _Optional[int] = ..., producer_group: _Optional[str] = ...) -> None: ...
+    columns: MessageColumns
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., sharding_key: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., delay_level: _Optional[int] = ..., producer_group: _Optional[str] = ..., columns: _Optional[_Union[MessageColumns, _Mapping]] = ...) -> None: ...
+
+class MessageColumns(_message.Message):
+    __slots__ = ("bodies", "body_sizes", "properties", "properties_sizes", "tags", "tag_indexes", "born_timestamp_ms", "born_timestamps_ms", "flags")
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    BODY_SIZES_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_SIZES_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    TAG_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMPS_MS_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    bodies: bytes
+    body_sizes: _containers.RepeatedScalarFieldContainer[int]
+    properties: bytes
+    properties_sizes: _containers.RepeatedScalarFieldContainer[int]
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    tag_indexes: _containers.RepeatedScalarFieldContainer[int]
+    born_timestamp_ms: int
+    born_timestamps_ms: _containers.RepeatedScalarFieldContainer[int]
+    flags: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, bodies: _Optional[bytes] = ..., body_sizes: _Optional[_Iterable[int]] = ..., properties: _Optional[bytes] = ..., properties_sizes: _Optional[_Iterable[int]] = ..., tags: _Optional[_Iterable[str]] = ..., tag_indexes: _Optional[_Iterable[int]] = ..., born_timestamp_ms: _Optional[int] = ..., born_timestamps_ms: _Optional[_Iterable[int]] = ..., flags: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SendResultEntry(_message.Message):
     __slots__ = ("msg_id", "offset_msg_id", "queue_id", "queue_offset")
@@ -75,14 +99,26 @@ class SendResultEntry(_message.Message):
     def __init__(self, msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ...) -> None: ...
 
 class SendMessagesResponse(_message.Message):
-    __slots__ = ("queue", "entries", "store_timestamp_ms")
+    __slots__ = ("queue", "entries", "store_timestamp_ms", "columns_result")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_RESULT_FIELD_NUMBER: _ClassVar[int]
     queue: _common_pb2.MessageQueue
     entries: _containers.RepeatedCompositeFieldContainer[SendResultEntry]
     store_timestamp_ms: int
-    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., store_timestamp_ms: _Optional[int] = ...) -> None: ...
+    columns_result: ColumnsSendResult
+    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., store_timestamp_ms: _Optional[int] = ..., columns_result: _Optional[_Union[ColumnsSendResult, _Mapping]] = ...) -> None: ...
+
+class ColumnsSendResult(_message.Message):
+    __slots__ = ("first_queue_offset", "physical_offsets", "offset_msg_id_prefix")
+    FIRST_QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    first_queue_offset: int
+    physical_offsets: _containers.RepeatedScalarFieldContainer[int]
+    offset_msg_id_prefix: str
+    def __init__(self, first_queue_offset: _Optional[int] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., offset_msg_id_prefix: _Optional[str] = ...) -> None: ...
 
 class PullMessagesRequest(_message.Message):
     __slots__ = ("consumer_group", "queue", "queue_offset", "max_messages", "max_bytes", "subscription_expression", "suspend_timeout_ms", "commit_offset")
