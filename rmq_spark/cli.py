@@ -13,8 +13,12 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from rmq_spark.errors import RocketliteError
+
+if TYPE_CHECKING:
+    from rmq_spark.structs import MessageQueue
 
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
 
@@ -153,24 +157,27 @@ def cmd_send(args) -> int:
                 delay_level=args.delay_level,
             )
             sent += len(results)
-            if from_stdin:
-                _progress(f"sent {sent:,} messages ({sent / (time.monotonic() - started):,.0f}/s)")
+            chunk_rows = [
+                {
+                    "msgId": r.msg_id,
+                    "offsetMsgId": r.offset_msg_id,
+                    "broker": r.message_queue.broker_name,
+                    "queueId": r.message_queue.queue_id,
+                    "queueOffset": r.queue_offset,
+                }
+                for r in results
+            ]
+            if not from_stdin:
+                rows.extend(chunk_rows)
+            elif args.json:  # stream: stdin may be endless
+                print_json_lines(chunk_rows)
             else:
-                rows.extend(
-                    {
-                        "msgId": r.msg_id,
-                        "offsetMsgId": r.offset_msg_id,
-                        "broker": r.message_queue.broker_name,
-                        "queueId": r.message_queue.queue_id,
-                        "queueOffset": r.queue_offset,
-                    }
-                    for r in results
-                )
-    if from_stdin:
+                _progress(f"sent {sent:,} messages ({sent / (time.monotonic() - started):,.0f}/s)")
+    if not from_stdin:
+        _emit(args, rows, ["msgId", "broker", "queueId", "queueOffset", "offsetMsgId"])
+    elif not args.json:
         _progress(None)
         print(f"sent {sent:,} messages to {args.topic}")
-    else:
-        _emit(args, rows, ["msgId", "broker", "queueId", "queueOffset", "offsetMsgId"])
     return 0
 
 
@@ -200,41 +207,71 @@ def _parse_property(text: str) -> tuple[str, str]:
 
 
 def cmd_consume(args) -> int:
-    from rmq_spark.client import PullConsumer
+    from rmq_spark.client import ConsumerConfig, PullConsumer
 
+    # Check --from before connecting, so a typo is reported as such.
+    start = args.start
+    if start is None and args.group is None:
+        start = "earliest"
+    timestamp = None if start in (None, "earliest", "latest") else _parse_timestamp(start)
     shown = 0
-    with PullConsumer(args.endpoints, group=args.group, subscription=args.tag) as consumer:
+    interrupted = False
+    # Without --from, a group resumes at its committed offsets (queues it never committed
+    # start at the beginning), like a RocketMQ consumer with CONSUME_FROM_FIRST_OFFSET.
+    config = ConsumerConfig(consume_from="FIRST_OFFSET")
+    with PullConsumer(
+        args.endpoints, group=args.group, subscription=args.tag, config=config
+    ) as consumer:
         queues = consumer.queues(args.topic)
         consumer.assign(queues)
-        if args.start == "earliest":
+        if timestamp is not None:
+            consumer.seek_to_timestamp(queues, timestamp)
+        elif start == "earliest":
             consumer.seek_to_beginning(queues)
-        elif args.start == "latest":
+        elif start == "latest":
             consumer.seek_to_end(queues)
-        else:
-            consumer.seek_to_timestamp(queues, _parse_timestamp(args.start))
-        idle_since = time.monotonic()
-        while args.max is None or shown < args.max:
-            results = consumer.poll(timeout_ms=500)
-            got = False
-            for result in results:
-                rows = _message_rows(result.batch, result.message_queue.broker_name)
-                for row in rows:
-                    if args.max is not None and shown >= args.max:
-                        break
-                    _print_message(args, row)
+        # Pulled but not printed yet, per queue: put back before committing (--max, Ctrl-C),
+        # so the group's next read starts at the first message nobody saw.
+        unprinted: list[tuple[MessageQueue, list[dict], int]] = []
+        before_poll: dict[MessageQueue, int] = {}
+        try:
+            idle_since = time.monotonic()
+            while args.max is None or shown < args.max:
+                before_poll = {mq: consumer.position(mq) for mq in queues}
+                results = consumer.poll(timeout_ms=500)
+                unprinted = [
+                    (r.message_queue, _message_rows(r.batch, r.message_queue.broker_name), 0)
+                    for r in results
+                ]
+                before_poll = {}
+                got = False
+                while unprinted and (args.max is None or shown < args.max):
+                    mq, rows, done = unprinted[0]
+                    if done == len(rows):
+                        unprinted.pop(0)
+                        continue
+                    _print_message(args, rows[done])
+                    unprinted[0] = (mq, rows, done + 1)
                     shown += 1
                     got = True
-            if got:
-                idle_since = time.monotonic()
-            elif args.idle_exit_ms is not None and (
-                (time.monotonic() - idle_since) * 1000 >= args.idle_exit_ms
-            ):
-                break
+                if got:
+                    idle_since = time.monotonic()
+                elif args.idle_exit_ms is not None and (
+                    (time.monotonic() - idle_since) * 1000 >= args.idle_exit_ms
+                ):
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+        for mq, offset in before_poll.items():  # interrupted inside poll: nothing printed
+            consumer.seek(mq, offset)
+        for mq, rows, done in unprinted:
+            if done < len(rows):
+                consumer.seek(mq, rows[done]["queueOffset"])
         if args.group:
             consumer.commit()
     if not args.json:
         print(f"-- {shown} message(s)", file=sys.stderr)
-    return 0
+    return 130 if interrupted else 0
 
 
 def _parse_timestamp(text: str) -> int:
@@ -318,9 +355,17 @@ def cmd_message(args) -> int:
 # -- parser -------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (the message names the flag; --help has the rest).
+    Subcommand parsers are of this class too (``add_subparsers`` uses the parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rocketlite`` parser; ``parser.subcommands`` maps names to subparsers."""
-    parser = argparse.ArgumentParser(prog="rocketlite", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="rocketlite", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     from rmq_spark.broker.__main__ import add_arguments as add_broker_arguments
@@ -363,8 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument(
         "--from",
         dest="start",
-        default="earliest",
-        help="earliest | latest | store timestamp in epoch ms",
+        default=None,
+        help="earliest | latest | store timestamp in epoch ms (default: earliest, or the "
+        "--group's committed offsets)",
     )
     consume.add_argument("--tag", default="*", help="subscription, e.g. 'TagA || TagB'")
     consume.add_argument("--max", type=int, default=None, help="stop after N messages")
