@@ -74,7 +74,10 @@ def run_query(spark, endpoint: str, checkpoint: Path) -> None:
 
 
 def show(spark) -> None:
-    spark.sql("SELECT tags, orders, revenue FROM revenue_by_tag ORDER BY tags").show(truncate=False)
+    spark.sql(
+        "SELECT date_format(window.start, 'HH:mm') AS minute, tags, orders, revenue "
+        "FROM revenue_by_tag ORDER BY minute, tags"
+    ).show(truncate=False)
 
 
 def main() -> None:
@@ -82,6 +85,7 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=3000)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # quiet gRPC's fork notices
     work = Path(tempfile.mkdtemp(prefix="rocketlite-etl-"))
     server, port = create_server(BrokerConfig(store_dir=work / "store", port=0))
     endpoint = f"127.0.0.1:{port}"
@@ -97,6 +101,7 @@ def main() -> None:
             .appName("rocketlite-streaming-etl")
             .config("spark.sql.shuffle.partitions", "4")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
