@@ -1,9 +1,13 @@
 """Everything about consumer offsets.
 
-Today: the broker's consumer-offset table (:mod:`rmq_spark.offsets.broker_table`, the server
-side of RocketMQ's RemoteBrokerOffsetStore) and its JSON codec
-(:mod:`rmq_spark.offsets.json_codec`). Later: the client's local and remote offset stores and
-the Spark source's offset model.
+- :mod:`rmq_spark.offsets.broker_table`: the broker's consumer-offset table (the server side
+  of RocketMQ's RemoteBrokerOffsetStore), and :mod:`rmq_spark.offsets.json_codec`, its file
+  format.
+- :mod:`rmq_spark.offsets.spark`: the Spark source's offsets (``{topic: {brokerName:
+  {queueId: nextOffset}}}`` in the query's checkpoint), the ``startingOffsets`` /
+  ``endingOffsets`` option documents and the data-loss descriptions. The source also writes
+  its progress to the broker table for its ``group`` (``rocketlite offsets GROUP``), but
+  the checkpoint is what a restarted query resumes from.
 
 A committed offset is always the *next* offset to consume in its queue.
 """

@@ -1,7 +1,21 @@
-"""The ``rocketlite`` Spark source (Python Data Source API).
+"""The ``rocketlite`` Spark source (Python Data Source API, pyspark >= 4.2).
 
-The pure parts live here today: :mod:`~rmq_spark.source.options` (options parsed once),
-:mod:`~rmq_spark.source.limits` (how much each trigger reads) and
-:mod:`~rmq_spark.source.planning` (queue ranges to Spark partitions). Offsets are in
-:mod:`rmq_spark.offsets.spark`. The reader that talks to brokers builds on them.
+Usage needs no registration call (``pyspark_rocketlite`` exports the source as
+``DefaultSource``)::
+
+    spark.readStream.format("rocketlite").option("endpoints", "127.0.0.1:10911") \\
+        .option("topic", "orders").option("group", "etl").load()
+
+Modules, from the outside in:
+
+- :mod:`~rmq_spark.source.datasource`: the ``DataSource`` (name, schema, options at load).
+- :mod:`~rmq_spark.source.stream_reader` / :mod:`~rmq_spark.source.batch_reader`: offsets,
+  triggers, commits to the group; the fixed ranges of a batch query.
+- :mod:`~rmq_spark.source.read`: one Spark task's pulls, yielding Arrow batches.
+- :mod:`~rmq_spark.source.discovery`: what the brokers hold now (topics, queues, ranges).
+- Pure parts: :mod:`~rmq_spark.source.options` (options parsed once),
+  :mod:`~rmq_spark.source.positions` (start, end, data loss),
+  :mod:`~rmq_spark.source.limits` (how much each trigger reads),
+  :mod:`~rmq_spark.source.planning` (queue ranges to Spark partitions) and
+  :mod:`~rmq_spark.source.schema` (the rows). Offsets are in :mod:`rmq_spark.offsets.spark`.
 """

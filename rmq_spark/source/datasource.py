@@ -1,0 +1,99 @@
+"""The ``rocketlite`` Python Data Source: the class Spark instantiates for
+``spark.read.format("rocketlite")`` and ``spark.readStream.format("rocketlite")``.
+
+It is registered without a call because the top-level module ``pyspark_rocketlite`` exports
+it as ``DefaultSource`` (pyspark registers every ``pyspark_*`` module's ``DefaultSource`` at
+the first data-source lookup); :func:`register` does the same explicitly.
+
+Options are checked when the data source is created, that is at ``load()``: an unknown or
+malformed option fails there, naming it. Spark does not say yet whether the query will be a
+batch or a streaming one, so options valid in one of the two modes pass; the reader checks
+them again for its mode (``maxMessagesPerTrigger`` on ``spark.read`` fails when the query
+runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.source.options import BATCH_ONLY, STREAMING_ONLY, SourceOptions
+from rmq_spark.source.schema import SPARK_SCHEMA
+
+__all__ = ["RocketliteDataSource", "register"]
+
+NAME = "rocketlite"
+
+
+class RocketliteDataSource(DataSource):
+    """Reads rocketlite brokers, as a batch or a stream; rows are in :data:`SPARK_SCHEMA`.
+
+    >>> (spark.readStream.format("rocketlite")                  # doctest: +SKIP
+    ...     .option("endpoints", "127.0.0.1:10911").option("topic", "orders")
+    ...     .option("group", "etl").load())
+    """
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        check_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        return SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from rmq_spark.source.batch_reader import RocketliteBatchReader
+
+        _check_schema(schema)
+        return RocketliteBatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from rmq_spark.source.stream_reader import RocketliteStreamReader
+
+        _check_schema(schema)
+        return RocketliteStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+
+def check_options(options: MutableMapping[str, str]) -> None:
+    """Fail unless ``options`` are valid for a batch or a streaming query.
+
+    An option of one mode only decides the mode (its errors are then that mode's); without
+    one, the streaming parse's error is raised when both modes fail.
+    """
+    keys = {str(key).lower() for key in options}
+    if any(name.lower() in keys for name in BATCH_ONLY):
+        SourceOptions.parse(options, streaming=False)
+        return
+    try:
+        SourceOptions.parse(options, streaming=True)
+    except InvalidArgumentError:
+        if any(name.lower() in keys for name in STREAMING_ONLY):
+            raise
+        try:
+            SourceOptions.parse(options, streaming=False)
+        except InvalidArgumentError:
+            pass
+        else:
+            return
+        raise
+
+
+def _check_schema(schema: StructType) -> None:
+    given = [(f.name, f.dataType) for f in schema.fields]
+    if given != [(f.name, f.dataType) for f in SPARK_SCHEMA.fields]:
+        raise InvalidArgumentError(
+            f"the rocketlite source has a fixed schema ({SPARK_SCHEMA.simpleString()}), got "
+            f"{schema.simpleString()}; remove .schema(...) and select the columns you need"
+        )
+
+
+def register(spark) -> None:
+    """Register the source on ``spark`` (only needed when ``pyspark_rocketlite`` is not
+    importable by the session's Python, e.g. the package is on a path added at run time)."""
+    spark.dataSource.register(RocketliteDataSource)

@@ -1,0 +1,213 @@
+"""What the brokers hold for the source's topics right now: a :class:`Snapshot`.
+
+Every endpoint is probed in parallel with three small calls: ``GetBrokerInfo`` (its name and
+permission), ``ListTopics`` (the topics and their read queue counts, so new topics matching
+``topicPattern`` and new queues are seen at once) and one ``QueryOffsets`` for the queues the
+source reads (min and max offset each). A trigger therefore costs three round trips per
+broker however many topics it reads.
+
+An endpoint that does not answer, after the client's retries, is recorded in
+``Snapshot.failures``: the caller decides whether that is fatal (planning a batch query,
+fixing a query's start) or only means "no news from that broker this trigger" (a running
+stream must survive a broker restart).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rmq_spark.client.cluster import Cluster
+from rmq_spark.client.connection import ClientConfig, Connection, RetryPolicy
+from rmq_spark.client.offsets import QueueOffsets, query_committed, query_queue_offsets
+from rmq_spark.errors import InvalidArgumentError, RocketliteError, UnavailableError
+from rmq_spark.offsets.spark import Offsets
+from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
+from rmq_spark.source.options import SourceOptions
+from rmq_spark.source.positions import starting_offsets, timestamps_needed
+from rmq_spark.structs import MessageQueue, Permission
+from rmq_spark.wire import mq_to_pb
+
+log = logging.getLogger("rmq_spark.source")
+
+__all__ = [
+    "BrokerSnapshot",
+    "Snapshot",
+    "client_config",
+    "offsets_at",
+    "resolve_start",
+    "take_snapshot",
+]
+
+#: the longest pause between two retries of an unavailable broker
+MAX_RETRY_BACKOFF_MS = 10_000
+
+
+def client_config(options: SourceOptions, request_timeout_ms: int | None = None) -> ClientConfig:
+    """The client settings of the source: ``maxRetries`` retries after UNAVAILABLE, waiting
+    ``retryBackoffMs`` and doubling (1 s, 2 s, 4 s by default: a broker restart fits)."""
+    backoff = options.retry_backoff_ms
+    return ClientConfig(
+        request_timeout_ms=request_timeout_ms or ClientConfig.request_timeout_ms,
+        retry=RetryPolicy(
+            attempts=options.max_retries + 1,
+            backoff_ms=backoff,
+            max_backoff_ms=max(backoff, MAX_RETRY_BACKOFF_MS),
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class BrokerSnapshot:
+    """One broker's readable queues of the source's topics, with their offset ranges."""
+
+    broker_name: str
+    endpoint: str
+    queues: dict[MessageQueue, QueueOffsets]
+    #: commit-log bytes per stored message (all topics): the size estimate for
+    #: maxBytesPerTrigger; None when not measured or the broker is empty
+    avg_record_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every answering broker by name, and the error of every endpoint that did not answer."""
+
+    brokers: dict[str, BrokerSnapshot] = field(default_factory=dict)
+    failures: dict[str, RocketliteError] = field(default_factory=dict)
+
+    @property
+    def queues(self) -> dict[MessageQueue, QueueOffsets]:
+        merged: dict[MessageQueue, QueueOffsets] = {}
+        for broker in self.brokers.values():
+            merged.update(broker.queues)
+        return dict(sorted(merged.items()))
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        """Broker name -> the endpoint that answered for it."""
+        return {name: broker.endpoint for name, broker in self.brokers.items()}
+
+    def answered(self, broker_name: str) -> bool:
+        """True when this broker answered, so its queues' absence is real."""
+        return broker_name in self.brokers
+
+    def avg_message_bytes(self) -> dict[MessageQueue, float]:
+        """The broker's average record size for each of its queues (where measured)."""
+        return {
+            mq: broker.avg_record_bytes
+            for broker in self.brokers.values()
+            if broker.avg_record_bytes
+            for mq in broker.queues
+        }
+
+    def describe_failures(self) -> str:
+        return "; ".join(f"{ep}: {error}" for ep, error in sorted(self.failures.items()))
+
+    def require_complete(self, what: str) -> None:
+        """Raise UnavailableError naming the silent endpoints if any endpoint failed."""
+        if self.failures:
+            raise UnavailableError(
+                f"cannot {what}: {len(self.failures)} of the source's endpoints did not answer "
+                f"({self.describe_failures()}); check that every broker in the option "
+                "endpoints is running, or raise maxRetries / retryBackoffMs"
+            )
+
+
+def take_snapshot(
+    cluster: Cluster, options: SourceOptions, *, measure_sizes: bool = False
+) -> Snapshot:
+    """Probe every endpoint in parallel (see the module doc).
+
+    ``measure_sizes`` also asks for the offsets of every queue of the broker (all topics), to
+    estimate the average message size from the commit log's size.
+    """
+    answers = cluster.fan_out(lambda conn: _probe(conn, options, measure_sizes))
+    brokers: dict[str, BrokerSnapshot] = {}
+    failures: dict[str, RocketliteError] = {}
+    for endpoint, answer in sorted(answers.items()):
+        if isinstance(answer, RocketliteError):
+            failures[endpoint] = answer
+            continue
+        other = brokers.get(answer.broker_name)
+        if other is not None:
+            raise InvalidArgumentError(
+                f"endpoints {other.endpoint} and {endpoint} both report broker name "
+                f"{answer.broker_name!r}; every broker needs its own name (option endpoints)"
+            )
+        cluster.note_broker(answer.broker_name, endpoint)
+        brokers[answer.broker_name] = answer
+    for endpoint, error in failures.items():
+        log.warning("broker %s did not answer: %s", endpoint, error)
+    return Snapshot(brokers, failures)
+
+
+def _probe(conn: Connection, options: SourceOptions, measure_sizes: bool) -> BrokerSnapshot:
+    info = conn.call(conn.admin.GetBrokerInfo, admin_pb2.GetBrokerInfoRequest())
+    listing = conn.call(
+        conn.admin.ListTopics, admin_pb2.ListTopicsRequest(include_system_topics=True)
+    )
+    name = info.broker_name
+    readable_broker = bool(info.broker_perm & Permission.READ)
+    wanted: list[MessageQueue] = []
+    every: list[MessageQueue] = []
+    for config in listing.topics:
+        queues = [MessageQueue(config.topic, name, i) for i in range(config.read_queue_nums)]
+        every += queues
+        if readable_broker and config.perm & Permission.READ and options.subscribes(config.topic):
+            wanted += queues
+    asked = every if measure_sizes else wanted
+    offsets = _query_offsets(conn, asked)
+    average = None
+    if measure_sizes:
+        stats = info.store_stats
+        stored = sum(o.max_offset - o.min_offset for o in offsets.values())
+        log_bytes = stats.commitlog_max_offset - stats.commitlog_min_offset
+        average = log_bytes / stored if stored > 0 and log_bytes > 0 else None
+    return BrokerSnapshot(name, conn.endpoint, {mq: offsets[mq] for mq in wanted}, average)
+
+
+def _query_offsets(
+    conn: Connection, queues: list[MessageQueue]
+) -> dict[MessageQueue, QueueOffsets]:
+    if not queues:
+        return {}
+    request = messaging_pb2.QueryOffsetsRequest(
+        queries=[messaging_pb2.QueueOffsetsQuery(queue=mq_to_pb(mq)) for mq in queues]
+    )
+    response = conn.call(conn.messaging.QueryOffsets, request)
+    return {
+        mq: QueueOffsets(answer.min_offset, answer.max_offset)
+        for mq, answer in zip(queues, response.offsets, strict=True)
+    }
+
+
+def offsets_at(cluster: Cluster, timestamps: dict[MessageQueue, int]) -> dict[MessageQueue, int]:
+    """The first offset stored at or after each queue's timestamp (broker's clock), or the
+    queue's max offset when every message is older: RocketMQ's search by timestamp."""
+    by_time: dict[int, list[MessageQueue]] = {}
+    for mq, stamp in timestamps.items():
+        by_time.setdefault(stamp, []).append(mq)
+    found: dict[MessageQueue, int] = {}
+    for stamp, queues in sorted(by_time.items()):
+        for mq, answer in query_queue_offsets(cluster, queues, stamp).items():
+            stamped = answer.timestamp_offset
+            found[mq] = answer.max_offset if stamped is None else stamped
+    return found
+
+
+def resolve_start(
+    cluster: Cluster, options: SourceOptions, queues: Mapping[MessageQueue, QueueOffsets]
+) -> Offsets:
+    """The starting offsets the options ask for, fetching the group's committed offsets and
+    searching by time where needed (see :func:`~rmq_spark.source.positions.starting_offsets`).
+    """
+    position = options.starting
+    committed: dict[MessageQueue, int] = {}
+    if position.kind == "group" and queues:
+        assert options.group is not None
+        committed = query_committed(cluster, options.group, list(queues))
+    needed = timestamps_needed(position, queues, committed)
+    at_time = offsets_at(cluster, needed) if needed else {}
+    return starting_offsets(position, queues, committed=committed, at_time=at_time)

@@ -1,0 +1,248 @@
+"""The read path of one Spark task: pull queue ranges, yield Arrow batches of rows.
+
+Runs in Spark's Python workers, so it opens its own connections (a gRPC channel cannot be
+pickled) and closes them when the task ends. Each
+:class:`~rmq_spark.source.planning.QueueRange` is read exactly: pulls start at ``start``,
+ask for at most what is left, and rows at or past ``end`` are dropped (a tag-filtered pull
+may reach beyond it). Every pull's
+records are decoded in one vectorised pass and turned into the source's rows
+(:func:`~rmq_spark.source.schema.to_rows`); no Python code runs per message. The next pull
+is sent before the current answer is decoded, so the broker reads while the task decodes.
+
+Statuses, as RocketMQ's pull defines them:
+
+- FOUND: rows; the next pull starts at ``next_begin_offset``.
+- NO_MATCHED_MSG: the tag filter skipped every entry scanned; ``next_begin_offset`` moved
+  past them. A filtered gap is not data loss.
+- OFFSET_ILLEGAL below the queue's min: retention deleted the rest of the range before it
+  was read; past the max, or NO_NEW_MSG before ``end``: the queue now ends early (it was
+  re-created). Both are data loss: ``failOnDataLoss`` fails the task naming the queue and
+  offsets, or warns and skips.
+
+A broker that is briefly unavailable (restarting) is retried ``maxRetries`` times with a
+doubling backoff from ``retryBackoffMs``; so is a pull that timed out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import InputPartition
+
+from rmq_spark.client.connection import NO_RETRY, ClientConfig, Connection, PendingCall
+from rmq_spark.codec.arrow_decode import decode_records
+from rmq_spark.errors import (
+    CorruptDataError,
+    DataLossError,
+    NotFoundError,
+    RequestTimeoutError,
+    RocketliteError,
+    UnavailableError,
+)
+from rmq_spark.offsets.spark import DataLoss, data_loss_message
+from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.source.discovery import MAX_RETRY_BACKOFF_MS
+from rmq_spark.source.options import SourceOptions
+from rmq_spark.source.planning import PlannedPartition, QueueRange
+from rmq_spark.source.schema import to_rows
+from rmq_spark.structs import MessageQueue, PullStatus
+from rmq_spark.wire import mq_to_pb, pull_status_from_pb
+
+log = logging.getLogger("rmq_spark.source")
+
+__all__ = ["RocketlitePartition", "read_partition"]
+
+#: bytes asked for per pull. With the default pullBatchSize (8192) this caps one pull of
+#: large messages at 16 MiB of records, well under the broker's max_pull_bytes (32 MiB) and
+#: the 64 MiB gRPC limit, so a task's memory stays modest whatever the message size.
+PULL_MAX_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class RocketlitePartition(InputPartition):
+    """One Spark task: queue ranges to read in order, and where each broker is."""
+
+    ranges: tuple[QueueRange, ...]
+    #: (broker name, endpoint) for every broker of ``ranges``
+    endpoints: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, planned: PlannedPartition, endpoints: dict[str, str]) -> RocketlitePartition:
+        brokers = sorted({r.mq.broker_name for r in planned.ranges})
+        return cls(planned.ranges, tuple((name, endpoints[name]) for name in brokers))
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+
+def read_partition(
+    partition: RocketlitePartition, options: SourceOptions
+) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of every range of ``partition`` as Arrow batches, in range order."""
+    config = ClientConfig(request_timeout_ms=options.pull_timeout_ms, retry=NO_RETRY)
+    endpoints = dict(partition.endpoints)
+    connections: dict[str, Connection] = {}
+    try:
+        for queue_range in partition.ranges:
+            endpoint = endpoints[queue_range.mq.broker_name]
+            if endpoint not in connections:
+                connections[endpoint] = Connection(endpoint, config)
+            yield from _RangeReader(connections[endpoint], queue_range, options).batches()
+    finally:
+        for conn in connections.values():
+            conn.close()
+
+
+class _RangeReader:
+    """Reads one queue range, see the module doc."""
+
+    def __init__(self, conn: Connection, queue_range: QueueRange, options: SourceOptions) -> None:
+        self.conn = conn
+        self.range = queue_range
+        self.options = options
+        tags = options.subscription.tags
+        self.tag_values = None if tags is None else pa.array(sorted(tags), pa.string())
+
+    @property
+    def mq(self) -> MessageQueue:
+        return self.range.mq
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        offset, end = self.range.start, self.range.end
+        ahead: PendingCall | None = None  # the pull at ``offset``, already started
+        try:
+            while offset < end:
+                response = self._pull(offset, ahead)
+                ahead = None
+                if response is None:  # the queue is gone, and failOnDataLoss is false
+                    return
+                status = _status(self.mq, response)
+                following = response.next_begin_offset
+                if status in (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG):
+                    self._check_progress(offset, following, status)
+                    if following < end:  # the broker reads on while this pull is decoded
+                        ahead = self._start(following)
+                    if status == PullStatus.FOUND:
+                        rows = self._rows(response, end)
+                        if rows.num_rows:
+                            yield rows
+                elif status == PullStatus.OFFSET_ILLEGAL and offset < response.min_offset:
+                    self._lost(DataLoss(self.mq, "deleted", offset, response.min_offset))
+                    following = response.min_offset
+                else:  # NO_NEW_MSG or OFFSET_ILLEGAL past the end, before ``end``
+                    self._lost(DataLoss(self.mq, "reset", end, response.max_offset))
+                    return
+                offset = following
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    def _check_progress(self, offset: int, following: int, status: PullStatus) -> None:
+        if following <= offset:
+            raise RocketliteError(
+                f"pull of {_where(self.mq)} at offset {offset} answered {status.name} with "
+                f"next offset {following}, which does not move forward; the broker is "
+                "inconsistent"
+            )
+
+    def _request(self, offset: int) -> messaging_pb2.PullMessagesRequest:
+        return messaging_pb2.PullMessagesRequest(
+            queue=mq_to_pb(self.mq),
+            queue_offset=offset,
+            max_messages=min(self.options.pull_batch_size, self.range.end - offset),
+            max_bytes=PULL_MAX_BYTES,
+            subscription_expression=self.options.subscription.expression,
+        )
+
+    def _start(self, offset: int) -> PendingCall:
+        return self.conn.start(
+            self.conn.messaging.PullMessages,
+            self._request(offset),
+            timeout_s=self.options.pull_timeout_ms / 1000,
+        )
+
+    def _pull(
+        self, offset: int, ahead: PendingCall | None
+    ) -> messaging_pb2.PullMessagesResponse | None:
+        """The answer of the pull at ``offset`` (``ahead`` if it was started early), retried
+        while the broker is unavailable; None when the queue vanished and that is accepted."""
+        request = self._request(offset)
+        timeout_s = self.options.pull_timeout_ms / 1000
+        backoff_ms = self.options.retry_backoff_ms
+        attempts = self.options.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                if ahead is not None:
+                    call, ahead = ahead, None
+                    return call.result()
+                return self.conn.call(
+                    self.conn.messaging.PullMessages, request, timeout_s=timeout_s, retry=NO_RETRY
+                )
+            except (UnavailableError, RequestTimeoutError) as exc:
+                if attempt == attempts:
+                    raise type(exc)(
+                        f"pull of {_where(self.mq)} at offset {offset} from "
+                        f"{self.conn.endpoint} failed {attempts} times; last error: {exc}. "
+                        "Is the broker running? Raise maxRetries or retryBackoffMs to wait "
+                        "longer for a restarting broker"
+                    ) from exc
+                log.warning(
+                    "pull of %s at %d failed (%s); retry %d/%d in %d ms",
+                    _where(self.mq), offset, exc, attempt, attempts - 1, backoff_ms,
+                )  # fmt: skip
+                time.sleep(backoff_ms / 1000)
+                backoff_ms = min(max(backoff_ms, 1) * 2, MAX_RETRY_BACKOFF_MS)
+            except NotFoundError as exc:
+                self._lost(DataLoss(self.mq, "vanished", offset), detail=str(exc))
+                return None
+        raise AssertionError("unreachable")
+
+    def _rows(self, response: messaging_pb2.PullMessagesResponse, end: int) -> pa.RecordBatch:
+        # np.array reads a repeated scalar field in one C call (np.fromiter: one per item)
+        sizes = np.array(response.record_sizes, dtype=np.int64)
+        records = decode_records(response.records, sizes=sizes if len(sizes) else None)
+        offsets = records.column("queueOffset").to_numpy(zero_copy_only=False)
+        index = np.array(response.queue_offsets, dtype=np.int64)
+        if len(index) and not np.array_equal(index, offsets):
+            raise CorruptDataError(
+                f"pull of {_where(self.mq)}: the records' queue offsets differ from the "
+                "answer's index; the broker sent inconsistent data"
+            )
+        inside = int(np.searchsorted(offsets, end))  # a filtered pull may pass the end
+        if inside < records.num_rows:
+            records = records.slice(0, inside)
+        if self.tag_values is not None and records.num_rows:
+            # The broker filtered on tag hash codes; different tags can share one.
+            keep = pc.fill_null(pc.is_in(records.column("tags"), value_set=self.tag_values), False)
+            records = records.filter(keep)
+        return to_rows(records, self.mq.broker_name)
+
+    def _lost(self, loss: DataLoss, detail: str = "") -> None:
+        fail = self.options.fail_on_data_loss
+        message = data_loss_message([loss], fail_on_data_loss=fail)
+        if detail:
+            message += f"\n  (the broker said: {detail})"
+        if fail:
+            raise DataLossError(message)
+        log.warning("%s", message)
+
+
+def _status(mq: MessageQueue, response: messaging_pb2.PullMessagesResponse) -> PullStatus:
+    try:
+        return pull_status_from_pb(response.status)
+    except KeyError:
+        raise RocketliteError(
+            f"pull of {_where(mq)} got status {response.status}, which this client does not "
+            "know; is the broker newer than the client?"
+        ) from None
+
+
+def _where(mq: MessageQueue) -> str:
+    return f"topic {mq.topic!r} broker {mq.broker_name!r} queue {mq.queue_id}"

@@ -1,0 +1,99 @@
+"""Fixtures for the Spark source tests: one SparkSession for the whole run, real brokers.
+
+* ``spark``: the session (``local[2]``, UI off, 2 shuffle partitions), started once (~7 s).
+* ``broker``: one broker subprocess shared by every test (each test uses its own topics).
+* ``broker_factory``: brokers of the test's own (for restarts, two brokers, small segments).
+* ``topic``: a fresh topic name.
+
+Helpers (producing, running streams, reading sinks) are in ``spark_helpers.py``; broker
+processes come from ``tests/integration/broker_harness.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from broker_harness import TEST_STORE_FLAGS, BrokerProcess  # noqa: E402
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    # Spark's Python workers must run this interpreter (it has pyarrow and the package).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # pyspark finds ``pyspark_rocketlite`` by listing the modules on its workers' path. A
+    # setuptools editable install serves modules through an import hook that listing cannot
+    # see, so put the repository on the path, where an installed wheel puts the module.
+    # The JVM and its workers inherit the environment it is launched with.
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), saved) if p)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("rmq-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.streaming.stopTimeout", "10s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    if saved is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = saved
+
+
+def start_broker(directory: Path, name: str, *flags: str, store_flags=TEST_STORE_FLAGS):
+    """A started broker subprocess with its store in ``directory / name``."""
+    broker = BrokerProcess(
+        name, directory / name, directory / f"{name}.log", [*store_flags, *flags]
+    )
+    return broker.start()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    process = start_broker(tmp_path_factory.mktemp("brokers"), "broker-a")
+    yield process
+    if process.running:
+        process.stop(timeout_s=10)
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    """``broker_factory(name, *flags, store_flags=...) -> BrokerProcess`` (started)."""
+    started: list[BrokerProcess] = []
+
+    def start(name: str = "broker-b", *flags: str, store_flags=TEST_STORE_FLAGS):
+        process = start_broker(tmp_path, name, *flags, store_flags=store_flags)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.running:
+            try:
+                process.stop(timeout_s=10)
+            except BaseException:
+                process.kill()
+
+
+@pytest.fixture
+def topic(request) -> str:
+    """A topic name no other test uses."""
+    stem = re.sub(r"[^a-zA-Z0-9_-]", "_", request.node.name)[:80]
+    return f"{stem}-{next(_names)}"

@@ -1,0 +1,128 @@
+"""Data loss (retention deleted messages before they were read) and broker restarts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+
+import pytest
+from broker_harness import start_in_process_broker
+from spark_helpers import (
+    batch,
+    create_topic,
+    free_port,
+    produce,
+    rows_of,
+    run_available_now,
+    stream,
+)
+
+from rmq_spark.client import Admin
+from rmq_spark.source.options import SourceOptions
+from rmq_spark.source.planning import QueueRange
+from rmq_spark.source.read import RocketlitePartition, read_partition
+from rmq_spark.structs import MessageQueue
+
+SMALL_SEGMENTS = {"commitlog_segment_bytes": 64 << 10, "consumequeue_entries_per_file": 256}
+
+
+@pytest.fixture
+def small_segment_broker(tmp_path):
+    """A broker in this process, so the test can run retention now (64 KiB segments)."""
+    local = start_in_process_broker(
+        tmp_path / "store", name="broker-loss", store_options=dict(SMALL_SEGMENTS)
+    )
+    yield local
+    local.stop()
+
+
+@pytest.mark.slow
+def test_retention_before_reading_fails_or_skips(spark, small_segment_broker, topic, tmp_path):
+    endpoint = small_segment_broker.endpoint
+    create_topic(endpoint, topic, queues=1)
+    produce(endpoint, topic, {0: 20}, prefix="early")
+    df = stream(spark, endpoint, topic, startingOffsets="earliest")
+    checkpoint = tmp_path / "checkpoint"
+    assert run_available_now(df, checkpoint).sizes == [20]
+
+    # Several segments more, then retention deletes every segment but the one written now.
+    later = produce(endpoint, topic, {0: 3000}, prefix="x" * 100)
+    assert small_segment_broker.broker.store.delete_expired_files(max_age_ms=0) > 0
+    with Admin(endpoint) as admin:
+        mq = MessageQueue(topic, "broker-loss", 0)
+        low = admin.query_offsets([mq])[mq].min_offset
+    assert 20 < low < 3020
+    kept = {key: body for key, body in later.items() if key[2] >= low}
+    shutil.copytree(checkpoint, tmp_path / "checkpoint-skip")
+
+    lost = rf"topic '{topic}' broker 'broker-loss' queue 0: messages 20\.\.{low - 1} were deleted"
+    with pytest.raises(Exception, match=lost):
+        run_available_now(df, checkpoint)
+
+    skipping = stream(spark, endpoint, topic, startingOffsets="earliest", failOnDataLoss="false")
+    assert run_available_now(skipping, tmp_path / "checkpoint-skip").messages == kept
+
+    # A batch read from offsets retention removed: the same choice.
+    start = json.dumps({topic: {"broker-loss": {"0": 5}}})
+    with pytest.raises(Exception, match=rf"messages 5\.\.{low - 1} were deleted"):
+        batch(spark, endpoint, topic, startingOffsets=start).count()
+    skipped = batch(spark, endpoint, topic, startingOffsets=start, failOnDataLoss="false")
+    assert rows_of(skipped) == kept
+
+
+@pytest.mark.slow
+def test_a_broker_restart_does_not_fail_a_read(broker_factory, topic):
+    """A task pulling while its broker restarts waits (retries with backoff) and goes on."""
+    port = free_port()
+    broker = broker_factory("broker-r", "--port", str(port))
+    create_topic(broker.endpoint, topic, queues=1)
+    sent = produce(broker.endpoint, topic, {0: 300})
+    options = SourceOptions.parse(
+        {"endpoints": broker.endpoint, "topic": topic, "pullBatchSize": "50",
+         "retryBackoffMs": "300", "maxRetries": "6"},
+        streaming=False,
+    )  # fmt: skip
+    mq = MessageQueue(topic, "broker-r", 0)
+    partition = RocketlitePartition((QueueRange(mq, 0, 300),), (("broker-r", broker.endpoint),))
+    batches = read_partition(partition, options)
+    first = next(batches)  # one pull done; now the broker goes away for a while
+    broker.stop()
+    restarter = threading.Timer(1.0, broker.start)
+    restarter.start()
+    started = time.monotonic()
+    rest = list(batches)
+    restarter.join()
+    assert time.monotonic() - started >= 0.9
+    offsets = [o for b in [first, *rest] for o in b.column("queueOffset").to_pylist()]
+    bodies = [v for b in [first, *rest] for v in b.column("body").to_pylist()]
+    assert offsets == list(range(300))
+    assert bodies == [sent[("broker-r", 0, o)] for o in offsets]
+
+
+@pytest.mark.slow
+def test_a_stream_survives_a_broker_restart(spark, broker_factory, topic, tmp_path):
+    from spark_helpers import start_collecting, wait_for
+
+    broker = broker_factory("broker-s", "--port", str(free_port()))
+    create_topic(broker.endpoint, topic, queues=2)
+    sent = produce(broker.endpoint, topic, 20)
+    df = stream(
+        spark, broker.endpoint, topic, startingOffsets="earliest", retryBackoffMs="200",
+        maxRetries="2",
+    )  # fmt: skip
+    query, collected = start_collecting(df, tmp_path / "checkpoint")
+    try:
+        wait_for(lambda: len(collected.rows) >= 40, 60, "the first messages", query)
+        broker.stop()
+        time.sleep(2.0)  # triggers run while the broker is down
+        broker.start()
+        sent.update(produce(broker.endpoint, topic, 10, prefix="after"))
+        wait_for(
+            lambda: len(collected.rows) >= 60, 60, "the messages sent after the restart", query
+        )
+        assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+    assert collected.messages == sent

@@ -1,0 +1,91 @@
+"""Killing the Spark driver mid-stream loses nothing and duplicates nothing.
+
+The job (``driver_kill_job.py``) runs in its own process group, writing micro-batches to a
+parquet sink while messages keep arriving. The test SIGKILLs the whole group (driver JVM,
+Python, workers) while a batch is planned but not yet committed, restarts the query from the
+checkpoint in another driver (this test's session), and checks that the sink holds every
+message exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from spark_helpers import create_topic, produce, rows_of, run_available_now, stream
+
+JOB = Path(__file__).with_name("driver_kill_job.py")
+
+
+def _job(args: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, str(JOB), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the JVM and workers die with it
+        )
+
+
+def _log_tail(log: Path) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+
+
+def _batch_in_flight(checkpoint: Path, at_least: int) -> int | None:
+    """The id of a batch planned (offset log written) but not committed, if >= at_least."""
+    offsets = {int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")}
+    commits = {int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")}
+    pending = sorted(offsets - commits)
+    return pending[-1] if pending and pending[-1] >= at_least else None
+
+
+@pytest.mark.slow
+def test_driver_killed_mid_stream_restarts_exactly_once(spark, broker, topic, tmp_path):
+    create_topic(broker.endpoint, topic, queues=4)
+    sent = produce(broker.endpoint, topic, 20, prefix="before")
+    flowing = threading.Event()
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        round_no = 0
+        while not stop.is_set():
+            sent.update(produce(broker.endpoint, topic, 2, prefix=f"round{round_no}"))
+            round_no += 1
+            flowing.set()
+            time.sleep(0.1)
+
+    checkpoint, output, log = tmp_path / "checkpoint", tmp_path / "out", tmp_path / "job.log"
+    args = [broker.endpoint, topic, str(checkpoint), str(output)]
+    producer = threading.Thread(target=keep_producing, daemon=True)
+    job = _job(args, log)
+    try:
+        producer.start()
+        deadline = time.monotonic() + 120
+        in_flight = None
+        while in_flight is None:
+            assert job.poll() is None, f"the job exited early:\n{_log_tail(log)}"
+            assert time.monotonic() < deadline, f"no batch in flight in time:\n{_log_tail(log)}"
+            time.sleep(0.02)
+            in_flight = _batch_in_flight(checkpoint, at_least=2)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+    assert flowing.is_set() and producer.is_alive()  # messages were flowing at the kill
+    assert not (checkpoint / "commits" / str(in_flight)).exists()  # killed mid-batch
+    time.sleep(0.5)  # a few more messages after the kill
+    stop.set()
+    producer.join(30)
+
+    # A new driver (this test's session) restarts from the checkpoint and drains the rest.
+    rest = stream(spark, broker.endpoint, topic, startingOffsets="earliest", group="driver-kill")
+    run_available_now(rest, checkpoint, output)
+    assert rows_of(spark.read.parquet(str(output))) == sent

@@ -1,0 +1,233 @@
+"""Streaming reads of real brokers through a real SparkSession."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from spark_helpers import (
+    Collected,
+    create_topic,
+    group_offsets,
+    produce,
+    rows_of,
+    run_available_now,
+    start_collecting,
+    stream,
+    wait_for,
+)
+
+from rmq_spark.cli import main as cli_main
+from rmq_spark.client import Admin
+from rmq_spark.structs import MessageQueue
+
+
+def test_available_now_reads_exactly_resumes_from_checkpoint_and_commits(
+    spark, broker, topic, tmp_path
+):
+    create_topic(broker.endpoint, topic, queues=3)
+    sent = produce(broker.endpoint, topic, {0: 50, 1: 30})  # queue 2 stays empty
+    df = stream(spark, broker.endpoint, topic, startingOffsets="earliest", group="etl-a")
+    checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
+
+    assert sum(run_available_now(df, checkpoint, output)) == 80
+    assert rows_of(spark.read.parquet(str(output))) == sent
+
+    more = produce(broker.endpoint, topic, {1: 5, 2: 7}, prefix="second")
+    assert run_available_now(df, checkpoint, output) == [12]  # only the new messages
+    assert rows_of(spark.read.parquet(str(output))) == {**sent, **more}
+
+    # The group's offsets on the broker are the ends the query reached...
+    with Admin(broker.endpoint) as admin:
+        committed = admin.consumer_offsets("etl-a", topic)
+        lag = sum(p.lag for p in admin.consumer_progress("etl-a", topic))
+    assert committed == {MessageQueue(topic, "broker-a", q): n for q, n in enumerate([50, 35, 7])}
+    assert lag == 0
+
+    # ...so a new query (new checkpoint) starting from the group reads only what came after.
+    latest = produce(broker.endpoint, topic, {0: 3}, prefix="third")
+    fresh = stream(spark, broker.endpoint, topic, startingOffsets="group", group="etl-a")
+    assert run_available_now(fresh, tmp_path / "checkpoint-2").messages == latest
+
+
+def test_the_usage_in_the_issue_reads_new_messages_and_shows_group_progress(
+    spark, broker, topic, tmp_path, capsys
+):
+    create_topic(broker.endpoint, topic, queues=2)
+    produce(broker.endpoint, topic, 5, prefix="before")  # latest: not read
+    df = (
+        spark.readStream.format("rocketlite")
+        .option("endpoints", broker.endpoint)
+        .option("topic", topic)
+        .option("group", "etl")
+        .load()
+    )
+    query, collected = start_collecting(df, tmp_path / "checkpoint")
+    try:
+        wait_for(lambda: query.lastProgress is not None, 60, "the first trigger", query)
+        sent = produce(broker.endpoint, topic, 3, prefix="after")
+        wait_for(lambda: len(collected.rows) >= 6, 60, "the new messages", query)
+        # The progress is committed at the next trigger (once the batch is done).
+        committed = lambda: set(group_offsets(broker.endpoint, "etl", topic).values())  # noqa: E731
+        wait_for(lambda: committed() == {8}, 30, "the group's commit", query)
+    finally:
+        query.stop()
+    assert collected.messages == sent
+    capsys.readouterr()
+    assert (
+        cli_main(["offsets", "etl", "--topic", topic, "--endpoints", broker.endpoint, "--json"])
+        == 0
+    )
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["queueId"], r["committed"], r["lag"]) for r in rows] == [(0, 8, 0), (1, 8, 0)]
+
+
+def test_max_messages_per_trigger_sizes_the_batches(spark, broker, topic, tmp_path):
+    create_topic(broker.endpoint, topic, queues=3)
+    sent = produce(broker.endpoint, topic, {0: 100, 1: 40, 2: 5})
+
+    def send_more(batch_index: int) -> None:  # arrives after AvailableNow started
+        if batch_index == 0:
+            produce(broker.endpoint, topic, {2: 10}, prefix="late")
+
+    df = stream(
+        spark, broker.endpoint, topic, startingOffsets="earliest", maxMessagesPerTrigger="50"
+    )
+    collected = run_available_now(df, tmp_path / "checkpoint", collected=Collected(send_more))
+    assert collected.sizes == [50, 50, 45]  # not the 10 late ones: AvailableNow stops where
+    assert collected.messages == sent  # the brokers were when the query started
+    first = {row.queueId for row in collected.batches[0]}
+    assert first == {0, 1, 2}  # shared by backlog, the small queue is not starved
+
+
+def test_trigger_once_reads_all_available_despite_the_limit(spark, broker, topic, tmp_path):
+    create_topic(broker.endpoint, topic, queues=2)
+    sent = produce(broker.endpoint, topic, 20)
+    df = stream(
+        spark, broker.endpoint, topic, startingOffsets="earliest", maxMessagesPerTrigger="5"
+    )
+    collected = run_available_now(df, tmp_path / "checkpoint", once=True)
+    assert collected.sizes == [40]  # the engine's ReadAllAvailable wins
+    assert collected.messages == sent
+
+
+def test_min_messages_per_trigger_waits_up_to_the_max_delay(spark, broker, topic, tmp_path):
+    create_topic(broker.endpoint, topic, queues=1)
+    produce(broker.endpoint, topic, 12)
+    df = stream(
+        spark, broker.endpoint, topic, startingOffsets="earliest",
+        minMessagesPerTrigger="10", maxTriggerDelay="3s",
+    )  # fmt: skip
+    produced_at: dict[int, float] = {}
+
+    def next_step(batch_index: int) -> None:
+        if batch_index == 0:  # too few to start a batch before maxTriggerDelay
+            produce(broker.endpoint, topic, 3, prefix="few")
+        elif batch_index == 1:  # enough for a batch at once
+            produce(broker.endpoint, topic, 10, prefix="many")
+        produced_at[batch_index] = time.monotonic()
+
+    query, collected = start_collecting(
+        df, tmp_path / "checkpoint", "200 milliseconds", Collected(next_step)
+    )
+    try:
+        wait_for(lambda: len(collected.sizes) >= 3, 60, "three batches", query)
+    finally:
+        query.stop()
+    assert collected.sizes == [12, 3, 10]
+    times = [t for t, rows in zip(collected.times, collected.batches, strict=True) if rows]
+    assert times[1] - produced_at[0] > 1.5  # the 3 waited for maxTriggerDelay
+    assert times[2] - produced_at[1] < times[1] - produced_at[0]  # the 10 did not wait
+
+
+def test_max_bytes_per_trigger_splits_the_backlog(spark, broker, topic, tmp_path):
+    create_topic(broker.endpoint, topic, queues=2)
+    sent = produce(broker.endpoint, topic, 200)
+    df = stream(spark, broker.endpoint, topic, startingOffsets="earliest", maxBytesPerTrigger="16k")
+    collected = run_available_now(df, tmp_path / "checkpoint")
+    assert len(collected.sizes) > 1
+    assert collected.messages == sent
+
+
+def test_tag_filter_reads_matching_tags_across_gaps(spark, broker, topic, tmp_path):
+    create_topic(broker.endpoint, topic, queues=2)
+    sent = produce(broker.endpoint, topic, {0: 30, 1: 12}, tags=["TagA", "TagB", "TagC", None])
+    df = stream(
+        spark, broker.endpoint, topic, startingOffsets="earliest", subExpression="TagA || TagC"
+    )
+    collected = run_available_now(df, tmp_path / "checkpoint")
+    expected = {key: body for key, body in sent.items() if key[2] % 4 in (0, 2)}
+    assert collected.messages == expected
+    assert {row.tags for row in collected.rows} == {"TagA", "TagC"}
+
+
+def test_starting_timestamp_skips_older_messages(spark, broker, topic, tmp_path):
+    create_topic(broker.endpoint, topic, queues=2)
+    produce(broker.endpoint, topic, 10, prefix="old")
+    time.sleep(0.05)
+    boundary = int(time.time() * 1000)
+    time.sleep(0.05)
+    new = produce(broker.endpoint, topic, 4, prefix="new")
+    df = stream(spark, broker.endpoint, topic, startingTimestamp=str(boundary))
+    assert run_available_now(df, tmp_path / "checkpoint").messages == new
+
+
+def test_topic_pattern_picks_up_new_topics_and_queues(spark, broker, topic, tmp_path):
+    first, second = f"{topic}-x", f"{topic}-y"
+    create_topic(broker.endpoint, first, queues=1)
+    sent = produce(broker.endpoint, first, 5)
+    df = stream(spark, broker.endpoint, topicPattern=f"{topic}-.*", startingOffsets="earliest")
+    query, collected = start_collecting(df, tmp_path / "checkpoint")
+    try:
+        wait_for(lambda: len(collected.rows) >= 5, 60, "the first topic's messages", query)
+        create_topic(broker.endpoint, second, queues=2)  # a new topic ...
+        new_topic = produce(broker.endpoint, second, 3, prefix="y")
+        with Admin(broker.endpoint) as admin:  # ... and a new queue of the first one
+            admin.update_topic(first, queues=2)
+        new_queue = produce(broker.endpoint, first, {1: 4}, prefix="x1")
+        total = len(sent) + len(new_topic) + len(new_queue)
+        wait_for(lambda: len(collected.rows) >= total, 60, "the new topic and queue", query)
+    finally:
+        query.stop()
+    by_topic = {(row.topic, row.queueId, row.queueOffset) for row in collected.rows}
+    assert len(by_topic) == len(collected.rows) == total
+    assert {(t, q) for t, q, _ in by_topic} == {(first, 0), (first, 1), (second, 0), (second, 1)}
+    assert min(o for t, q, o in by_topic if (t, q) == (first, 1)) == 0  # read from 0
+
+
+def test_two_brokers_are_read_and_committed(spark, broker_factory, topic, tmp_path):
+    brokers = [broker_factory("broker-b"), broker_factory("broker-c")]
+    endpoints = ",".join(b.endpoint for b in brokers)
+    create_topic(endpoints, topic, queues=2)
+    sent = {}
+    for b in brokers:
+        sent.update(produce(endpoints, topic, {0: 6, 1: 3}, broker=b.name))
+    df = stream(spark, endpoints, topic, startingOffsets="earliest", group="two")
+    collected = run_available_now(df, tmp_path / "checkpoint")
+    assert collected.messages == sent
+    assert {key[0] for key in sent} == {"broker-b", "broker-c"}
+    with Admin(endpoints) as admin:
+        committed = admin.consumer_offsets("two", topic)
+    assert committed == {
+        MessageQueue(topic, name, q): [6, 3][q] for name in ("broker-b", "broker-c") for q in (0, 1)
+    }
+
+
+def test_unknown_and_malformed_options_fail_at_load(spark, broker):
+    with pytest.raises(
+        Exception,
+        match=r"(?i)unknown option 'maxOffsetsPerTrigger'.*did you mean maxMessagesPerTrigger",
+    ):
+        stream(spark, broker.endpoint, "orders", maxOffsetsPerTrigger="10")
+    with pytest.raises(Exception, match="option maxMessagesPerTrigger='ten' is invalid"):
+        stream(spark, broker.endpoint, "orders", maxMessagesPerTrigger="ten")
+    with pytest.raises(
+        Exception, match="startingOffsets: topic 'orders' broker 'b' queue 'x' is not a queue id"
+    ):
+        stream(
+            spark,
+            broker.endpoint,
+            "orders",
+            startingOffsets=json.dumps({"orders": {"b": {"x": 1}}}),
+        )
