@@ -9,5 +9,10 @@
   its progress to the broker table for its ``group`` (``rocketlite offsets GROUP``), but
   the checkpoint is what a restarted query resumes from.
 
+- :mod:`rmq_spark.offsets.store`: the client's ``OffsetStore`` family (RocketMQ's names):
+  :mod:`~rmq_spark.offsets.local_file` (``LocalFileOffsetStore``, broadcasting: a JSON file
+  per client and group) and :mod:`~rmq_spark.offsets.remote_broker`
+  (``RemoteBrokerOffsetStore``, clustering: the broker's table over the wire).
+
 A committed offset is always the *next* offset to consume in its queue.
 """
