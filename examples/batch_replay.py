@@ -24,13 +24,24 @@ TOPIC = "payments"
 
 def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     work = Path(tempfile.mkdtemp(prefix="rocketlite-replay-"))
-    server, port = create_server(BrokerConfig(store_dir=work / "store", port=0))
-    endpoint = f"127.0.0.1:{port}"
     from pyspark.sql import SparkSession
 
+    # Spark first: it forks the JVM, which must happen before gRPC threads exist here.
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("rocketlite-batch-replay")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    server, port = create_server(BrokerConfig(store_dir=work / "store", port=0))
+    endpoint = f"127.0.0.1:{port}"
     with server:
-        Admin(endpoint).create_topic(TOPIC, queues=2)
+        with Admin(endpoint) as admin:
+            admin.create_topic(TOPIC, queues=2)
         with Producer(endpoint) as producer:
             for qid in (0, 1):
                 queue = MessageQueue(TOPIC, server.broker.name, qid)
@@ -39,13 +50,6 @@ def main() -> None:
         broker = server.broker.name
         start = {TOPIC: {broker: {"0": 10, "1": 95}}}
         end = {TOPIC: {broker: {"0": 20, "1": 100}}}
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("rocketlite-batch-replay")
-            .config("spark.ui.enabled", "false")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
         try:
             df = (
                 spark.read.format("rocketlite")

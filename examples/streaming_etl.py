@@ -85,26 +85,29 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=3000)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # quiet gRPC's fork notices
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     work = Path(tempfile.mkdtemp(prefix="rocketlite-etl-"))
-    server, port = create_server(BrokerConfig(store_dir=work / "store", port=0))
-    endpoint = f"127.0.0.1:{port}"
     from pyspark.sql import SparkSession
 
+    # Start Spark (it forks the JVM) before any gRPC thread exists in this process:
+    # forking a process that runs gRPC threads can break the child.
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("rocketlite-streaming-etl")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    server, port = create_server(BrokerConfig(store_dir=work / "store", port=0))
+    endpoint = f"127.0.0.1:{port}"
     with server:
         print(f"1. embedded broker on {endpoint}")
-        Admin(endpoint).create_topic(TOPIC, queues=4)
+        with Admin(endpoint) as admin:
+            admin.create_topic(TOPIC, queues=4)
         produce(endpoint, args.orders)
         print(f"2. produced {args.orders} orders to {TOPIC!r} (4 queues)")
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("rocketlite-streaming-etl")
-            .config("spark.sql.shuffle.partitions", "4")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
         try:
             print("3. streaming query (Trigger.AvailableNow) from the beginning:")
             run_query(spark, endpoint, work / "checkpoint")

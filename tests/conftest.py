@@ -10,6 +10,10 @@ import pytest
 
 # Spark workers must run the interpreter that has our dependencies.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# The Spark session (created lazily) forks the JVM from this process while gRPC threads of
+# earlier tests may run; gRPC's fork handlers then can break the child, so turn them off
+# (the child only execs java). Must be set before grpc is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 
 @pytest.fixture
