@@ -42,21 +42,7 @@ from rmq_spark.structs import Permission, PullStatus
 from rmq_spark.wire import pull_status_to_pb
 
 #: property names a sender may not set: they have their own fields or belong to the broker
-RESERVED_PROPERTIES = frozenset(
-    {
-        props.TAGS,
-        props.KEYS,
-        props.UNIQ_KEY,
-        props.DELAY,
-        props.WAIT,
-        props.RETRY_TOPIC,
-        props.REAL_TOPIC,
-        props.REAL_QID,
-        props.RECONSUME_TIME,
-        props.MAX_RECONSUME_TIMES,
-        props.ORIGIN_MESSAGE_ID,
-    }
-)
+RESERVED_PROPERTIES = props.RESERVED_PROPERTIES
 DEFAULT_PULL_MESSAGES = 32  # RocketMQ's pullBatchSize default
 DEFAULT_PULL_BYTES = 4 << 20
 UNKNOWN_BORN_HOST = "127.0.0.1:0"

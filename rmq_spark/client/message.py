@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rmq_spark.codec.properties import MAX_PROPERTIES_BYTES, RESERVED_PROPERTIES
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.structs import MessageQueue
@@ -258,23 +259,6 @@ _TAG_HEADS: dict[str | None, str] = {None: "", "": ""}
 _MAX_TAG_HEADS = 4096
 #: a columnar chunk's bytes besides bodies and properties: sizes, index, time, flag
 _COLUMN_OVERHEAD_BYTES = 32
-_MAX_PROPERTIES_BYTES = 32767
-#: property names the broker refuses in ``Message.properties`` (see docs/protocol.md)
-_RESERVED_NAMES = frozenset(
-    (
-        "TAGS",
-        "KEYS",
-        "UNIQ_KEY",
-        "DELAY",
-        "WAIT",
-        "RETRY_TOPIC",
-        "REAL_TOPIC",
-        "REAL_QID",
-        "RECONSUME_TIME",
-        "MAX_RECONSUME_TIMES",
-        "ORIGIN_MESSAGE_ID",
-    )
-)
 
 
 @dataclass
@@ -297,7 +281,7 @@ def _tag_head(tag: str) -> str:
 
 def _plain_properties(properties: Mapping[str, str]) -> bool:
     """True when user properties are non-empty strings with names the broker accepts."""
-    return _RESERVED_NAMES.isdisjoint(properties) and all(
+    return RESERVED_PROPERTIES.isdisjoint(properties) and all(
         type(name) is str and name and type(value) is str for name, value in properties.items()
     )
 
@@ -350,7 +334,7 @@ def encode_columns(
         properties_sizes = list(map(len, texts))
     else:
         properties_sizes = [len(text.encode()) for text in texts]
-    if max(properties_sizes) > _MAX_PROPERTIES_BYTES:
+    if max(properties_sizes) > MAX_PROPERTIES_BYTES:
         return None
     bodies = [message.body for message in messages]
     body_sizes = list(map(len, bodies))

@@ -23,6 +23,24 @@ MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 WAIT = "WAIT"
 
+#: names a sender may not put among a message's own properties: they have fields of their
+#: own (TAGS, KEYS, UNIQ_KEY) or belong to the broker (delay, retry, redirection)
+RESERVED_PROPERTIES = frozenset(
+    {
+        TAGS,
+        KEYS,
+        UNIQ_KEY,
+        DELAY,
+        WAIT,
+        RETRY_TOPIC,
+        REAL_TOPIC,
+        REAL_QID,
+        RECONSUME_TIME,
+        MAX_RECONSUME_TIMES,
+        ORIGIN_MESSAGE_ID,
+    }
+)
+
 
 def encode_properties(props: Mapping[str, str] | None) -> bytes:
     """Encode a mapping to RocketMQ's property bytes.
