@@ -134,8 +134,7 @@ class PullConsumer:
         self.subscription = parse_subscription(subscription)
         self.config = config or ConsumerConfig()
         self._cluster = Cluster(endpoints, self.config)
-        tags = self.subscription.tags
-        self._tag_values = None if tags is None else pa.array(sorted(tags), pa.string())
+        self._tag_values = subscribed_tag_values(self.subscription)
         self._assigned: list[MessageQueue] = []
         self._positions: dict[MessageQueue, int] = {}
         self._rotation = 0
@@ -422,7 +421,7 @@ class PullConsumer:
             ) from None
         batch = _EMPTY_BATCH
         if status == PullStatus.FOUND:
-            batch = self._filter(_decode(mq, response))
+            batch = self._filter(decode_pull_response(mq, response))
             if batch.num_rows == 0:
                 status = PullStatus.NO_MATCHED_MSG  # every match was a tag-hash collision
         elif status == PullStatus.OFFSET_ILLEGAL:
@@ -446,13 +445,23 @@ class PullConsumer:
         )
 
     def _filter(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Keep records whose real tag is subscribed: the broker filtered on hash codes."""
-        if self._tag_values is None:
-            return batch
-        keep = pc.fill_null(pc.is_in(batch.column("tags"), value_set=self._tag_values), False)
-        if pc.all(keep).as_py():
-            return batch
-        return batch.filter(keep)
+        return keep_subscribed_tags(batch, self._tag_values)
+
+
+def subscribed_tag_values(subscription) -> pa.Array | None:
+    """The tags of a parsed subscription as an Arrow array, or None for "all tags"."""
+    tags = subscription.tags
+    return None if tags is None else pa.array(sorted(tags), pa.string())
+
+
+def keep_subscribed_tags(batch: pa.RecordBatch, tag_values: pa.Array | None) -> pa.RecordBatch:
+    """Keep records whose real tag is subscribed: the broker filtered on hash codes only."""
+    if tag_values is None:
+        return batch
+    keep = pc.fill_null(pc.is_in(batch.column("tags"), value_set=tag_values), False)
+    if pc.all(keep).as_py():
+        return batch
+    return batch.filter(keep)
 
 
 def _timestamp_position(mq: MessageQueue, answer: offset_rpc.QueueOffsets) -> int:
@@ -464,7 +473,9 @@ def _timestamp_position(mq: MessageQueue, answer: offset_rpc.QueueOffsets) -> in
     return answer.timestamp_offset
 
 
-def _decode(mq: MessageQueue, response: messaging_pb2.PullMessagesResponse) -> pa.RecordBatch:
+def decode_pull_response(
+    mq: MessageQueue, response: messaging_pb2.PullMessagesResponse
+) -> pa.RecordBatch:
     sizes = np.asarray(response.record_sizes, dtype=np.int64)
     if len(sizes):
         batch = decode_records(response.records, sizes=sizes)

@@ -1,0 +1,289 @@
+"""The two ways a push consumer runs its listener: concurrently and orderly.
+
+Both take messages the pull side put into a queue's :class:`ProcessQueue` and report the
+offsets that are done back to the consumer (:meth:`PushConsumer._consumed`), which turns
+them into the queue's committable offset.
+
+Concurrent (RocketMQ's ConsumeMessageConcurrentlyService): batches of up to
+``consume_message_batch_max_size`` go to a thread pool. Failed messages are given back to the
+broker (``%RETRY%{group}``, redelivered after a delay, ``%DLQ%{group}`` at
+``max_reconsume_times``); when that fails (broker unreachable, writes off) they are consumed
+again locally after ``send_back_retry_delay_ms`` and stay in flight meanwhile, so the
+queue's offset cannot pass them.
+
+Orderly (ConsumeMessageOrderlyService): one task per queue at a time, messages in queue
+order; SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same messages after a pause while the
+queue waits; a message that keeps failing goes to the DLQ after ``max_reconsume_times``
+local retries.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from rmq_spark.client.groups import send_back
+from rmq_spark.client.push.listener import (
+    ConsumeContext,
+    ConsumeStatus,
+    OrderlyContext,
+    OrderlyStatus,
+)
+from rmq_spark.client.push.message import ReceivedMessage
+from rmq_spark.errors import RocketliteError
+
+if TYPE_CHECKING:
+    from rmq_spark.client.push.consumer import PushConsumer, _QueueState
+
+log = logging.getLogger("rmq_spark.client.push")
+
+#: an orderly task gives its thread to other queues after this long (RocketMQ: 60 s)
+ORDERLY_SLICE_S = 60.0
+#: pause before looking again at a queue whose lease is being renewed
+LEASE_WAIT_S = 0.5
+
+
+class _ConsumeService:
+    def __init__(self, consumer: PushConsumer, listener) -> None:
+        self.consumer = consumer
+        self.config = consumer.config
+        self.listener = listener
+        self.pool = ThreadPoolExecutor(
+            self.config.consume_thread_count, thread_name_prefix=f"rmq-consume-{consumer.group}"
+        )
+
+    def submit(self, fn, *args) -> None:
+        if self.consumer._pool_closed:
+            return
+        try:
+            self.pool.submit(fn, *args)
+        except RuntimeError:  # the pool shut down between the check and the submit
+            pass
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _give_back(
+        self, st: _QueueState, msg: ReceivedMessage, delay_level: int, dead_letter_now: bool
+    ) -> bool:
+        """Send ``msg`` to the retry topic (or the DLQ); False when that failed."""
+        consumer = self.consumer
+        try:
+            result = send_back(
+                consumer._cluster,
+                consumer.group,
+                msg.message_queue.broker_name,
+                msg.commit_log_offset,
+                msg.topic,
+                delay_level=delay_level,
+                max_reconsume_times=self.config.max_reconsume_times,
+                dead_letter_now=dead_letter_now,
+            )
+        except RocketliteError as exc:
+            log.warning(
+                "group %r: cannot give message %s (offset %d of %s) back to the broker: %s; "
+                "consuming it again here in %d ms",
+                consumer.group,
+                msg.msg_id,
+                msg.queue_offset,
+                st.mq,
+                exc,
+                self.config.send_back_retry_delay_ms,
+            )
+            consumer._count("send_back_failed")
+            return False
+        if result.dead_lettered:
+            log.warning(
+                "group %r: message %s went to the dead-letter queue %s after %d deliveries",
+                consumer.group,
+                msg.msg_id,
+                result.queue.topic,
+                msg.reconsume_times + 1,
+            )
+            consumer._count("dead_lettered")
+        else:
+            consumer._count("sent_back")
+        return True
+
+
+class ConcurrentService(_ConsumeService):
+    """Runs a concurrent listener on a thread pool."""
+
+    def dispatch(self, st: _QueueState, messages: Sequence[ReceivedMessage]) -> None:
+        size = self.config.consume_message_batch_max_size
+        for start in range(0, len(messages), size):
+            self.submit(self._run, st, list(messages[start : start + size]))
+
+    def _run(self, st: _QueueState, messages: list[ReceivedMessage]) -> None:
+        consumer = self.consumer
+        if st.released:
+            return  # the queue went to another member; it redelivers these
+        if not st.lease_valid():
+            consumer._later(LEASE_WAIT_S, self.submit, self._run, st, messages)
+            return
+        context = ConsumeContext(st.mq)
+        try:
+            status = self.listener(messages, context)
+        except Exception:
+            log.exception(
+                "group %r: the listener raised on %d messages of %s; they will be retried",
+                consumer.group,
+                len(messages),
+                st.mq,
+            )
+            status, context.ack_index = ConsumeStatus.RECONSUME_LATER, None
+        if not isinstance(status, ConsumeStatus):
+            log.error(
+                "group %r: the listener returned %r for %d messages of %s; return "
+                "ConsumeStatus.CONSUME_SUCCESS or ConsumeStatus.RECONSUME_LATER. Retrying them.",
+                consumer.group,
+                status,
+                len(messages),
+                st.mq,
+            )
+            status, context.ack_index = ConsumeStatus.RECONSUME_LATER, None
+        last = len(messages) - 1
+        if status is ConsumeStatus.CONSUME_SUCCESS:
+            ack = last if context.ack_index is None else min(context.ack_index, last)
+        elif context.ack_index is None or self.config.retry_whole_batch_on_failure:
+            ack = -1
+        else:
+            ack = min(context.ack_index, last)
+        failed = messages[ack + 1 :]
+        consumer._count("consumed_ok", ack + 1)
+        consumer._count("consumed_failed", len(failed))
+        keep: list[ReceivedMessage] = []
+        if failed and consumer.message_model == "BROADCASTING":
+            log.warning(
+                "group %r (broadcasting): %d messages of %s failed and are dropped (broadcast "
+                "messages are not retried), first offset %d",
+                consumer.group,
+                len(failed),
+                st.mq,
+                failed[0].queue_offset,
+            )
+        elif failed:
+            level = context.delay_level_when_next_consume
+            keep = [m for m in failed if not self._give_back(st, m, level, False)]
+        kept = {id(m) for m in keep}
+        consumer._consumed(st, [m.queue_offset for m in messages if id(m) not in kept])
+        if keep:
+            for m in keep:
+                m.reconsume_times += 1
+            consumer._count("local_retries", len(keep))
+            delay_s = self.config.send_back_retry_delay_ms / 1000
+            consumer._later(delay_s, self.submit, self._run, st, keep)
+
+
+class OrderlyService(_ConsumeService):
+    """Runs an orderly listener: one task per queue at a time, in queue order."""
+
+    def dispatch(self, st: _QueueState, messages: Sequence[ReceivedMessage]) -> None:
+        with st.lock:
+            st.pending.extend(messages)
+            if st.running:
+                return
+            st.running = True
+        self.submit(self._run, st)
+
+    def _resume(self, st: _QueueState) -> None:
+        self.submit(self._run, st)
+
+    def _run(self, st: _QueueState) -> None:
+        consumer = self.consumer
+        size = self.config.consume_message_batch_max_size
+        slice_end = time.monotonic() + ORDERLY_SLICE_S
+        while True:
+            with st.lock:
+                if st.released or not st.pending or consumer._pool_closed:
+                    st.running = False
+                    return
+                batch = list(itertools.islice(st.pending, size))
+            if not st.lease_valid():
+                consumer._later(LEASE_WAIT_S, self._resume, st)
+                return
+            for m in batch:
+                m.reconsume_times = st.base_reconsume.setdefault(
+                    m.queue_offset, m.reconsume_times
+                ) + st.attempts.get(m.queue_offset, 0)
+            context = OrderlyContext(st.mq, self.config.suspend_current_queue_time_ms)
+            try:
+                status = self.listener(batch, context)
+            except Exception:
+                log.exception(
+                    "group %r: the orderly listener raised on %d messages of %s (first offset "
+                    "%d); the queue waits and retries them",
+                    consumer.group,
+                    len(batch),
+                    st.mq,
+                    batch[0].queue_offset,
+                )
+                status = OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            if not isinstance(status, OrderlyStatus):
+                log.error(
+                    "group %r: the orderly listener returned %r; return OrderlyStatus.SUCCESS or "
+                    "OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT. Retrying the messages.",
+                    consumer.group,
+                    status,
+                )
+                status = OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            if status is OrderlyStatus.SUCCESS:
+                consumer._count("consumed_ok", len(batch))
+                self._done(st, batch)
+            else:
+                consumer._count("consumed_failed", len(batch))
+                if self._suspend(st, batch):
+                    pause_s = max(0, context.suspend_current_queue_time_ms) / 1000
+                    consumer._later(pause_s, self._resume, st)
+                    return
+            if time.monotonic() >= slice_end:
+                consumer._later(0, self._resume, st)
+                return
+
+    def _done(self, st: _QueueState, batch: list[ReceivedMessage]) -> None:
+        offsets = {m.queue_offset for m in batch}
+        with st.lock:
+            head = list(itertools.islice(st.pending, len(batch)))
+            if [m.queue_offset for m in head] == [m.queue_offset for m in batch]:
+                for _ in batch:
+                    st.pending.popleft()
+            else:
+                st.pending = type(st.pending)(
+                    m for m in st.pending if m.queue_offset not in offsets
+                )
+            for offset in offsets:
+                st.attempts.pop(offset, None)
+                st.base_reconsume.pop(offset, None)
+        self.consumer._consumed(st, sorted(offsets))
+
+    def _suspend(self, st: _QueueState, batch: list[ReceivedMessage]) -> bool:
+        """Count a failed attempt; messages out of attempts go to the DLQ. True when the
+        queue must wait and retry (some message is still to be consumed)."""
+        limit = self.config.max_reconsume_times
+        finished: list[ReceivedMessage] = []
+        retry = False
+        for m in batch:
+            attempts = st.attempts.get(m.queue_offset, 0)
+            if attempts < limit:
+                st.attempts[m.queue_offset] = attempts + 1
+                retry = True
+            elif self.consumer.message_model == "BROADCASTING":
+                log.warning(
+                    "group %r (broadcasting): message %s of %s failed %d times and is skipped",
+                    self.consumer.group,
+                    m.msg_id,
+                    st.mq,
+                    attempts + 1,
+                )
+                finished.append(m)
+            elif self._give_back(st, m, 0, True):
+                finished.append(m)
+            else:
+                retry = True
+        if finished:
+            self._done(st, finished)
+        return retry
