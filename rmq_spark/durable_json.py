@@ -54,7 +54,7 @@ def write_json_atomic(
         # parse is never copied over the backup: the backup may be the only good version left.
         _replace_durably(backup_path(target), previous)
     _replace_durably(target, data)
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
 
 
 def read_json_with_backup(
@@ -129,7 +129,7 @@ def set_aside(path: str | os.PathLike[str]) -> list[Path]:
         except FileNotFoundError:
             continue
         moved.append(target)
-    _fsync_dir(Path(path).parent)
+    fsync_dir(Path(path).parent)
     return moved
 
 
@@ -187,7 +187,7 @@ def _replace_durably(path: Path, data: bytes) -> None:
         raise
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     """Make the renames themselves durable (POSIX only; Windows cannot open directories)."""
     if not hasattr(os, "O_DIRECTORY"):
         return

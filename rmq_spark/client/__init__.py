@@ -1,4 +1,4 @@
-"""The rocketlite client: producer, pull consumer and admin over the gRPC protocol.
+"""The rocketlite client: producer, pull and push consumers and admin over the gRPC protocol.
 
 Every client takes the list of broker endpoints (there is no name server) and merges what
 the brokers say about each topic.
@@ -19,6 +19,15 @@ from rmq_spark.client.endpoints import Endpoints, parse_endpoint
 from rmq_spark.client.message import Message, SendResult, new_unique_key
 from rmq_spark.client.offsets import CommittedOffset, QueueOffsets, QueueProgress
 from rmq_spark.client.producer import Producer, ProducerConfig
+from rmq_spark.client.push import (
+    ConsumeContext,
+    ConsumeStatus,
+    OrderlyContext,
+    OrderlyStatus,
+    PushConsumer,
+    PushConsumerConfig,
+    ReceivedMessage,
+)
 from rmq_spark.client.route import BrokerRoute, RouteTable, TopicRoute, merge_route
 from rmq_spark.client.selector import RoundRobinSelector, select_by_sharding_key
 
@@ -30,16 +39,23 @@ __all__ = [
     "Cluster",
     "CommittedOffset",
     "Connection",
+    "ConsumeContext",
     "ConsumeFrom",
+    "ConsumeStatus",
     "ConsumerConfig",
     "Endpoints",
     "Message",
+    "OrderlyContext",
+    "OrderlyStatus",
     "Producer",
     "ProducerConfig",
     "PullConsumer",
     "PullResult",
+    "PushConsumer",
+    "PushConsumerConfig",
     "QueueOffsets",
     "QueueProgress",
+    "ReceivedMessage",
     "RetryPolicy",
     "RoundRobinSelector",
     "RouteTable",

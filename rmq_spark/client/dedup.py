@@ -50,14 +50,19 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rmq_spark.durable_json import _fsync_dir
+from rmq_spark.client.push.listener import ConsumeContext, ConsumeStatus
+from rmq_spark.durable_json import fsync_dir
 from rmq_spark.errors import InvalidArgumentError, RocketliteError, StoreError
 
-__all__ = ["DedupWindow"]
+if TYPE_CHECKING:
+    from rmq_spark.client.push.message import ReceivedMessage
+
+__all__ = ["DedupWindow", "deduplicating"]
 
 log = logging.getLogger("rmq_spark.client")
 
@@ -296,7 +301,7 @@ class DedupWindow:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         self._journal_lines = len(window)
         self._reopen_fd()
         self._rewrite_needed = False
@@ -376,3 +381,42 @@ def _check_keys(keys: Iterable[str]) -> list[str]:
     for key in batch:
         _check_key(key)
     return batch
+
+
+def deduplicating(
+    listener: Callable[[Sequence[ReceivedMessage], ConsumeContext], ConsumeStatus],
+    window: DedupWindow,
+) -> Callable[[Sequence[ReceivedMessage], ConsumeContext], ConsumeStatus]:
+    """Wrap a concurrent push-consumer listener so it sees each ``msg_id`` once.
+
+    Messages whose id is in ``window`` are acknowledged without calling ``listener``; the
+    ids of the messages ``listener`` acknowledges (all on CONSUME_SUCCESS, up to its
+    ``ack_index`` otherwise) are marked after it returns. Failed messages keep the
+    consumer's retry path: the wrapper maps the listener's ``ack_index`` back onto the
+    whole batch.
+
+    >>> window = DedupWindow("state/orders.dedup")                        # doctest: +SKIP
+    >>> consumer.register_listener(deduplicating(apply_orders, window))   # doctest: +SKIP
+    """
+
+    def wrapped(messages: Sequence[ReceivedMessage], context: ConsumeContext) -> ConsumeStatus:
+        fresh = window.filter_new([m.msg_id for m in messages])
+        new_positions = [i for i, is_new in enumerate(fresh) if is_new]
+        if not new_positions:
+            return ConsumeStatus.CONSUME_SUCCESS
+        new_messages = [messages[i] for i in new_positions]
+        inner = ConsumeContext(context.message_queue)
+        status = listener(new_messages, inner)
+        last = len(new_messages) - 1
+        if status is ConsumeStatus.CONSUME_SUCCESS:
+            acked = last if inner.ack_index is None else min(inner.ack_index, last)
+        else:
+            acked = -1 if inner.ack_index is None else min(inner.ack_index, last)
+        window.mark_consumed([m.msg_id for m in new_messages[: acked + 1]])
+        context.delay_level_when_next_consume = inner.delay_level_when_next_consume
+        if acked == last:
+            return ConsumeStatus.CONSUME_SUCCESS
+        context.ack_index = new_positions[acked + 1] - 1  # everything before the first failure
+        return ConsumeStatus.RECONSUME_LATER
+
+    return wrapped

@@ -68,8 +68,6 @@ from rmq_spark.client.push.message import messages_from_batch
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, RocketliteError
 from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
-from rmq_spark.offsets.local_file import LocalFileOffsetStore
-from rmq_spark.offsets.remote_broker import RemoteBrokerOffsetStore
 from rmq_spark.offsets.store import OffsetStore, ReadOffsetType
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.structs import MessageQueue, PullStatus
@@ -218,6 +216,10 @@ class PushConsumer:
         self._subscriptions: dict[str, tuple[str, Any]] = {}
         self._listener: Callable[..., Any] | None = None
         self._orderly = False
+        # imported here: rmq_spark.offsets.remote_broker imports the client package
+        from rmq_spark.offsets.local_file import LocalFileOffsetStore
+        from rmq_spark.offsets.remote_broker import RemoteBrokerOffsetStore
+
         self._offsets: OffsetStore
         if message_model == "CLUSTERING":
             self._offsets = RemoteBrokerOffsetStore(self._cluster, self.group)
@@ -835,8 +837,11 @@ class PushConsumer:
     def shutdown(self) -> None:
         """Leave the group cleanly: stop pulling, let in-flight messages finish (up to
         ``drain_timeout_ms``), commit every offset, release the leases. Idempotent."""
-        if not self._started or self._stopping.is_set():
-            self._cluster.close() if not self._started else None
+        if self._stopping.is_set():
+            return
+        if not self._started:
+            self._stopping.set()
+            self._cluster.close()
             return
         self._stopping.set()
         self._wake.set()
