@@ -335,8 +335,10 @@ class PushConsumer:
             return sorted(mq for mq, st in self._states.items() if st.phase == ACTIVE)
 
     def stats(self) -> dict[str, int]:
-        """Counters since start: consumed_ok, consumed_failed, sent_back, dead_lettered,
-        send_back_failed, local_retries, offset_illegal, pulls_failed."""
+        """Counters since start (a counter that never moved is absent): pulled,
+        consumed_ok, consumed_failed, sent_back, dead_lettered, send_back_failed,
+        local_retries, offset_illegal, pulls_failed, flow_control (pulls put off because
+        too many messages waited)."""
         with self._count_lock:
             return dict(self._counts)
 

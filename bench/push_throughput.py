@@ -1,0 +1,321 @@
+"""Push consumer throughput through gRPC to one broker process, against the raw pull consumer.
+
+The broker runs as a subprocess (``python -m rmq_spark.broker``, flush ASYNC, default
+settings) so that the client and the broker do not share a GIL; both run on this machine
+and talk over loopback. Its store is filled before it starts: N messages (500,000;
+``--quick`` 100,000) of 100 bytes, tag ``TagA``, spread over the 8 queues of one topic.
+
+Each case reads all N messages from the beginning with a fresh consumer group:
+
+* ``PushConsumer``, a listener that returns CONSUME_SUCCESS and does nothing else, with
+  ``consume_message_batch_max_size`` 1 (the default) and 32; ``consume_from=FIRST_OFFSET``.
+  Timed from ``start()`` (group join, rebalance, queue leases included) until the listener
+  has been handed the N-th message; the shutdown after it is not timed.
+* ``PullConsumer``: the 8 queues assigned, ``seek_to_beginning``, then ``poll()`` until N
+  messages came back as Arrow record batches (no per-message Python objects). This is what
+  the push consumer is built on, so ``vs pull`` is the cost of the push machinery
+  (per-message objects, process queues, the listener pool, offset bookkeeping).
+
+Both pull ``--pull-batch`` messages (32, RocketMQ's pullBatchSize and the client default)
+per queue and call. A round is one pass over the N messages; the cases run in interleaved
+rounds (alternating order) after one untimed warm-up pass each over a tenth of them (fresh
+group too), since neighbours on a shared machine make figures drift. Figures are the best
+round; ``spread`` is (best - worst) / best; ``vs pull`` is the median over rounds of the
+case's rate against the pull pass of the same round.
+
+Run: ``.venv/bin/python bench/push_throughput.py [--quick] [--count N] [--pull-batch B]``;
+about 1 minute with ``--quick``, 5 minutes without (2 CPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import random
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import grpc
+from _common import (
+    RateResult,
+    RoundFn,
+    Table,
+    Timing,
+    add_timing_args,
+    fmt_int,
+    fmt_ratio,
+    measure_rates,
+    paired_ratio,
+    timing_from_args,
+)
+
+from rmq_spark.client import ConsumerConfig, PullConsumer
+from rmq_spark.client.push import ConsumeStatus, PushConsumer, PushConsumerConfig
+from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.message_store import MessageStore
+
+#: a round is one pass over the N messages, whatever its length; one warm-up pass per case
+DEFAULT_TIMING = Timing(warmup_s=0.0, round_s=1e-9, rounds=3)
+QUICK_TIMING = Timing(warmup_s=0.0, round_s=1e-9, rounds=2, quick=True)
+
+TOPIC = "BenchPush"
+QUEUES = 8
+BODY_BYTES = 100
+TAG = "TagA"
+DEFAULT_COUNT = 500_000
+QUICK_COUNT = 100_000
+PUSH_BATCHES = (1, 32)
+DEFAULT_PULL_BATCH = 32
+POOL_MESSAGES = 4096
+FILL_BATCH = 1024
+READY_TIMEOUT_S = 30
+#: a pass that has not finished after this long is reported as stuck
+PASS_TIMEOUT_S = 600
+#: the untimed warm-up pass of each case reads this fraction (1/n) of the messages
+WARMUP_DIVISOR = 10
+
+_groups = itertools.count(1)
+
+
+def fresh_group(kind: str) -> str:
+    return f"bench-{kind}-{os.getpid()}-{next(_groups)}"
+
+
+# -- the broker ----------------------------------------------------------------------------
+
+
+def fill_store(directory: Path, count: int, seed: int) -> None:
+    """A closed store holding ``count`` messages in the topic's queues, as the broker
+    writes messages sent with a tag (TAGS and UNIQ_KEY properties); queue i gets batches
+    i, i + QUEUES, ..."""
+    rng = random.Random(seed)
+    bodies = [rng.randbytes(BODY_BYTES) for _ in range(POOL_MESSAGES)]
+    tags = [TAG] * FILL_BATCH
+    with MessageStore.open(StoreConfig(directory)) as store:
+        store.topics.create(TOPIC, queues=QUEUES)
+        for n, start in enumerate(range(0, count, FILL_BATCH)):
+            size = min(FILL_BATCH, count - start)
+            first = start % (POOL_MESSAGES - FILL_BATCH)
+            props = [
+                b"TAGS\x01%s\x02UNIQ_KEY\x01%032X\x02" % (TAG.encode(), start + i)
+                for i in range(size)
+            ]
+            store.append(TOPIC, n % QUEUES, bodies[first : first + size], props, tags=tags[:size])
+
+
+class Broker:
+    """The broker subprocess; ready once it prints ``... listening on HOST:PORT``."""
+
+    def __init__(self, store_dir: Path, log_path: Path) -> None:
+        self.argv = [sys.executable, "-m", "rmq_spark.broker", "--store", str(store_dir)]
+        self.argv += ["--port", "0", "--log-level", "WARNING"]
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+        self.endpoint = ""
+
+    def start(self) -> Broker:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log)
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
+            if not ready:
+                continue
+            line = self.process.stdout.readline().decode()
+            match = re.search(r" listening on (\S+:\d+)", line)
+            if match:
+                self.endpoint = match[1]
+                return self
+            if not line:
+                break
+        self.stop()
+        raise SystemExit(f"the broker did not start; log:\n{self.log_path.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+# -- contenders: one pass over the N messages each -----------------------------------------
+
+
+def warm_up_first(count: int) -> Callable[[], int]:
+    """How many messages the next pass reads: a tenth of them the first time (the warm-up
+    pass, not timed), all of them after."""
+    calls = itertools.count()
+    return lambda: count if next(calls) else max(QUEUES, count // WARMUP_DIVISOR)
+
+
+def push_pass(endpoint: str, count: int, batch: int, pull_batch: int) -> RoundFn:
+    """A fresh PushConsumer group reading the N messages with a no-op listener."""
+    target = warm_up_first(count)
+
+    def run(_seconds: float) -> tuple[int, int, float]:
+        want = target()
+        lock = threading.Lock()
+        done = threading.Event()
+        seen = 0
+        finished_at = 0.0
+
+        def listener(messages, _context) -> ConsumeStatus:
+            nonlocal seen, finished_at
+            with lock:
+                seen += len(messages)
+                if seen >= want and not done.is_set():
+                    finished_at = time.perf_counter()
+                    done.set()
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        config = PushConsumerConfig(
+            consume_from="FIRST_OFFSET",
+            consume_message_batch_max_size=batch,
+            pull_batch_size=pull_batch,
+        )
+        consumer = PushConsumer(fresh_group(f"push{batch}"), endpoint, config=config)
+        consumer.subscribe(TOPIC, "*")
+        consumer.register_listener(listener)
+        begin = time.perf_counter()
+        consumer.start()
+        try:
+            if not done.wait(PASS_TIMEOUT_S):
+                raise SystemExit(
+                    f"push pass (batch {batch}) stuck at {seen:,} of {want:,} messages; "
+                    f"stats {consumer.stats()}"
+                )
+        finally:
+            consumer.shutdown()
+        if want == count and seen != count:
+            raise SystemExit(f"push pass (batch {batch}) delivered {seen:,}, expected {count:,}")
+        return 1, want, finished_at - begin
+
+    return run
+
+
+def pull_pass(endpoint: str, count: int, pull_batch: int) -> RoundFn:
+    """A fresh PullConsumer reading the N messages with poll()."""
+    config = ConsumerConfig(pull_batch_size=pull_batch)
+    target = warm_up_first(count)
+
+    def run(_seconds: float) -> tuple[int, int, float]:
+        want = target()
+        begin = time.perf_counter()
+        with PullConsumer(endpoint, group=fresh_group("pull"), config=config) as consumer:
+            queues = consumer.queues(TOPIC)
+            consumer.assign(queues)
+            consumer.seek_to_beginning(queues)
+            rows = 0
+            deadline = time.monotonic() + PASS_TIMEOUT_S
+            while rows < want and time.monotonic() < deadline:
+                rows += sum(r.batch.num_rows for r in consumer.poll(timeout_ms=1000))
+            elapsed = time.perf_counter() - begin
+        if want == count and rows != count:
+            raise SystemExit(f"pull pass read {rows:,} messages, expected {count:,}")
+        return 1, rows, elapsed
+
+    return run
+
+
+# -- driver --------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_timing_args(parser, default=DEFAULT_TIMING, quick=QUICK_TIMING)
+    parser.add_argument("--count", type=int, help="messages to read (500,000; quick 100,000)")
+    parser.add_argument(
+        "--pull-batch",
+        type=int,
+        default=DEFAULT_PULL_BATCH,
+        help="messages per pull of one queue, every case (%(default)s)",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="where to create the temporary store (default: %(default)s)",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="seed of the generated bodies")
+    args = parser.parse_args(argv)
+    timing = timing_from_args(args, default=DEFAULT_TIMING, quick=QUICK_TIMING)
+    count = args.count or (QUICK_COUNT if timing.quick else DEFAULT_COUNT)
+    if count < QUEUES or args.pull_batch < 1:
+        raise SystemExit(f"--count must be >= {QUEUES} and --pull-batch >= 1")
+
+    started = time.perf_counter()
+    load = os.getloadavg()[0]
+    busy = " - the machine is busy, figures will be low and noisy" if load > 0.5 else ""
+    print(
+        f"push consumer throughput: Python {platform.python_version()}, grpcio "
+        f"{grpc.__version__}, {os.cpu_count()} CPUs, load average {load:.2f}{busy}\n"
+        f"broker: subprocess, flush ASYNC, loopback; {fmt_int(count)} messages of "
+        f"{BODY_BYTES} bytes in {QUEUES} queues; pull batch {args.pull_batch} per queue\n"
+        f"timing: best of {timing.rounds} passes over the {fmt_int(count)} messages after a "
+        f"warm-up pass over 1/{WARMUP_DIVISOR} of them, cases interleaved; a fresh consumer "
+        "group each pass",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="rmq-push-bench-", dir=args.dir) as tmp:
+        work = Path(tmp)
+        begin = time.perf_counter()
+        fill_store(work / "broker", count, args.seed)
+        broker = Broker(work / "broker", work / "broker.log").start()
+        print(f"setup: store filled and broker up in {time.perf_counter() - begin:.1f} s\n")
+        try:
+            names = [f"PushConsumer, listener batch {b}" for b in PUSH_BATCHES]
+            names.append("PullConsumer.poll (Arrow batches)")
+            contenders = [
+                push_pass(broker.endpoint, count, b, args.pull_batch) for b in PUSH_BATCHES
+            ]
+            contenders.append(pull_pass(broker.endpoint, count, args.pull_batch))
+            results = measure_rates(contenders, timing)
+        finally:
+            broker.stop()
+    pull = results[-1]
+    table = Table(
+        [("case", "<"), ("msgs/s", ">"), ("s a pass", ">"), ("spread", ">"), ("vs pull", ">")]
+    )
+    for name, rate in zip(names, results, strict=True):
+        ratio = "1.00x" if rate is pull else fmt_ratio(paired_ratio(rate, pull))
+        table.add(name, fmt_int(rate.best), f"{count / rate.best:.2f}", f"{rate.spread:.0%}", ratio)
+    table.print()
+    print_summary(results)
+    print(f"\ntotal {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def print_summary(results: list[RateResult]) -> None:
+    """The two listener batch sizes against each other."""
+    first, last = results[0], results[len(PUSH_BATCHES) - 1]
+    print(
+        f"\nlistener batch {PUSH_BATCHES[-1]} vs {PUSH_BATCHES[0]}: "
+        f"{fmt_ratio(paired_ratio(last, first))} (median of per-round ratios)",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""The push consumer examples as a user runs them: ``python examples/X.py`` processes that
+must exit 0 and print what they promise.
+
+Only the broker/push examples run here; the Spark examples are slow and covered elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 120
+
+
+def run_example(name: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "false"}
+    try:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / name)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{name} ran longer than {TIMEOUT_S} s; output so far:\n{exc.stdout}")
+    assert done.returncode == 0, (
+        f"{name} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    )
+    return done
+
+
+def test_push_consumer_example_retries_then_dead_letters_the_poison_order():
+    out = run_example("push_consumer.py").stdout
+
+    # a flaky order: failed twice (first delivery, then from the retry topic), paid at the
+    # third delivery, with the same msg_id every time
+    deliveries = re.findall(
+        r"order\s+4\s+reconsume_times (\d)\s+from (\S+)\s+msg_id (\w+)\s+-> (paid|FAILED)", out
+    )
+    assert [(rt, src, status) for rt, src, _, status in deliveries] == [
+        ("0", "orders", "FAILED"),
+        ("1", "%RETRY%payments", "FAILED"),
+        ("2", "%RETRY%payments", "paid"),
+    ], out
+    assert len({msg_id for _, _, msg_id, _ in deliveries}) == 1, out
+
+    # the poison order: first delivery + max_reconsume_times (3) retries, all failed ...
+    poison = re.findall(
+        r"order\s+13\s+reconsume_times (\d)\s+\S+\s+\S+\s+msg_id \w+\s+-> (\w+)", out
+    )
+    assert poison == [("0", "FAILED"), ("1", "FAILED"), ("2", "FAILED"), ("3", "FAILED")], out
+    # ... then it is read back from the dead-letter queue
+    assert "dead-letter queue '%DLQ%payments' holds 1 message(s):" in out, out
+    assert re.search(r"order 13 \(msg_id \w+, first topic orders\) after 4 deliveries", out), out
+    assert "'dead_lettered': 1" in out, out
+    # every queue committed to its end
+    committed = re.findall(r"(orders#\d|%RETRY%payments#0): committed \d+, max \d+, lag (\d+)", out)
+    assert len(committed) == 5 and all(lag == "0" for _, lag in committed), out
+    assert "19 of 20 orders paid, order 13 in the DLQ: OK" in out, out
+
+
+def test_rebalance_demo_hands_queues_over_without_loss_or_duplicates():
+    out = run_example("rebalance_demo.py").stdout
+
+    # the three membership changes, each settled with the 8 queues shared out evenly
+    for step in (
+        r"member-1 joins\s+[\d.]+ s\s+member-1 \[0, 1, 2, 3, 4, 5, 6, 7\]",
+        r"member-2 and member-3 join\s+[\d.]+ s\s+member-1 \[[\d, ]+\] \| member-2 \[[\d, ]+\]"
+        r" \| member-3 \[[\d, ]+\]$",
+        r"member-2 leaves \(graceful shutdown\)\s+[\d.]+ s\s+member-1 \[[\d, ]+\] \| "
+        r"member-3 \[[\d, ]+\]$",
+    ):
+        assert re.search(step, out, re.MULTILINE), f"no line matching {step!r}\n{out}"
+    assert "NOT SETTLED" not in out, out
+
+    sent = int(re.search(r"^total sent\s+([\d,]+)$", out, re.MULTILINE)[1].replace(",", ""))
+    unique = int(re.search(r"^delivered unique\s+([\d,]+)$", out, re.MULTILINE)[1].replace(",", ""))
+    assert sent > 0 and unique == sent, out
+    assert re.search(r"^lost\s+0$", out, re.MULTILINE), out
+    assert re.search(r"^duplicates\s+0$", out, re.MULTILINE), out
+    assert re.search(r"lost 0, duplicates 0", out), out
+    # every member got messages while it was in the group
+    for member in ("member-1", "member-2", "member-3"):
+        count = re.search(rf"^  {member}\s+([\d,]+)$", out, re.MULTILINE)
+        assert count and int(count[1].replace(",", "")) > 0, out
