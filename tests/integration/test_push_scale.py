@@ -1,0 +1,594 @@
+"""Push consumer groups that grow, shrink and lose a member, under continuous production.
+
+Every group member is a real process (``push_member.py``) that appends one line per
+delivered message (``msg_id queue_id queue_offset``) to its own file; a producer thread in
+the test keeps sending small batches of unique bodies and records every acknowledged
+message id. At the end the union of the members' files is compared with what was sent:
+
+* ``test_scale_2_5_3_graceful``: 2 members, then 5, then 3 (two leave with SIGTERM). The
+  queue-ownership leases make graceful changes exactly-once: nothing lost, nothing twice,
+  and the group's committed offsets end at each queue's max offset.
+* ``test_kill9_takeover``: 2 members, one is SIGKILLed. The survivor takes its queues once
+  their leases (3 s) run out. Nothing is lost; what is delivered twice is exactly what the
+  dead member delivered at or after the offsets the group had committed at the kill
+  (RocketMQ's at-least-once bound).
+
+Run with ``pytest -s`` to see the figures.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmq_spark.allocate import get_strategy
+from rmq_spark.client.admin import Admin
+from rmq_spark.client.producer import Producer
+from rmq_spark.structs import MessageQueue
+
+pytestmark = pytest.mark.slow
+
+MEMBER_SCRIPT = Path(__file__).with_name("push_member.py")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+QUEUES = 12
+LEASE_MS = 3000
+PERSIST_MS = 500
+BATCH = 4  # messages per send_batch
+SEND_PAUSE_S = 0.02  # between two batches: ~200 messages/s
+AVG = get_strategy("avg")
+HOLD_S = 2.0  # each group size keeps consuming this long after it settled
+WORK_MS = 10  # listener time per message in the scale test: hand-overs find messages in flight
+HANDOVER_RE = re.compile(r"handing \S.* over; (\d+) messages still in flight")
+
+REBALANCE_RE = re.compile(
+    r"rebalance result changed\. allocateMessageQueueStrategyName=\S+, group=(?P<group>[^,]+), "
+    r"topic=(?P<topic>[^,]+), clientId=(?P<cid>[^,]+), mqAllSize=(?P<mq_all>\d+), "
+    r"cidAllSize=(?P<cid_all>\d+), rebalanceResultSize=(?P<size>\d+), "
+    r"rebalanceResultSet=\[(?P<set>.*)\]"
+)
+QUEUE_ID_RE = re.compile(r"queue_id=(\d+)")
+
+
+def wait_until(
+    condition: Callable[[], Any],
+    timeout_s: float,
+    what: str,
+    interval_s: float = 0.1,
+    details: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``condition`` until it returns something truthy (returned); fail at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            extra = f"\n{details()}" if details is not None else ""
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}{extra}")
+        time.sleep(interval_s)
+
+
+class Member:
+    """One ``push_member.py`` process and what it wrote."""
+
+    def __init__(
+        self, name: str, tmp_path: Path, endpoint: str, group: str, topic: str, work_ms: int = 0
+    ) -> None:
+        self.name = name
+        self.topic = topic
+        self.out_path = tmp_path / f"{name}.out"
+        self.err_path = tmp_path / f"{name}.err"
+        self.command = [
+            sys.executable,
+            str(MEMBER_SCRIPT),
+            "--endpoint",
+            endpoint,
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--out",
+            str(self.out_path),
+            "--lease-ms",
+            str(LEASE_MS),
+            "--persist-ms",
+            str(PERSIST_MS),
+            "--work-ms",
+            str(work_ms),
+        ]
+        self.process: subprocess.Popen | None = None
+        self.client_id = ""
+        self.records: list[tuple[str, int, int]] = []  # (msg_id, queue_id, queue_offset)
+        self._read_pos = 0
+        self._partial = b""
+        self._termed = False
+
+    # --- process -------------------------------------------------------------------------
+
+    def spawn(self) -> Member:
+        path = os.environ.get("PYTHONPATH")
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": str(REPO_ROOT) + (os.pathsep + path if path else ""),
+        }
+        with open(self.err_path, "ab") as err:
+            self.process = subprocess.Popen(
+                self.command, stdout=subprocess.PIPE, stderr=err, env=env
+            )
+        return self
+
+    def wait_ready(self, timeout_s: float = 60) -> str:
+        assert self.process is not None and self.process.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
+            if ready:
+                line = self.process.stdout.readline().decode()
+                if line.startswith("ready "):
+                    self.client_id = line.split()[1]
+                    return self.client_id
+                if not line:
+                    break
+        pytest.fail(
+            f"member {self.name} did not start (exit code {self.process.poll()}); "
+            f"stderr tail:\n{self.err_tail()}"
+        )
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def terminate(self, timeout_s: float = 40) -> int:
+        """SIGTERM and wait for the clean shutdown; returns the exit code."""
+        assert self.process is not None
+        if not self._termed:
+            self.send_term()
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"member {self.name} ignored SIGTERM for {timeout_s} s:\n{self.err_tail()}")
+
+    def send_term(self) -> None:
+        assert self.process is not None
+        self._termed = True
+        self.process.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def close(self) -> None:
+        self.kill()
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+
+    # --- output --------------------------------------------------------------------------
+
+    def read(self) -> list[tuple[str, int, int]]:
+        """Every complete line written so far (a line cut by a kill is left out)."""
+        if self.out_path.exists():
+            with open(self.out_path, "rb") as f:
+                f.seek(self._read_pos)
+                data = f.read()
+            self._read_pos += len(data)
+            *complete, self._partial = (self._partial + data).split(b"\n")
+            for line in complete:
+                msg_id, queue_id, offset = line.decode().split()
+                self.records.append((msg_id, int(queue_id), int(offset)))
+        return self.records
+
+    def err_text(self) -> str:
+        return self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
+
+    def err_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.err_text().splitlines()[-lines:])
+
+    def rebalances(self) -> list[dict[str, Any]]:
+        """This member's ``rebalance result changed`` lines for the test topic, in order."""
+        found = []
+        for m in REBALANCE_RE.finditer(self.err_text()):
+            if m["topic"] != self.topic:
+                continue
+            found.append(
+                {
+                    "cid": m["cid"],
+                    "cid_all": int(m["cid_all"]),
+                    "size": int(m["size"]),
+                    "queues": sorted(int(q) for q in QUEUE_ID_RE.findall(m["set"])),
+                }
+            )
+        return found
+
+    def last_rebalance(self) -> dict[str, Any] | None:
+        found = self.rebalances()
+        return found[-1] if found else None
+
+
+class ContinuousProducer:
+    """A thread that sends batches of unique bodies round robin until stopped."""
+
+    def __init__(self, endpoint: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer(endpoint)
+        self.sent: dict[str, tuple[int, int]] = {}  # msg_id -> (queue_id, queue_offset)
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="push-scale-producer", daemon=True)
+
+    def start(self) -> ContinuousProducer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            bodies = [f"push-scale-{n + i}".encode() for i in range(BATCH)]
+            n += BATCH
+            try:
+                results = self.producer.send_batch(self.topic, bodies)
+            except Exception as exc:  # counted and shown; only acked ids are checked
+                self.errors.append(exc)
+            else:
+                with self._lock:
+                    for r in results:
+                        self.sent[r.msg_id] = (r.message_queue.queue_id, r.queue_offset)
+            self._stop.wait(SEND_PAUSE_S)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.sent)
+
+    def stop(self) -> dict[str, tuple[int, int]]:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the producer thread did not stop"
+        self.producer.close()
+        return dict(self.sent)
+
+
+@pytest.fixture
+def members(tmp_path):
+    """``members(name, endpoint, group, topic, work_ms=0) -> Member`` (spawned, not yet
+    ready); every member process is killed after the test."""
+    started: list[Member] = []
+
+    def spawn(name: str, endpoint: str, group: str, topic: str, work_ms: int = 0) -> Member:
+        member = Member(name, tmp_path, endpoint, group, topic, work_ms).spawn()
+        started.append(member)
+        return member
+
+    yield spawn
+    for member in started:
+        member.close()
+
+
+@pytest.fixture
+def setup(broker_factory, request):
+    """A broker, a 12-queue topic, a group name and an Admin (closed after the test)."""
+    broker = broker_factory("broker-a")
+    name = request.node.name.replace("_", "-")[:40]
+    topic, group = f"PushScale-{name}", f"GID_{name}"
+    admin = Admin(broker.endpoint)
+    admin.create_topic(topic, queues=QUEUES)
+    yield broker, admin, topic, group
+    admin.close()
+
+
+# --- helpers over a set of members ------------------------------------------------------
+
+
+def delivered_max(members: list[Member]) -> dict[int, int]:
+    """Per queue id, the largest queue offset any member delivered."""
+    top: dict[int, int] = {}
+    for member in members:
+        for _, queue_id, offset in member.read():
+            if offset > top.get(queue_id, -1):
+                top[queue_id] = offset
+    return top
+
+
+def wait_progress(members: list[Member], timeout_s: float, what: str) -> None:
+    """Wait until every queue had a delivery past what was delivered when called."""
+    before = delivered_max(members)
+
+    def moved() -> bool:
+        now = delivered_max(members)
+        return all(now.get(q, -1) > before.get(q, -1) for q in range(QUEUES))
+
+    def details() -> str:
+        now = delivered_max(members)
+        stuck = [q for q in range(QUEUES) if now.get(q, -1) <= before.get(q, -1)]
+        tails = "\n".join(f"--- {m.name}:\n{m.err_tail(15)}" for m in members)
+        return f"queues without progress: {stuck}\n{tails}"
+
+    wait_until(moved, timeout_s, f"every queue to progress ({what})", 0.2, details)
+
+
+def expected_allocation(
+    group: str, mqs: list[MessageQueue], member: Member, group_members: list[Member]
+) -> list[int]:
+    """The queue ids ``member`` owns when ``group_members`` are the group ("avg")."""
+    ids = [m.client_id for m in group_members]
+    return sorted(mq.queue_id for mq in AVG.allocate(group, member.client_id, mqs, ids))
+
+
+def wait_settled(group: str, mqs: list[MessageQueue], current: list[Member], timeout_s: float):
+    """Wait until every member of ``current`` last logged the allocation "avg" gives it
+    with exactly these members (so the allocations cover every queue once)."""
+
+    def settled() -> bool:
+        return all(
+            (r := m.last_rebalance()) is not None
+            and r["queues"] == expected_allocation(group, mqs, m, current)
+            for m in current
+        )
+
+    def details() -> str:
+        return "\n".join(
+            f"{m.name}: last logged {m.last_rebalance()}, expected "
+            f"{expected_allocation(group, mqs, m, current)}"
+            for m in current
+        )
+
+    wait_until(settled, timeout_s, f"the group to settle at {len(current)} members", 0.2, details)
+
+
+def must_log_size(
+    group: str, mqs: list[MessageQueue], before: list[Member], after: list[Member]
+) -> list[Member]:
+    """The members of ``after`` that must have logged ``cidAllSize=len(after)``.
+
+    In a phase where members only join (or only leave), a member's rebalances see group
+    sets S between ``before`` and ``after``; its last logged line carries the allocation of
+    ``after`` (see :func:`wait_settled`) and the size of the S it saw. When no S other than
+    ``after`` gives the member that allocation, that S was ``after``.
+    """
+    fixed = [m for m in before if m in after]
+    changing = [m for m in before + after if (m in before) != (m in after)]
+    required = []
+    for member in after:
+        target = expected_allocation(group, mqs, member, after)
+        ambiguous = False
+        for mask in range(2 ** len(changing)):
+            subset = fixed + [c for i, c in enumerate(changing) if mask >> i & 1]
+            if sorted(m.name for m in subset) == sorted(m.name for m in after):
+                continue
+            if member in subset and expected_allocation(group, mqs, member, subset) == target:
+                ambiguous = True
+                break
+        if not ambiguous:
+            required.append(member)
+    return required
+
+
+def wait_all_seen(members: list[Member], sent: dict[str, tuple[int, int]], timeout_s: float):
+    def seen() -> bool:
+        ids = {r[0] for m in members for r in m.read()}
+        return sent.keys() <= ids
+
+    def details() -> str:
+        ids = {r[0] for m in members for r in m.read()}
+        missing = [(k, v) for k, v in sent.items() if k not in ids]
+        return f"{len(missing)} missing, e.g. {missing[:10]}"
+
+    wait_until(seen, timeout_s, "every sent message to be delivered", 0.2, details)
+
+
+def tally(members: list[Member], sent: dict[str, tuple[int, int]]):
+    counts: collections.Counter[str] = collections.Counter()
+    for member in members:
+        counts.update(r[0] for r in member.read())
+    lost = [k for k in sent if k not in counts]
+    duplicated = {k: n for k, n in counts.items() if n > 1}
+    duplicates = sum(n - 1 for n in duplicated.values())
+    unknown = [k for k in counts if k not in sent]
+    return counts, lost, duplicated, duplicates, unknown
+
+
+def assert_committed_at_max(admin: Admin, group: str, topic: str) -> None:
+    queues = admin.describe_topic(topic).readable
+    maxima = {mq.queue_id: o.max_offset for mq, o in admin.query_offsets(queues).items()}
+    committed = {mq.queue_id: o for mq, o in admin.consumer_offsets(group, topic).items()}
+    print(f"  committed offsets: {dict(sorted(committed.items()))}")
+    assert committed == maxima, f"committed {committed} != max offsets {maxima}"
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+
+def test_scale_2_5_3_graceful(setup, members):
+    broker, admin, topic, group = setup
+    mqs = list(admin.describe_topic(topic).readable)
+    t0 = time.monotonic()
+    producer = ContinuousProducer(broker.endpoint, topic).start()
+    all_members: list[Member] = []
+    phases: list[tuple[list[Member], list[Member]]] = []  # (before, after)
+    try:
+        # 2 members
+        first = [members(f"m{i}", broker.endpoint, group, topic, WORK_MS) for i in (1, 2)]
+        all_members += first
+        for m in first:
+            m.wait_ready()
+        wait_settled(group, mqs, first, 30)
+        wait_progress(first, 30, "2 members")
+        time.sleep(HOLD_S)
+        phases.append(([], first))
+
+        # 5 members
+        more = [members(f"m{i}", broker.endpoint, group, topic, WORK_MS) for i in (3, 4, 5)]
+        all_members += more
+        for m in more:
+            m.wait_ready()
+        wait_settled(group, mqs, all_members, 30)
+        wait_progress(all_members, 30, "5 members")
+        time.sleep(HOLD_S)
+        for m in all_members:
+            assert m.read(), f"{m.name} delivered nothing with 5 members"
+        phases.append((first, list(all_members)))
+
+        # 3 members: m1 (an original) and m4 (a newcomer) leave gracefully
+        leaving = [all_members[0], all_members[3]]
+        staying = [m for m in all_members if m not in leaving]
+        for m in leaving:
+            m.send_term()  # both leave at the same time
+        for m in leaving:
+            assert m.terminate() == 0, f"{m.name} did not exit cleanly:\n{m.err_tail()}"
+        wait_settled(group, mqs, staying, 30)
+        wait_progress(staying, 30, "3 members")
+        time.sleep(HOLD_S)
+        phases.append((list(all_members), staying))
+
+        sent = producer.stop()
+        wait_all_seen(all_members, sent, 60)
+        for m in staying:
+            assert m.terminate() == 0, f"{m.name} did not exit cleanly:\n{m.err_tail()}"
+    finally:
+        producer.stop()
+    elapsed = time.monotonic() - t0
+
+    counts, lost, duplicated, duplicates, unknown = tally(all_members, sent)
+    print(
+        f"\n[scale 2->5->3] sent={len(sent)} delivered={sum(counts.values())} "
+        f"distinct={len(counts)} lost={len(lost)} duplicates={duplicates} "
+        f"unknown={len(unknown)} producer_errors={len(producer.errors)} elapsed={elapsed:.1f}s"
+    )
+    for m in all_members:
+        sizes = [r["cid_all"] for r in m.rebalances()]
+        print(f"  {m.name} {m.client_id}: delivered={len(m.read())} cidAllSize logged={sizes}")
+    in_flight = [int(n) for m in all_members for n in HANDOVER_RE.findall(m.err_text())]
+    print(
+        f"  hand-overs: {len(in_flight)}, {sum(1 for n in in_flight if n)} with messages in "
+        f"flight ({sum(in_flight)} messages)"
+    )
+    if duplicated:
+        print(f"  duplicated ids (first 10): {sorted(duplicated.items())[:10]}")
+
+    for m in all_members:  # no drain timed out, no lease was lost: nothing may come twice
+        text = m.err_text()
+        assert "were still being consumed after" not in text, m.name
+        assert "another member took the queue" not in text, m.name
+        assert " ERROR " not in text, f"{m.name} logged errors:\n{m.err_tail()}"
+    assert not lost, f"{len(lost)} acknowledged messages never delivered, e.g. {lost[:10]}"
+    assert duplicates == 0, f"{duplicates} duplicate deliveries: {sorted(duplicated)[:10]}"
+    # The rebalance log: every group size shows up, and each member logged the size of a
+    # phase whenever its allocation in that phase pins the size down.
+    logged = {r["cid_all"] for m in all_members for r in m.rebalances()}
+    assert {2, 5, 3} <= logged, f"cidAllSize logged: {sorted(logged)}"
+    for before, after in phases:
+        for m in must_log_size(group, mqs, before, after):
+            target = expected_allocation(group, mqs, m, after)
+            assert any(
+                r["cid_all"] == len(after) and r["queues"] == target for r in m.rebalances()
+            ), f"{m.name} never logged cidAllSize={len(after)} with {target}: {m.rebalances()}"
+    for m in all_members:
+        assert all(r["cid"] == m.client_id for r in m.rebalances())
+    assert_committed_at_max(admin, group, topic)
+
+
+def test_kill9_takeover(setup, members):
+    broker, admin, topic, group = setup
+    mqs = list(admin.describe_topic(topic).readable)
+    t0 = time.monotonic()
+    producer = ContinuousProducer(broker.endpoint, topic).start()
+    try:
+        pair = [members(f"k{i}", broker.endpoint, group, topic) for i in (1, 2)]
+        for m in pair:
+            m.wait_ready()
+        wait_settled(group, mqs, pair, 30)
+        wait_progress(pair, 30, "2 members")
+        victim, survivor = pair
+        victim_queues = set(victim.last_rebalance()["queues"])  # type: ignore[index]
+        assert len(victim_queues) == QUEUES // 2
+        time.sleep(1.0)  # let the victim deliver past its last persist
+
+        seen_before = len(survivor.read())
+        victim.process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+        killed_at = time.monotonic()
+        victim.process.wait()  # type: ignore[union-attr]
+        # Let the broker finish any commit the victim sent just before it died, then read
+        # what the group has committed: the survivor cannot start before the victim's
+        # leases (renewed every lease / 3) run out, so nothing has moved these offsets yet.
+        time.sleep(0.3)
+        committed = {mq.queue_id: o for mq, o in admin.consumer_offsets(group, topic).items()}
+        read_at = time.monotonic()
+
+        def took_over() -> float | None:
+            for _, queue_id, _ in survivor.read()[seen_before:]:
+                if queue_id in victim_queues:
+                    return time.monotonic()
+            return None
+
+        taken_at = wait_until(
+            took_over,
+            30,
+            "the survivor to deliver from the killed member's queues",
+            0.02,
+            lambda: survivor.err_tail(20),
+        )
+        takeover_s = taken_at - killed_at
+        assert taken_at > read_at, "the survivor took over before the committed offsets were read"
+        wait_settled(group, mqs, [survivor], 30)
+        wait_progress([survivor], 30, "survivor alone")
+
+        sent = producer.stop()
+        wait_all_seen(pair, sent, 60)
+        assert survivor.terminate() == 0, f"survivor did not exit cleanly:\n{survivor.err_tail()}"
+    finally:
+        producer.stop()
+
+    counts, lost, duplicated, duplicates, unknown = tally(pair, sent)
+    victim_records = victim.read()
+    survivor_counts = collections.Counter(r[0] for r in survivor.read())
+    # The exact at-least-once bound: the survivor restarts each queue at the offset the group
+    # had committed when the victim died, so the victim's deliveries at or past it come twice.
+    expected_dups = {
+        msg_id
+        for msg_id, queue_id, offset in victim_records
+        if offset >= committed.get(queue_id, 0)
+    }
+    print(
+        f"\n[kill -9] sent={len(sent)} delivered={sum(counts.values())} distinct={len(counts)} "
+        f"lost={len(lost)} duplicates={duplicates} (bound {len(expected_dups)}) "
+        f"unknown={len(unknown)} producer_errors={len(producer.errors)} "
+        f"takeover={takeover_s:.2f}s (lease {LEASE_MS} ms) elapsed={time.monotonic() - t0:.1f}s"
+    )
+    print(f"  victim {victim.client_id}: delivered={len(victim_records)}")
+    print(f"  victim queues={sorted(victim_queues)}")
+    print(f"  survivor {survivor.client_id}: delivered={len(survivor.read())}")
+    print(f"  committed at kill: {dict(sorted(committed.items()))}")
+
+    assert not lost, f"{len(lost)} acknowledged messages never delivered, e.g. {lost[:10]}"
+    queue_of = {msg_id: (queue_id, offset) for msg_id, queue_id, offset in victim_records}
+    for msg_id, n in duplicated.items():
+        assert n == 2, f"{msg_id} delivered {n} times"
+        assert survivor_counts[msg_id] == 1 and msg_id in queue_of, (
+            f"{msg_id} duplicated by one member alone"
+        )
+        queue_id, offset = queue_of[msg_id]
+        assert queue_id in victim_queues, (
+            f"duplicate {msg_id} of queue {queue_id} (not the victim's)"
+        )
+        assert offset >= committed.get(queue_id, 0), (
+            f"duplicate {msg_id} at offset {offset} of queue {queue_id} is below the committed "
+            f"{committed.get(queue_id)}"
+        )
+    assert set(duplicated) == expected_dups
+    assert takeover_s < 15, f"takeover took {takeover_s:.1f} s with a {LEASE_MS} ms lease"
+    assert_committed_at_max(admin, group, topic)
