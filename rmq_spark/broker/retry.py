@@ -63,9 +63,11 @@ def plan_send_back(
     delay_level: int = 0,
     max_reconsume_times: int = 16,
     dead_letter_now: bool = False,
+    consumer_reconsume_times: int = 0,
 ) -> SendBackPlan:
     """Apply RocketMQ's send-back rule to ``record`` (whose offset message id is
-    ``record_msg_id``).
+    ``record_msg_id``). ``consumer_reconsume_times`` is the count the consumer reports
+    (its local retries included); the higher of it and the record's count is used.
 
     >>> plan = plan_send_back(Record("TopicA", 0, b"x"), group="G", record_msg_id="ID")
     >>> plan.topic, plan.delay_level, plan.reconsume_times, plan.properties["RETRY_TOPIC"]
@@ -81,10 +83,15 @@ def plan_send_back(
         props[RETRY_TOPIC] = original_topic or record.topic
     if not props.get(ORIGIN_MESSAGE_ID):
         props[ORIGIN_MESSAGE_ID] = record_msg_id
-    reconsume_times = record.reconsume_times + 1
-    if dead_letter_now or record.reconsume_times >= max_reconsume_times:
+    if consumer_reconsume_times < 0:
+        raise InvalidArgumentError(
+            f"reconsume_times {consumer_reconsume_times} must be >= 0 (0 = the record's count)"
+        )
+    failed_before = max(record.reconsume_times, consumer_reconsume_times)
+    reconsume_times = failed_before + 1
+    if dead_letter_now or failed_before >= max_reconsume_times:
         return SendBackPlan(dlq_topic(group), True, 0, reconsume_times, props)
-    level = delay_level or FIRST_RETRY_LEVEL + record.reconsume_times
+    level = delay_level or FIRST_RETRY_LEVEL + failed_before
     return SendBackPlan(retry_topic(group), False, level, reconsume_times, props)
 
 
@@ -104,6 +111,7 @@ def send_back(broker: Broker, request, context=None) -> messaging_pb2.ConsumerSe
         delay_level=request.delay_level,
         max_reconsume_times=request.max_reconsume_times or broker.config.max_reconsume_times,
         dead_letter_now=request.dead_letter_now,
+        consumer_reconsume_times=request.reconsume_times,
     )
     queues = DLQ_QUEUE_NUMS if plan.dead_lettered else RETRY_QUEUE_NUMS
     broker.store.topics.ensure_system_topic(plan.topic, queues)

@@ -193,10 +193,13 @@ def send_back(
     delay_level: int = 0,
     max_reconsume_times: int = 16,
     dead_letter_now: bool = False,
+    reconsume_times: int = 0,
 ) -> SendBackResult:
     """Give back the record at ``commit_log_offset`` of ``broker_name`` (ConsumerSendBack).
 
-    ``delay_level`` 0 lets the broker pick ``3 + reconsumeTimes``. Raises rocketlite errors
+    ``delay_level`` 0 lets the broker pick ``3 + reconsumeTimes``; ``reconsume_times`` is
+    the consumer's own count of failed deliveries (local retries included), used by the
+    broker when higher than the record's. Raises rocketlite errors
     (PermissionDeniedError when the broker does not take writes).
     """
     if not 0 <= delay_level <= 18:
@@ -209,6 +212,7 @@ def send_back(
         delay_level=delay_level,
         max_reconsume_times=max_reconsume_times,
         dead_letter_now=dead_letter_now,
+        reconsume_times=reconsume_times,
     )
     answer = conn.call(conn.messaging.ConsumerSendBack, request)
     return SendBackResult(

@@ -74,10 +74,13 @@ class LocalFileOffsetStore(OffsetStore):
         self.path = base / client_id / group / FILE_NAME
         self._force_empty = force_empty
         self._file_lock = threading.Lock()  # one writer of the file at a time
+        self._on_disk: dict[MessageQueue, int] = {}  # what the file holds (after load/persist)
 
     def load(self) -> None:
         """Read the file (or its backup) into memory; a missing file means no offsets."""
         table = self._read_file()
+        with self._file_lock:
+            self._on_disk = dict(table)
         with self._lock:
             self._table.update(table)
 
@@ -85,15 +88,17 @@ class LocalFileOffsetStore(OffsetStore):
         return self._read_file().get(mq)
 
     def persist_all(self, mqs: Iterable[MessageQueue] | None = None) -> dict[MessageQueue, int]:
-        """Rewrite the file with every offset in memory, and return them (``mqs`` is
-        accepted for the interface: one file holds all queues, so persisting some rewrites
-        all of them)."""
+        """Rewrite the file with every offset in memory, and return what the file holds
+        (``mqs`` is accepted for the interface: one file holds all queues, so persisting
+        some rewrites all of them). Queues no longer in memory
+        (:meth:`~OffsetStore.remove_offset`) keep the offset the file had for them."""
         if mqs is not None:
             self._snapshot(mqs)  # validates the argument
         with self._file_lock:
-            table = self.clone_offset_table()
+            table = dict(sorted({**self._on_disk, **self.clone_offset_table()}.items()))
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.path, self._to_json(table), validate=_validate)
+            self._on_disk = table
         return table
 
     def _read_file(self) -> dict[MessageQueue, int]:

@@ -50,6 +50,9 @@ class RemoteBrokerOffsetStore(OffsetStore):
     def _read_from_store(self, mq: MessageQueue) -> int | None:
         return query_committed(self.cluster, self.group, [mq]).get(mq)
 
+    def _persist_reset(self, mq: MessageQueue, offset: int) -> None:
+        commit_offsets(self.cluster, self.group, {mq: offset}, increase_only=False)
+
     def persist_all(
         self, mqs: Iterable[MessageQueue] | None = None
     ) -> dict[MessageQueue, CommittedOffset]:

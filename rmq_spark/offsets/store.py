@@ -120,6 +120,16 @@ class OffsetStore(ABC):
             return UNKNOWN_OFFSET
         return self.update_offset(mq, stored, increase_only=False)
 
+    def reset_offset(self, mq: MessageQueue, offset: int) -> None:
+        """Move ``mq``'s offset to ``offset`` in memory and in the store now, also backwards
+        (an offset reset, or the correction after OFFSET_ILLEGAL)."""
+        self.update_offset(mq, offset, increase_only=False)
+        self._persist_reset(mq, offset)
+
+    def _persist_reset(self, mq: MessageQueue, offset: int) -> None:
+        """Write a reset to the store; stores that only move forward override this."""
+        self.persist(mq)
+
     def remove_offset(self, mq: MessageQueue) -> None:
         """Forget ``mq`` in memory (the queue went to another consumer). The store keeps it."""
         with self._lock:

@@ -215,6 +215,20 @@ def test_dead_letter_now_skips_the_retries(start_broker):
     assert [r.body for r in broker.pull(f"%DLQ%{GROUP}", 0)] == [b"orderly-gave-up"]
 
 
+def test_the_consumers_count_of_local_retries_is_kept(start_broker):
+    """A consumer that retried a message locally (orderly, or after a refused send-back)
+    reports its count; the copy carries it and the delay and DLQ rules follow it."""
+    broker = start_broker()
+    broker.store.topics.create("TopicA", 1)
+    broker.send("TopicA", [b"a", b"b"])
+    first, second = broker.pull("TopicA", 0)
+    retried = broker.send_back(first, reconsume_times=1)
+    assert (retried.dead_lettered, retried.reconsume_times, retried.delay_level) == (False, 2, 4)
+    dead = broker.send_back(second, reconsume_times=2, max_reconsume_times=2)
+    assert (dead.dead_lettered, dead.reconsume_times) == (True, 3)
+    assert [r.reconsume_times for r in broker.pull(f"%DLQ%{GROUP}", 0)] == [3]
+
+
 def test_send_back_to_a_read_only_broker_is_denied(start_broker):
     broker = start_broker(broker_perm=4)
     broker.store.topics.create("TopicA", 1)

@@ -99,7 +99,7 @@ def test_memory_first_then_store(tmp_path):
     assert s.read_offset(MQ0, ReadOffsetType.MEMORY_FIRST_THEN_STORE) == 7
 
 
-def test_remove_then_persist_drops_the_queue_from_the_file(tmp_path):
+def test_remove_forgets_in_memory_but_the_file_keeps_the_offset(tmp_path):
     s = store(tmp_path)
     s.update_offset(MQ0, 1)
     s.update_offset(MQ1, 2)
@@ -107,10 +107,21 @@ def test_remove_then_persist_drops_the_queue_from_the_file(tmp_path):
     s.remove_offset(MQ0)
     s.remove_offset(MQ0)  # removing twice is fine
     assert s.clone_offset_table() == {MQ1: 2}
-    s.persist_all([MQ1])
+    s.update_offset(MQ1, 3)
+    s.persist_all([MQ1])  # a later persist must not drop what the file had for MQ0
     fresh = store(tmp_path)
     fresh.load()
-    assert fresh.clone_offset_table() == {MQ1: 2}
+    assert fresh.clone_offset_table() == {MQ0: 1, MQ1: 3}
+
+
+def test_reset_moves_the_file_offset_backwards(tmp_path):
+    s = store(tmp_path)
+    s.update_offset(MQ0, 9)
+    s.persist_all()
+    s.reset_offset(MQ0, 4)
+    fresh = store(tmp_path)
+    fresh.load()
+    assert fresh.clone_offset_table() == {MQ0: 4}
 
 
 def test_backup_keeps_previous_version(tmp_path):

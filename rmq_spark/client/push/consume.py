@@ -82,6 +82,7 @@ class _ConsumeService:
                 delay_level=delay_level,
                 max_reconsume_times=self.config.max_reconsume_times,
                 dead_letter_now=dead_letter_now,
+                reconsume_times=msg.reconsume_times,
             )
         except RocketliteError as exc:
             log.warning(

@@ -457,9 +457,8 @@ class PushConsumer:
             )
             with st.lock:
                 st.next_offset = next_offset
-            self._offsets.update_offset(st.mq, next_offset, increase_only=False)
-            try:
-                self._offsets.persist(st.mq)
+            try:  # also backwards: an increase-only commit would keep the bad offset
+                self._offsets.reset_offset(st.mq, next_offset)
             except RocketliteError as exc:
                 log.warning("group %r: cannot persist the offset of %s: %s", self.group, st.mq, exc)
         else:  # NO_NEW_MSG, NO_MATCHED_MSG

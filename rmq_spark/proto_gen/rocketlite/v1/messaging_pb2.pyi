@@ -211,20 +211,22 @@ class ViewMessageResponse(_message.Message):
     def __init__(self, record: _Optional[bytes] = ...) -> None: ...
 
 class ConsumerSendBackRequest(_message.Message):
-    __slots__ = ("consumer_group", "message", "original_topic", "delay_level", "max_reconsume_times", "dead_letter_now")
+    __slots__ = ("consumer_group", "message", "original_topic", "delay_level", "max_reconsume_times", "dead_letter_now", "reconsume_times")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ORIGINAL_TOPIC_FIELD_NUMBER: _ClassVar[int]
     DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
     MAX_RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_NOW_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     message: MessageRef
     original_topic: str
     delay_level: int
     max_reconsume_times: int
     dead_letter_now: bool
-    def __init__(self, consumer_group: _Optional[str] = ..., message: _Optional[_Union[MessageRef, _Mapping]] = ..., original_topic: _Optional[str] = ..., delay_level: _Optional[int] = ..., max_reconsume_times: _Optional[int] = ..., dead_letter_now: _Optional[bool] = ...) -> None: ...
+    reconsume_times: int
+    def __init__(self, consumer_group: _Optional[str] = ..., message: _Optional[_Union[MessageRef, _Mapping]] = ..., original_topic: _Optional[str] = ..., delay_level: _Optional[int] = ..., max_reconsume_times: _Optional[int] = ..., dead_letter_now: _Optional[bool] = ..., reconsume_times: _Optional[int] = ...) -> None: ...
 
 class ConsumerSendBackResponse(_message.Message):
     __slots__ = ("queue", "dead_lettered", "reconsume_times", "delay_level", "offset_msg_id")
