@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -114,17 +115,50 @@ class _ConsumeService:
 class ConcurrentService(_ConsumeService):
     """Runs a concurrent listener on a thread pool."""
 
+    def __init__(self, consumer: PushConsumer, listener) -> None:
+        super().__init__(consumer, listener)
+        self._tasks = 0  # submitted, not finished
+        self._tasks_lock = threading.Lock()
+
     def dispatch(self, st: _QueueState, messages: Sequence[ReceivedMessage]) -> None:
+        """Split a pull's messages into listener batches and hand them to the pool.
+
+        Each listener batch may run on its own thread, but a pool task costs a thread
+        hand-off (tens of microseconds), more than a fast listener's work. So the batches
+        are spread over as many tasks as there are idle threads: a busy consumer runs a
+        whole pull's batches in one task, an idle one runs them all in parallel.
+        """
         size = self.config.consume_message_batch_max_size
-        for start in range(0, len(messages), size):
-            self.submit(self._run, st, list(messages[start : start + size]))
+        batches = [list(messages[i : i + size]) for i in range(0, len(messages), size)]
+        with self._tasks_lock:
+            idle = self.config.consume_thread_count - self._tasks
+        tasks = max(1, min(len(batches), idle))
+        per_task = -(-len(batches) // tasks)
+        for start in range(0, len(batches), per_task):
+            self._submit_batches(st, batches[start : start + per_task])
+
+    def _submit_batches(self, st: _QueueState, batches: list[list[ReceivedMessage]]) -> None:
+        with self._tasks_lock:
+            self._tasks += 1
+        self.submit(self._run_batches, st, batches)
+
+    def _run_batches(self, st: _QueueState, batches: list[list[ReceivedMessage]]) -> None:
+        try:
+            for batch in batches:
+                self._run(st, batch)
+        finally:
+            with self._tasks_lock:
+                self._tasks -= 1
+
+    def _retry(self, st: _QueueState, messages: list[ReceivedMessage]) -> None:
+        self._submit_batches(st, [messages])
 
     def _run(self, st: _QueueState, messages: list[ReceivedMessage]) -> None:
         consumer = self.consumer
         if st.released:
             return  # the queue went to another member; it redelivers these
         if not st.lease_valid():
-            consumer._later(LEASE_WAIT_S, self.submit, self._run, st, messages)
+            consumer._later(LEASE_WAIT_S, self._retry, st, messages)
             return
         context = ConsumeContext(st.mq)
         try:
@@ -177,7 +211,7 @@ class ConcurrentService(_ConsumeService):
                 m.reconsume_times += 1
             consumer._count("local_retries", len(keep))
             delay_s = self.config.send_back_retry_delay_ms / 1000
-            consumer._later(delay_s, self.submit, self._run, st, keep)
+            consumer._later(delay_s, self._retry, st, keep)
 
 
 class OrderlyService(_ConsumeService):
