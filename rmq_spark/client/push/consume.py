@@ -46,6 +46,8 @@ log = logging.getLogger("rmq_spark.client.push")
 ORDERLY_SLICE_S = 60.0
 #: pause before looking again at a queue whose lease is being renewed
 LEASE_WAIT_S = 0.5
+#: a task running many listener batches reports finished offsets at least this often
+REPORT_EVERY_S = 0.02
 
 
 class _ConsumeService:
@@ -143,17 +145,40 @@ class ConcurrentService(_ConsumeService):
         self.submit(self._run_batches, st, batches)
 
     def _run_batches(self, st: _QueueState, batches: list[list[ReceivedMessage]]) -> None:
+        """Run listener batches one after the other; report what is done now and then.
+
+        Done offsets and counters are reported once per task (or every
+        ``REPORT_EVERY_S`` with a slow listener), not once per listener call: the process
+        queue, the offset store and the counters each take a lock.
+        """
+        done: list[int] = []
+        counts = {"consumed_ok": 0, "consumed_failed": 0}
+        last_report = time.monotonic()
         try:
             for batch in batches:
-                self._run(st, batch)
+                self._run(st, batch, done, counts)
+                if done and time.monotonic() - last_report > REPORT_EVERY_S:
+                    self.consumer._consumed(st, done)
+                    done = []
+                    last_report = time.monotonic()
         finally:
+            if done:
+                self.consumer._consumed(st, done)
+            self.consumer._count_many(counts)
             with self._tasks_lock:
                 self._tasks -= 1
 
     def _retry(self, st: _QueueState, messages: list[ReceivedMessage]) -> None:
         self._submit_batches(st, [messages])
 
-    def _run(self, st: _QueueState, messages: list[ReceivedMessage]) -> None:
+    def _run(
+        self,
+        st: _QueueState,
+        messages: list[ReceivedMessage],
+        done: list[int],
+        counts: dict[str, int],
+    ) -> None:
+        """One listener call; appends the offsets that are finished to ``done``."""
         consumer = self.consumer
         if st.released:
             return  # the queue went to another member; it redelivers these
@@ -171,7 +196,14 @@ class ConcurrentService(_ConsumeService):
                 st.mq,
             )
             status, context.ack_index = ConsumeStatus.RECONSUME_LATER, None
-        if not isinstance(status, ConsumeStatus):
+        last = len(messages) - 1
+        if status is ConsumeStatus.CONSUME_SUCCESS:
+            if context.ack_index is None or context.ack_index >= last:
+                counts["consumed_ok"] += len(messages)
+                done.extend(m.queue_offset for m in messages)
+                return
+            ack = context.ack_index
+        elif not isinstance(status, ConsumeStatus):
             log.error(
                 "group %r: the listener returned %r for %d messages of %s; return "
                 "ConsumeStatus.CONSUME_SUCCESS or ConsumeStatus.RECONSUME_LATER. Retrying them.",
@@ -180,19 +212,18 @@ class ConcurrentService(_ConsumeService):
                 len(messages),
                 st.mq,
             )
-            status, context.ack_index = ConsumeStatus.RECONSUME_LATER, None
-        last = len(messages) - 1
-        if status is ConsumeStatus.CONSUME_SUCCESS:
-            ack = last if context.ack_index is None else min(context.ack_index, last)
+            ack = -1
         elif context.ack_index is None or self.config.retry_whole_batch_on_failure:
             ack = -1
         else:
             ack = min(context.ack_index, last)
         failed = messages[ack + 1 :]
-        consumer._count("consumed_ok", ack + 1)
-        consumer._count("consumed_failed", len(failed))
+        counts["consumed_ok"] += ack + 1
+        counts["consumed_failed"] += len(failed)
         keep: list[ReceivedMessage] = []
-        if failed and consumer.message_model == "BROADCASTING":
+        if not failed:
+            pass
+        elif consumer.message_model == "BROADCASTING":
             log.warning(
                 "group %r (broadcasting): %d messages of %s failed and are dropped (broadcast "
                 "messages are not retried), first offset %d",
@@ -201,11 +232,11 @@ class ConcurrentService(_ConsumeService):
                 st.mq,
                 failed[0].queue_offset,
             )
-        elif failed:
+        else:
             level = context.delay_level_when_next_consume
             keep = [m for m in failed if not self._give_back(st, m, level, False)]
         kept = {id(m) for m in keep}
-        consumer._consumed(st, [m.queue_offset for m in messages if id(m) not in kept])
+        done.extend(m.queue_offset for m in messages if id(m) not in kept)
         if keep:
             for m in keep:
                 m.reconsume_times += 1

@@ -347,6 +347,12 @@ class PushConsumer:
             with self._count_lock:
                 self._counts[name] += n
 
+    def _count_many(self, counts: dict[str, int]) -> None:
+        with self._count_lock:
+            for name, n in counts.items():
+                if n:
+                    self._counts[name] += n
+
     def _later(self, delay_s: float, fn: Callable[..., None], *args: Any) -> None:
         if self._timers is not None:
             self._timers.call_later(delay_s, fn, *args)

@@ -54,29 +54,60 @@ def messages_from_batch(batch: pa.RecordBatch, mq: MessageQueue) -> list[Receive
     n = batch.num_rows
     if n == 0:
         return []
-    cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-    out: list[ReceivedMessage] = []
-    for i in range(n):
-        props = dict(cols["properties"][i] or ())
-        offset_id = cols["msgId"][i]
-        out.append(
-            ReceivedMessage(
-                topic=props.get(RETRY_TOPIC, cols["topic"][i]),
-                message_queue=mq,
-                queue_offset=cols["queueOffset"][i],
-                msg_id=props.get(UNIQ_KEY) or offset_id,
-                offset_msg_id=offset_id,
-                tags=cols["tags"][i],
-                keys=cols["keys"][i],
-                body=cols["body"][i],
-                properties=props,
-                born_timestamp_ms=cols["bornTimestamp"][i],
-                store_timestamp_ms=cols["storeTimestamp"][i],
-                born_host=cols["bornHost"][i],
-                store_host=cols["storeHost"][i],
-                reconsume_times=cols["reconsumeTimes"][i],
-                commit_log_offset=cols["commitLogOffset"][i],
-                flag=cols["flag"][i],
-            )
+    col = batch.column
+    props_col = [dict(p) if p else {} for p in col("properties").to_pylist()]
+    topics = col("topic").to_pylist()
+    offset_ids = col("msgId").to_pylist()
+    # positional arguments in field order: about twice as fast as keywords for 16 fields
+    return [
+        ReceivedMessage(
+            props.get(RETRY_TOPIC, topic),
+            mq,
+            queue_offset,
+            props.get(UNIQ_KEY) or offset_id,
+            offset_id,
+            tags,
+            keys,
+            body,
+            props,
+            born,
+            stored,
+            born_host,
+            store_host,
+            reconsume,
+            commit_log_offset,
+            flag,
         )
-    return out
+        for (
+            props,
+            topic,
+            queue_offset,
+            offset_id,
+            tags,
+            keys,
+            body,
+            born,
+            stored,
+            born_host,
+            store_host,
+            reconsume,
+            commit_log_offset,
+            flag,
+        ) in zip(
+            props_col,
+            topics,
+            col("queueOffset").to_pylist(),
+            offset_ids,
+            col("tags").to_pylist(),
+            col("keys").to_pylist(),
+            col("body").to_pylist(),
+            col("bornTimestamp").to_pylist(),
+            col("storeTimestamp").to_pylist(),
+            col("bornHost").to_pylist(),
+            col("storeHost").to_pylist(),
+            col("reconsumeTimes").to_pylist(),
+            col("commitLogOffset").to_pylist(),
+            col("flag").to_pylist(),
+            strict=True,
+        )
+    ]
