@@ -8,15 +8,25 @@
   neighbours) hit all of them alike; :func:`paired_ratio` compares two of them round by
   round. :func:`looped` turns "do one unit of work" into a contender.
 * :class:`Table`: a plain-text table with aligned columns.
+* :class:`ServerProcess` / :func:`broker_process`: a broker (or any server printing
+  ``... listening on HOST:PORT``) in a subprocess; :func:`append_spread` fills a store's
+  queues the way the broker stores tagged sends.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import select
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 #: Look at the clock about this often while looping over short calls.
 _CLOCK_CHECK_S = 0.002
@@ -234,3 +244,89 @@ def fmt_bytes(size: int) -> str:
         if size >= 1 << shift and size % (1 << shift) == 0:
             return f"{size >> shift} {unit}"
     return f"{size} B"
+
+
+# -- server subprocesses and store filling -------------------------------------------------
+
+#: how long a server subprocess may take to print its ready line
+READY_TIMEOUT_S = 30
+
+
+class ServerProcess:
+    """A server subprocess that prints ``... listening on HOST:PORT ...`` when ready."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+        self.endpoint = ""
+
+    def start(self) -> ServerProcess:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log)
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
+            if not ready:
+                continue
+            line = self.process.stdout.readline().decode()
+            match = re.search(r" listening on (\S+:\d+)", line)
+            if match:
+                self.endpoint = match[1]
+                return self
+            if not line:
+                break
+        self.stop()
+        raise SystemExit(f"{self.name} did not start; log:\n{self.log_path.read_text()[-2000:]}")
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def stop(self) -> None:
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def broker_process(store_dir: Path, log_path: Path) -> ServerProcess:
+    """``python -m rmq_spark.broker`` on a free loopback port over ``store_dir``."""
+    argv = [sys.executable, "-m", "rmq_spark.broker", "--store", str(store_dir), "--port", "0"]
+    return ServerProcess("broker", [*argv, "--log-level", "WARNING"], log_path)
+
+
+def stored_properties(tag: str, count: int, start: int = 0) -> list[bytes]:
+    """TAGS + UNIQ_KEY, encoded as the broker stores messages sent with ``tag``."""
+    return [
+        b"TAGS\x01%s\x02UNIQ_KEY\x01%032X\x02" % (tag.encode(), start + i) for i in range(count)
+    ]
+
+
+def append_spread(
+    store: Any, topic: str, queues: int, count: int, bodies: list[bytes], tag: str, batch: int
+) -> None:
+    """Append ``count`` messages to ``topic`` in batches of ``batch``, batch n to queue
+    n % queues, bodies taken round the ``bodies`` pool (longer than ``batch``)."""
+    tags = [tag] * batch
+    for n, start in enumerate(range(0, count, batch)):
+        size = min(batch, count - start)
+        first = start % (len(bodies) - batch)
+        store.append(
+            topic,
+            n % queues,
+            bodies[first : first + size],
+            stored_properties(tag, size, start),
+            tags=tags[:size],
+        )

@@ -54,7 +54,6 @@ import os
 import platform
 import random
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -74,15 +73,19 @@ import grpc
 from _common import (
     RateResult,
     RoundFn,
+    ServerProcess,
     Table,
     Timing,
     add_timing_args,
+    append_spread,
+    broker_process,
     fmt_int,
     fmt_mb,
     fmt_ratio,
     looped,
     measure_rates,
     paired_ratio,
+    stored_properties,
     timing_from_args,
 )
 
@@ -115,7 +118,6 @@ TARGET_PRODUCE = 300_000  # batched produce, msgs/s
 TARGET_PULL = 2_000_000  # pull to Arrow, msgs/s
 
 ECHO_METHOD = "/bench.Echo/Call"
-READY_TIMEOUT_S = 30
 
 
 # -- workload ----------------------------------------------------------------------------
@@ -131,13 +133,6 @@ def batches_of(bodies: list[bytes], size: int) -> list[list[bytes]]:
     return [bodies[i : i + size] for i in range(0, usable, size)]
 
 
-def stored_properties(count: int, start: int = 0) -> list[bytes]:
-    """TAGS + UNIQ_KEY, encoded as the broker stores a message sent with a tag."""
-    return [
-        b"TAGS\x01%s\x02UNIQ_KEY\x01%032X\x02" % (TAG.encode(), start + i) for i in range(count)
-    ]
-
-
 def fill_pull_store(directory: Path, count: int, seed: int) -> None:
     """A closed store with both topics; ``count`` messages spread over the pull topic's
     queues (queue i gets batches i, i + QUEUES, ...)."""
@@ -145,78 +140,14 @@ def fill_pull_store(directory: Path, count: int, seed: int) -> None:
     with MessageStore.open(StoreConfig(directory)) as store:
         store.topics.create(PULL_TOPIC, queues=QUEUES)
         store.topics.create(PRODUCE_TOPIC, queues=QUEUES)
-        tags = [TAG] * FILL_BATCH
-        for n, start in enumerate(range(0, count, FILL_BATCH)):
-            size = min(FILL_BATCH, count - start)
-            first = start % (POOL_MESSAGES - FILL_BATCH)
-            store.append(
-                PULL_TOPIC,
-                n % QUEUES,
-                bodies[first : first + size],
-                stored_properties(size, start),
-                tags=tags[:size],
-            )
+        append_spread(store, PULL_TOPIC, QUEUES, count, bodies, TAG, FILL_BATCH)
 
 
 # -- processes: broker, gRPC floor server --------------------------------------------------
 
 
-class Server:
-    """A server subprocess that prints ``... listening on HOST:PORT ...`` when ready."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
-        self.name = name
-        self.argv = argv
-        self.log_path = log_path
-        self.process: subprocess.Popen | None = None
-        self.endpoint = ""
-
-    def start(self) -> Server:
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log)
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
-            if not ready:
-                continue
-            line = self.process.stdout.readline().decode()
-            match = re.search(r" listening on (\S+:\d+)", line)
-            if match:
-                self.endpoint = match[1]
-                return self
-            if not line:
-                break
-        self.stop()
-        raise SystemExit(f"{self.name} did not start; log:\n{self.log_path.read_text()[-2000:]}")
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def stop(self) -> None:
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
-
-
-def broker_server(store_dir: Path, log_path: Path) -> Server:
-    argv = [sys.executable, "-m", "rmq_spark.broker", "--store", str(store_dir), "--port", "0"]
-    return Server("broker", [*argv, "--log-level", "WARNING"], log_path)
-
-
-def echo_server(log_path: Path) -> Server:
-    return Server("gRPC floor server", [sys.executable, __file__, "--serve-echo"], log_path)
+def echo_server(log_path: Path) -> ServerProcess:
+    return ServerProcess("gRPC floor server", [sys.executable, __file__, "--serve-echo"], log_path)
 
 
 def serve_echo() -> int:
@@ -269,7 +200,7 @@ def send_items(batch: list[bytes]) -> list[tuple[bytes, str]]:
 
 
 def store_appender(store: MessageStore, batches: list[list[bytes]]) -> RoundFn:
-    props = [stored_properties(len(b), i * len(b)) for i, b in enumerate(batches)]
+    props = [stored_properties(TAG, len(b), i * len(b)) for i, b in enumerate(batches)]
     work = itertools.cycle(list(zip(batches, props, strict=True)))
     queue = itertools.cycle(range(QUEUES))
     tags = [TAG] * len(batches[0])
@@ -747,7 +678,7 @@ def print_summary(produce: list[Row], pull: list[Row]) -> None:
 
 
 def run_profiles(
-    broker: Server,
+    broker: ServerProcess,
     producer: Producer,
     processes: ProcessProducers,
     consumer: PullConsumer,
@@ -826,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("local", "broker"):
             fill_pull_store(work / name, count, args.seed)
         fill_s = time.perf_counter() - begin
-        broker = broker_server(work / "broker", work / "broker.log").start()
+        broker = broker_process(work / "broker", work / "broker.log").start()
         echo = echo_server(work / "echo.log").start()
         local = MessageStore.open(StoreConfig(work / "local"))
         echo_client = EchoClient(echo.endpoint)

@@ -34,10 +34,6 @@ import itertools
 import os
 import platform
 import random
-import re
-import select
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,6 +51,8 @@ from _common import (
     Table,
     Timing,
     add_timing_args,
+    append_spread,
+    broker_process,
     fmt_int,
     fmt_ratio,
     measure_rates,
@@ -81,7 +79,6 @@ PUSH_BATCHES = (1, 32)
 DEFAULT_PULL_BATCH = 256
 POOL_MESSAGES = 4096
 FILL_BATCH = 1024
-READY_TIMEOUT_S = 30
 #: a pass that has not finished after this long is reported as stuck
 PASS_TIMEOUT_S = 600
 #: the untimed warm-up pass of each case reads this fraction (1/n) of the messages
@@ -103,61 +100,9 @@ def fill_store(directory: Path, count: int, seed: int) -> None:
     i, i + QUEUES, ..."""
     rng = random.Random(seed)
     bodies = [rng.randbytes(BODY_BYTES) for _ in range(POOL_MESSAGES)]
-    tags = [TAG] * FILL_BATCH
     with MessageStore.open(StoreConfig(directory)) as store:
         store.topics.create(TOPIC, queues=QUEUES)
-        for n, start in enumerate(range(0, count, FILL_BATCH)):
-            size = min(FILL_BATCH, count - start)
-            first = start % (POOL_MESSAGES - FILL_BATCH)
-            props = [
-                b"TAGS\x01%s\x02UNIQ_KEY\x01%032X\x02" % (TAG.encode(), start + i)
-                for i in range(size)
-            ]
-            store.append(TOPIC, n % QUEUES, bodies[first : first + size], props, tags=tags[:size])
-
-
-class Broker:
-    """The broker subprocess; ready once it prints ``... listening on HOST:PORT``."""
-
-    def __init__(self, store_dir: Path, log_path: Path) -> None:
-        self.argv = [sys.executable, "-m", "rmq_spark.broker", "--store", str(store_dir)]
-        self.argv += ["--port", "0", "--log-level", "WARNING"]
-        self.log_path = log_path
-        self.process: subprocess.Popen | None = None
-        self.endpoint = ""
-
-    def start(self) -> Broker:
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log)
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
-            if not ready:
-                continue
-            line = self.process.stdout.readline().decode()
-            match = re.search(r" listening on (\S+:\d+)", line)
-            if match:
-                self.endpoint = match[1]
-                return self
-            if not line:
-                break
-        self.stop()
-        raise SystemExit(f"the broker did not start; log:\n{self.log_path.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        append_spread(store, TOPIC, QUEUES, count, bodies, TAG, FILL_BATCH)
 
 
 # -- contenders: one pass over the N messages each -----------------------------------------
@@ -282,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         begin = time.perf_counter()
         fill_store(work / "broker", count, args.seed)
-        broker = Broker(work / "broker", work / "broker.log").start()
+        broker = broker_process(work / "broker", work / "broker.log").start()
         print(f"setup: store filled and broker up in {time.perf_counter() - begin:.1f} s\n")
         try:
             names = [f"PushConsumer, listener batch {b}" for b in PUSH_BATCHES]
