@@ -35,7 +35,7 @@ from rmq_spark.client.push.listener import (
     OrderlyStatus,
 )
 from rmq_spark.client.push.message import ReceivedMessage
-from rmq_spark.errors import RocketliteError
+from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
 
 if TYPE_CHECKING:
     from rmq_spark.client.push.consumer import PushConsumer, _QueueState
@@ -73,7 +73,14 @@ class _ConsumeService:
     def _give_back(
         self, st: _QueueState, msg: ReceivedMessage, delay_level: int, dead_letter_now: bool
     ) -> bool:
-        """Send ``msg`` to the retry topic (or the DLQ); False when that failed."""
+        """Send ``msg`` to the retry topic (or the DLQ); False when it must be retried here.
+
+        A broker that cannot be reached or takes no writes may come back: the message is
+        retried locally for as long as that lasts (it stays in flight, so the queue's offset
+        does not pass it). A record the broker no longer has (deleted by retention) cannot be
+        given back at all: it is retried locally up to ``max_reconsume_times``, then
+        dropped with an error naming it, instead of holding the queue forever.
+        """
         consumer = self.consumer
         try:
             result = send_back(
@@ -88,6 +95,20 @@ class _ConsumeService:
                 reconsume_times=msg.reconsume_times,
             )
         except RocketliteError as exc:
+            permanent = isinstance(exc, (NotFoundError, InvalidArgumentError))
+            if permanent and msg.reconsume_times >= self.config.max_reconsume_times:
+                log.error(
+                    "group %r: message %s (offset %d of %s) failed %d times and cannot be "
+                    "given back to the broker (%s); it is dropped",
+                    consumer.group,
+                    msg.msg_id,
+                    msg.queue_offset,
+                    st.mq,
+                    msg.reconsume_times + 1,
+                    exc,
+                )
+                consumer._count("dropped")
+                return True
             log.warning(
                 "group %r: cannot give message %s (offset %d of %s) back to the broker: %s; "
                 "consuming it again here in %d ms",

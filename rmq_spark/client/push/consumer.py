@@ -92,14 +92,17 @@ def _local_ip() -> str:
 class _QueueState:
     """One owned queue: its ProcessQueue, pull position, lease and phase."""
 
-    def __init__(self, mq: MessageQueue, tag_values: Any, lease_deadline: float) -> None:
+    def __init__(self, mq: MessageQueue, lease_deadline: float) -> None:
         self.mq = mq
         self.pq = ProcessQueue()
-        self.tag_values = tag_values
         self.next_offset = 0
         self.phase = ACTIVE
         self.lease_deadline = lease_deadline  # monotonic seconds; inf without leases
         self.drain_deadline = 0.0
+        # released, but the final commit and unlock still to do (a commit failed)
+        self.release_pending = False
+        self.release_give_up_at = 0.0
+        self.release_retry_at = 0.0
         self.call: PendingCall | None = None
         self.lock = threading.RLock()
         # orderly consumption
@@ -337,7 +340,7 @@ class PushConsumer:
     def stats(self) -> dict[str, int]:
         """Counters since start (a counter that never moved is absent): pulled,
         consumed_ok, consumed_failed, sent_back, dead_lettered, send_back_failed,
-        local_retries, offset_illegal, pulls_failed, flow_control (pulls put off because
+        local_retries, dropped, offset_illegal, pulls_failed, flow_control (pulls put off because
         too many messages waited)."""
         with self._count_lock:
             return dict(self._counts)
@@ -402,8 +405,8 @@ class PushConsumer:
             self._count("flow_control")
             self._schedule_pull(st, 0.05)
             return
-        with self._lock:
-            expression = self._subscriptions.get(st.mq.topic, ("*", None))[0]
+        with self._lock:  # the filter goes with the answer: subscribe() may change it
+            expression, tag_values = self._subscriptions.get(st.mq.topic, ("*", None))
         request = messaging_pb2.PullMessagesRequest(
             consumer_group=self.group,
             queue=mq_to_pb(st.mq),
@@ -418,9 +421,11 @@ class PushConsumer:
         call = conn.start(conn.messaging.PullMessages, request, timeout_s=timeout_s)
         st.call = call
         offset = st.next_offset
-        call.future.add_done_callback(lambda _f: self._events.put(("done", st, call, offset)))
+        call.future.add_done_callback(
+            lambda _f: self._events.put(("done", st, call, offset, tag_values))
+        )
 
-    def _pulled(self, st: _QueueState, call: PendingCall, offset: int) -> None:
+    def _pulled(self, st: _QueueState, call: PendingCall, offset: int, tag_values: Any) -> None:
         if st.call is call:
             st.call = None
         if call.cancelled() or st.phase != ACTIVE or self._stopping.is_set():
@@ -435,7 +440,7 @@ class PushConsumer:
         status = pull_status_from_pb(response.status)
         next_offset = response.next_begin_offset
         if status == PullStatus.FOUND:
-            batch = keep_subscribed_tags(decode_pull_response(st.mq, response), st.tag_values)
+            batch = keep_subscribed_tags(decode_pull_response(st.mq, response), tag_values)
             messages = messages_from_batch(batch, st.mq)
             with st.lock:
                 if st.phase != ACTIVE or st.next_offset != offset:
@@ -450,29 +455,52 @@ class PushConsumer:
             if not messages:
                 self._skip_filtered(st)
         elif status == PullStatus.OFFSET_ILLEGAL:
-            self._count("offset_illegal")
-            log.error(
-                "group %r: offset %d of %s is illegal (readable %d..%d): messages were deleted "
-                "or the offset is past the end; jumping to %d and persisting it",
-                self.group,
-                offset,
-                st.mq,
-                response.min_offset,
-                response.max_offset,
-                next_offset,
-            )
-            with st.lock:
-                st.next_offset = next_offset
-            try:  # also backwards: an increase-only commit would keep the bad offset
-                self._offsets.reset_offset(st.mq, next_offset)
-            except RocketliteError as exc:
-                log.warning("group %r: cannot persist the offset of %s: %s", self.group, st.mq, exc)
+            self._offset_illegal(st, offset, response)
+            return
         else:  # NO_NEW_MSG, NO_MATCHED_MSG
             with st.lock:
                 if st.next_offset == offset:
                     st.next_offset = next_offset
             self._skip_filtered(st)
         self._schedule_pull(st, self.config.pull_interval_ms / 1000)
+
+    def _offset_illegal(self, st: _QueueState, offset: int, response: Any) -> None:
+        """The position was deleted (retention) or is past the end (the queue was
+        recreated): start the queue over from where the broker says, with a fresh process
+        queue, as RocketMQ drops and re-creates it. The new offset is committed also when it
+        is lower (an increase-only commit would keep the bad one)."""
+        next_offset = response.next_begin_offset
+        with st.lock:
+            if st.phase != ACTIVE or st.next_offset != offset:
+                return  # handed over meanwhile, or a stale pull chain
+            st.phase = RELEASED  # messages of the old process queue are not consumed
+        st.cancel_pull()
+        with self._lock:
+            self._states.pop(st.mq, None)
+        self._count("offset_illegal")
+        log.error(
+            "group %r: offset %d of %s is illegal (readable %d..%d): messages were deleted "
+            "or the offset is past the end; jumping to %d and persisting it",
+            self.group,
+            offset,
+            st.mq,
+            response.min_offset,
+            response.max_offset,
+            next_offset,
+        )
+        try:
+            self._offsets.reset_offset(st.mq, next_offset)
+        except RocketliteError as exc:
+            log.warning("group %r: cannot persist the offset of %s: %s", self.group, st.mq, exc)
+            self._offsets.update_offset(st.mq, next_offset, increase_only=False)
+        with self._lock:  # restart it (we still hold its lease) unless it went elsewhere
+            restart = st.mq in self._allocation.get(st.mq.topic, ())
+            restart = restart and not self._stopping.is_set()
+            if restart:
+                self._pending.add(st.mq)
+        if not restart:
+            self._unlock_quietly([st.mq])
+        self._wake.set()
 
     def _skip_filtered(self, st: _QueueState) -> None:
         """Nothing of ``st`` in flight: its offset may move past messages the filter skipped
@@ -569,7 +597,9 @@ class PushConsumer:
 
     def _draining(self) -> list[_QueueState]:
         with self._lock:
-            return [st for st in self._states.values() if st.phase == DRAINING]
+            return [
+                st for st in self._states.values() if st.phase == DRAINING or st.release_pending
+            ]
 
     def _persist_all(self) -> None:
         with self._lock:
@@ -595,10 +625,12 @@ class PushConsumer:
             for mq, st in list(self._states.items()):
                 if mq.topic not in self._subscriptions and st.phase == ACTIVE:
                     self._start_drain(st)
-            self._pending = {mq for mq in self._pending if mq.topic in self._subscriptions}
+            dropped = {mq for mq in self._pending if mq.topic not in self._subscriptions}
+            self._pending -= dropped
             for topic in list(self._allocation):
                 if topic not in self._subscriptions:
                     del self._allocation[topic]
+        self._unlock_quietly(dropped)
 
     def _find_cid_all(self, brokers: Iterable[str]) -> list[str] | None:
         for broker in sorted(brokers):
@@ -657,12 +689,14 @@ class PushConsumer:
                     continue
                 if mq not in allocated and st.phase == ACTIVE:
                     self._start_drain(st)
-                elif mq in allocated and st.phase == DRAINING:
+                elif mq in allocated and st.phase == DRAINING and not self._stopping.is_set():
                     with st.lock:
                         st.phase = ACTIVE  # given back to us before the hand-over finished
                     self._schedule_pull(st)
-            self._pending = {mq for mq in self._pending if mq.topic != topic or mq in allocated}
+            dropped = {mq for mq in self._pending if mq.topic == topic and mq not in allocated}
+            self._pending -= dropped
             self._pending |= {mq for mq in allocated if mq not in self._states}
+        self._unlock_quietly(dropped)  # a lease may have been granted while it waited
         if self._pending:
             self._acquire()
 
@@ -707,8 +741,7 @@ class PushConsumer:
             log.warning("group %r: cannot find where to start %s: %s", self.group, mq, exc)
             return
         with self._lock:
-            tag_values = self._subscriptions.get(mq.topic, ("*", None))[1]
-            st = _QueueState(mq, tag_values, lease_deadline)
+            st = _QueueState(mq, lease_deadline)
             st.next_offset = offset
             self._offsets.update_offset(mq, offset, increase_only=False)
             self._states[mq] = st
@@ -740,7 +773,7 @@ class PushConsumer:
         if self.message_model != "CLUSTERING":
             return
         with self._lock:
-            held = [mq for mq, st in self._states.items() if not st.released]
+            held = [mq for mq, st in self._states.items() if not st.released or st.release_pending]
         if not held:
             return
         sent = time.monotonic()
@@ -767,6 +800,16 @@ class PushConsumer:
                     st.lease_deadline = sent + lease.lease_ms / 1000
                 else:
                     self._lose(st)
+
+    def _unlock_quietly(self, mqs: Iterable[MessageQueue]) -> None:
+        """Release leases we may hold (a no-op on the broker for those we do not)."""
+        mqs = sorted(mqs)
+        if not mqs or self.message_model != "CLUSTERING":
+            return
+        try:
+            unlock_queues(self._cluster, self.group, self.client_id, mqs)
+        except RocketliteError as exc:
+            log.warning("group %r: cannot release %d queues: %s", self.group, len(mqs), exc)
 
     def _lose(self, st: _QueueState) -> None:
         """Our lease on ``st`` ran out and another member holds the queue: stop at once."""
@@ -796,12 +839,12 @@ class PushConsumer:
         )
         self._wake.set()
 
-    def _finish_drains(self, now: float, force: bool = False) -> None:
+    def _finish_drains(self, now: float) -> None:
         for st in self._draining():
             in_flight = st.pq.msg_count
-            if in_flight and now < st.drain_deadline and not force:
+            if st.phase == DRAINING and in_flight and now < st.drain_deadline:
                 continue
-            if in_flight:
+            if st.phase == DRAINING and in_flight:
                 log.warning(
                     "group %r: %d messages of %s were still being consumed after %d ms; "
                     "committing what is done, the rest may be delivered again",
@@ -810,20 +853,41 @@ class PushConsumer:
                     st.mq,
                     self.config.drain_timeout_ms,
                 )
-            self._release(st)
+            self._release(st, now)
 
-    def _release(self, st: _QueueState) -> None:
-        """Commit ``st``'s offset synchronously, then give up its lease."""
-        with st.lock:
-            st.phase = RELEASED
-        offset = st.pq.committable_offset()
-        if offset >= 0:
-            self._offsets.update_offset(st.mq, offset)
+    def _release(self, st: _QueueState, now: float) -> None:
+        """Commit ``st``'s offset synchronously, then give up its lease.
+
+        The lease is kept while the commit fails (retried every second, for up to
+        ``drain_timeout_ms``): releasing it first would let the next owner start from an
+        older offset and deliver messages twice.
+        """
+        if not st.release_pending:
+            with st.lock:
+                st.phase = RELEASED  # nothing more is consumed: the offset below is final
+            offset = st.pq.committable_offset()
+            if offset >= 0:
+                self._offsets.update_offset(st.mq, offset)
+            st.release_pending = True
+            st.release_give_up_at = now + self.config.drain_timeout_ms / 1000
+        elif now < st.release_retry_at:
+            return
         try:
             self._offsets.persist(st.mq)
         except RocketliteError as exc:
+            if now < st.release_give_up_at:
+                st.release_retry_at = now + 1.0
+                log.warning(
+                    "group %r: cannot commit the offset of %s before handing it over (%s); "
+                    "keeping its lease and trying again",
+                    self.group,
+                    st.mq,
+                    exc,
+                )
+                return
             log.warning(
-                "group %r: cannot commit the offset of %s before handing it over: %s",
+                "group %r: gave up committing the offset of %s (%s); releasing it anyway, so "
+                "the next owner may deliver some messages again",
                 self.group,
                 st.mq,
                 exc,
@@ -832,11 +896,8 @@ class PushConsumer:
         self._offsets.remove_offset(st.mq)
         with self._lock:
             self._states.pop(st.mq, None)
-        if self.message_model == "CLUSTERING":
-            try:
-                unlock_queues(self._cluster, self.group, self.client_id, [st.mq])
-            except RocketliteError as exc:
-                log.warning("group %r: cannot release %s: %s", self.group, st.mq, exc)
+        st.release_pending = False
+        self._unlock_quietly([st.mq])
         log.info("group %r: released %s at offset %d", self.group, st.mq, committed)
 
     # --- shutdown ------------------------------------------------------------------------
@@ -850,6 +911,13 @@ class PushConsumer:
             self._stopping.set()
             self._cluster.close()
             return
+        if threading.current_thread().name.startswith("rmq-consume-"):
+            # called by the listener: waiting here for in-flight messages would wait for
+            # this very call, so the shutdown runs on its own thread
+            log.info("group %r: shutdown() called from the listener; shutting down in the "
+                     "background", self.group)  # fmt: skip
+            threading.Thread(target=self.shutdown, name="rmq-push-shutdown").start()
+            return
         self._stopping.set()
         self._wake.set()
         self._events.put(("stop",))
@@ -859,7 +927,9 @@ class PushConsumer:
             thread.join(10)
         with self._lock:
             states = list(self._states.values())
+            leftover = sorted(self._pending)
             self._pending.clear()
+        self._unlock_quietly(leftover)  # leases granted to queues not started yet
         now = time.monotonic()
         for st in states:
             with st.lock:
