@@ -235,8 +235,10 @@ def _from_group(
             else:
                 result[mq] = _edge(queues[mq], fallback)
         elif offset > queues[mq].max_offset:
-            # A RocketMQ consumer's pull at that offset answers OFFSET_ILLEGAL and moves
-            # to the end; start there rather than wait for messages that may never come.
+            # Past the end (a recreated queue, or a stale group): start at the end rather
+            # than wait for messages that may never come. (A push consumer's pull there
+            # answers OFFSET_ILLEGAL and starts over from the min when nothing was
+            # deleted; this source reads what the checkpoint says, not from 0.)
             log.warning(
                 "group offset %d of %s is past the queue's end %d; starting at the end",
                 offset,

@@ -386,7 +386,10 @@ class MessageStore:
         cq = self._readable_queue(topic, queue_id)
         lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
         if offset < lo or offset > hi:
-            nxt = lo if offset < lo else hi
+            # Below the min: retention deleted it, go to the oldest. Past the end: RocketMQ's
+            # rule, the min when nothing was ever deleted (the queue was recreated, or the
+            # offset never existed: reading again beats skipping), else the end.
+            nxt = lo if offset < lo or lo == 0 else hi
             return GetResult(PullStatus.OFFSET_ILLEGAL, nxt, lo, hi)
         if offset == hi:
             return GetResult(PullStatus.NO_NEW_MSG, offset, lo, hi)

@@ -254,7 +254,8 @@ def test_seek_position_and_offset_illegal(endpoints, one_queue, caplog):
         with caplog.at_level(logging.WARNING, logger="rmq_spark.client"):
             result = consumer.pull(mq)
         assert result.status == PullStatus.OFFSET_ILLEGAL
-        assert consumer.position(mq) == result.next_begin_offset == 10
+        # nothing was ever deleted from the queue: start over rather than skip (RocketMQ)
+        assert consumer.position(mq) == result.next_begin_offset == 0
         assert "offset 50" in caplog.text and "illegal" in caplog.text
         with pytest.raises(InvalidArgumentError, match="not assigned"):
             consumer.seek(MessageQueue(TOPIC, "broker-b", 0), 0)

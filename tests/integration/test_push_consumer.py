@@ -897,12 +897,14 @@ def start_past_the_end(broker, producer, admin, topic: str, group: str) -> Messa
     return mq
 
 
-def test_a_committed_offset_past_the_end_is_reported_and_skipped(
+def test_a_committed_offset_past_the_end_is_reported_and_nothing_is_skipped(
     broker, producer, admin, consumers, caplog
 ):
-    """A group whose committed offset lies past the queue's end (reset by hand) gets
-    OFFSET_ILLEGAL on its first pull: the consumer logs an error, jumps to the offset the
-    broker names (the queue's end) and receives the messages sent afterwards, once each."""
+    """A group whose committed offset lies past the queue's end (reset by hand, or the
+    queue was recreated) gets OFFSET_ILLEGAL on its first pull: the consumer logs an error
+    and starts over where the broker says. Nothing was ever deleted from the queue, so that
+    is its beginning (RocketMQ's rule): the 5 stored messages and the 3 sent afterwards
+    arrive, once each."""
     topic, group = "PushIllegal", "PushIllegalGroup"
     start_past_the_end(broker, producer, admin, topic, group)
     caplog.set_level(logging.ERROR, logger="rmq_spark.client.push")
@@ -911,31 +913,33 @@ def test_a_committed_offset_past_the_end_is_reported_and_skipped(
     wait_for(lambda: consumer.stats().get("offset_illegal") == 1, "the OFFSET_ILLEGAL answer")
     new = [f"il-new-{i}".encode() for i in range(3)]
     producer.send_batch(topic, new, queue=0)
-    wait_for(lambda: recorder.count() >= 3, "the messages sent after the jump")
+    wait_for(lambda: recorder.count() >= 8, "the stored messages and those sent after")
     consumer.shutdown()
 
-    assert sorted(recorder.bodies()) == new
-    assert sorted(d.queue_offset for d in recorder.snapshot()) == [5, 6, 7]
+    old = [f"il-old-{i}".encode() for i in range(5)]
+    assert sorted(recorder.bodies()) == sorted(old + new)
+    assert sorted(d.queue_offset for d in recorder.snapshot()) == list(range(8))
     assert consumer.stats()["offset_illegal"] == 1
     errors = [r.getMessage() for r in caplog.records if r.name == "rmq_spark.client.push"]
     assert len(errors) == 1
-    assert "offset 50" in errors[0] and "illegal" in errors[0] and "jumping to 5" in errors[0]
+    assert "offset 50" in errors[0] and "illegal" in errors[0] and "jumping to 0" in errors[0]
 
 
 def test_the_corrected_offset_reaches_the_broker_and_a_restart_skips_nothing(
     broker, producer, admin, consumers
 ):
-    """After the OFFSET_ILLEGAL jump the broker holds the corrected offset (then the
-    consumed end); so a member restarted after 50 more messages were sent receives exactly
-    those 50."""
+    """After the OFFSET_ILLEGAL jump the broker holds the corrected (lower) offset, then
+    the consumed end; so a member restarted after 50 more messages were sent receives
+    exactly those 50."""
     topic, group = "PushIllegal2", "PushIllegal2Group"
     mq = start_past_the_end(broker, producer, admin, topic, group)
     recorder = Recorder()
     consumer = consumers(group, topic, recorder)
     wait_for(lambda: consumer.stats().get("offset_illegal") == 1, "the OFFSET_ILLEGAL answer")
     producer.send_batch(topic, [f"il-a-{i}".encode() for i in range(3)], queue=0)
-    wait_for(lambda: recorder.count() >= 3, "3 deliveries")
+    wait_for(lambda: recorder.count() >= 8, "the 5 stored and 3 new messages")
     consumer.shutdown()
+    assert committed(broker.endpoint, group, topic) == {mq: 8}
     later = [f"il-b-{i}".encode() for i in range(50)]
     producer.send_batch(topic, later, queue=0)
     again = Recorder()
@@ -973,8 +977,9 @@ def test_a_recreated_topic_restarts_from_its_new_beginning_without_loss(
     broker, producer, admin, consumers
 ):
     """A topic deleted and created again (offsets start over below the group's position):
-    the consumer answers OFFSET_ILLEGAL by starting the queue over, commits the lower
-    offset, and no message sent afterwards is lost, also across a restart."""
+    the consumer answers OFFSET_ILLEGAL by starting the queue over from its beginning,
+    commits the lower offset, and no message of the new topic is lost or delivered twice,
+    also across a restart."""
     topic, group = "PushRecreated", "PushRecreatedGroup"
     admin.create_topic(topic, queues=1)
     producer.send_batch(topic, [f"old-{i}".encode() for i in range(20)], queue=0)
@@ -991,11 +996,14 @@ def test_a_recreated_topic_restarts_from_its_new_beginning_without_loss(
     assert ended_at <= 5  # not the old position 20
     second = Recorder()
     consumers(group, topic, second)
-    wanted = {f"later-{i}".encode() for i in range(10)}
-    wait_for(lambda: wanted <= set(second.bodies()), "the 10 messages sent later")
+    wanted = {f"new-{i}".encode() for i in range(5)} | {f"later-{i}".encode() for i in range(10)}
+    wait_for(
+        lambda: wanted <= set(first.bodies() + second.bodies()),
+        "the 15 messages of the recreated topic",
+    )
     # what came after the jump, over both runs: nothing lost, nothing twice
     after_jump = [b for b in first.bodies() + second.bodies() if not b.startswith(b"old-")]
-    assert set(after_jump) >= wanted
+    assert set(after_jump) == wanted
     assert len(after_jump) == len(set(after_jump))
 
 
