@@ -7,6 +7,8 @@ back to these classes, so callers catch the same exceptions in-process and over 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class RocketliteError(Exception):
     """Base class of every error raised by rocketlite."""
@@ -134,3 +136,12 @@ def error_from_status(code_name: str, message: str, class_name: str | None = Non
     if cls is None or cls.grpc_code != code_name:
         cls = _BY_CODE.get(code_name, RocketliteError)
     return cls(message)
+
+
+def check_whole_numbers(settings: object, names: Iterable[str], minimum: int) -> None:
+    """Raise :class:`InvalidArgumentError` naming the first attribute of ``settings`` among
+    ``names`` that is not a whole number >= ``minimum`` (``True``/``False`` are refused)."""
+    for name in names:
+        value = getattr(settings, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise InvalidArgumentError(f"{name}={value!r} must be a whole number >= {minimum}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.errors import InvalidArgumentError, check_whole_numbers
 from rmq_spark.store.config import MiB, StoreConfig
 
 DEFAULT_PORT = 10911
@@ -67,20 +67,21 @@ class BrokerConfig:
             raise InvalidArgumentError(f"broker_perm {self.broker_perm!r} must be 2, 4 or 6")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise InvalidArgumentError(f"port {self.port!r} must be 0..65535 (0 = any free)")
-        for name in (
-            "default_topic_queues",
-            "max_message_bytes",
-            "max_pull_messages",
-            "max_pull_bytes",
-            "max_suspend_timeout_ms",
-            "consumer_session_timeout_ms",
-            "queue_lock_lease_ms",
-            "max_reconsume_times",
-            "grpc_workers",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"{name}={value!r} must be a whole number >= 1")
+        check_whole_numbers(
+            self,
+            (
+                "default_topic_queues",
+                "max_message_bytes",
+                "max_pull_messages",
+                "max_pull_bytes",
+                "max_suspend_timeout_ms",
+                "consumer_session_timeout_ms",
+                "queue_lock_lease_ms",
+                "max_reconsume_times",
+                "grpc_workers",
+            ),
+            1,
+        )
         if self.max_pull_bytes + 2 * self.max_message_bytes > self.max_response_bytes:
             raise InvalidArgumentError(
                 f"max_response_bytes={self.max_response_bytes} cannot carry a pull of "

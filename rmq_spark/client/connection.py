@@ -20,6 +20,7 @@ from rmq_spark.errors import (
     InvalidArgumentError,
     RocketliteError,
     UnavailableError,
+    check_whole_numbers,
     error_from_status,
 )
 from rmq_spark.proto_gen.rocketlite.v1 import (
@@ -84,16 +85,17 @@ class ClientConfig:
     max_reconnect_backoff_ms: int = 5_000
 
     def __post_init__(self) -> None:
-        for name in (
-            "request_timeout_ms",
-            "route_ttl_ms",
-            "max_grpc_message_bytes",
-            "keepalive_time_ms",
-            "max_reconnect_backoff_ms",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"{name}={value!r} must be a whole number >= 1")
+        check_whole_numbers(
+            self,
+            (
+                "request_timeout_ms",
+                "route_ttl_ms",
+                "max_grpc_message_bytes",
+                "keepalive_time_ms",
+                "max_reconnect_backoff_ms",
+            ),
+            1,
+        )
 
     @property
     def request_timeout_s(self) -> float:

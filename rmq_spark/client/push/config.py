@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from rmq_spark.client.consumer import ConsumerConfig
-from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.errors import InvalidArgumentError, check_whole_numbers
 
 __all__ = ["MessageModel", "PushConsumerConfig"]
 
@@ -85,14 +85,8 @@ class PushConsumerConfig(ConsumerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in _POSITIVE:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"{name}={value!r} must be a whole number >= 1")
-        for name in _NON_NEGATIVE:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidArgumentError(f"{name}={value!r} must be a whole number >= 0")
+        check_whole_numbers(self, _POSITIVE, 1)
+        check_whole_numbers(self, _NON_NEGATIVE, 0)
         if self.client_id is not None and (
             not isinstance(self.client_id, str) or not self.client_id.strip()
         ):
