@@ -126,6 +126,14 @@ class BrokerProcess:
         """SIGKILL: the broker gets no chance to flush or clean up."""
         return self._signal(signal.SIGKILL, STOP_TIMEOUT_S)
 
+    def clean_up(self) -> None:
+        """After a test: stop it if it still runs, killing it if a clean stop fails."""
+        if self.running:
+            try:
+                self.stop(timeout_s=10)
+            except BaseException:
+                self.kill()
+
     def restart(self) -> BrokerProcess:
         if self.running:
             self.stop()

@@ -58,11 +58,7 @@ def broker_factory(tmp_path):
 
     yield start
     for broker in brokers:
-        if broker.running:
-            try:
-                broker.stop(timeout_s=10)
-            except BaseException:
-                broker.kill()
+        broker.clean_up()
 
 
 # -- brokers inside the test process -------------------------------------------------------

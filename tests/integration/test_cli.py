@@ -147,8 +147,7 @@ def broker(tmp_path_factory) -> BrokerProcess:
     process = BrokerProcess("broker-cli", tmp / "store", tmp / "broker.log", TEST_STORE_FLAGS)
     process.start()
     yield process
-    if process.running:
-        process.stop(timeout_s=10)
+    process.clean_up()
 
 
 @pytest.fixture(scope="module")

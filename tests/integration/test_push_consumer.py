@@ -192,11 +192,7 @@ def broker(tmp_path_factory):
     try:
         yield process
     finally:
-        if process.running:
-            try:
-                process.stop(timeout_s=10)
-            except BaseException:
-                process.kill()
+        process.clean_up()
 
 
 @pytest.fixture

@@ -69,8 +69,7 @@ def start_broker(directory: Path, name: str, *flags: str, store_flags=TEST_STORE
 def broker(tmp_path_factory):
     process = start_broker(tmp_path_factory.mktemp("brokers"), "broker-a")
     yield process
-    if process.running:
-        process.stop(timeout_s=10)
+    process.clean_up()
 
 
 @pytest.fixture
@@ -85,11 +84,7 @@ def broker_factory(tmp_path):
 
     yield start
     for process in started:
-        if process.running:
-            try:
-                process.stop(timeout_s=10)
-            except BaseException:
-                process.kill()
+        process.clean_up()
 
 
 @pytest.fixture
