@@ -493,14 +493,19 @@ class PushConsumer:
         except RocketliteError as exc:
             log.warning("group %r: cannot persist the offset of %s: %s", self.group, st.mq, exc)
             self._offsets.update_offset(st.mq, next_offset, increase_only=False)
-        with self._lock:  # restart it (we still hold its lease) unless it went elsewhere
-            restart = st.mq in self._allocation.get(st.mq.topic, ())
-            restart = restart and not self._stopping.is_set()
-            if restart:
-                self._pending.add(st.mq)
-        if not restart:
+        if not self._restart_if_allocated(st.mq):  # we still hold its lease
             self._unlock_quietly([st.mq])
-        self._wake.set()
+
+    def _restart_if_allocated(self, mq: MessageQueue) -> bool:
+        """Queue ``mq`` (whose state was just dropped) for a fresh start when the last
+        rebalance gave it to this member; False when it went elsewhere."""
+        with self._lock:
+            restart = mq in self._allocation.get(mq.topic, ()) and not self._stopping.is_set()
+            if restart:
+                self._pending.add(mq)
+        if restart:
+            self._wake.set()
+        return restart
 
     def _skip_filtered(self, st: _QueueState) -> None:
         """Nothing of ``st`` in flight: its offset may move past messages the filter skipped
@@ -899,6 +904,8 @@ class PushConsumer:
         st.release_pending = False
         self._unlock_quietly([st.mq])
         log.info("group %r: released %s at offset %d", self.group, st.mq, committed)
+        # given back to us while its commit was being retried: start it again
+        self._restart_if_allocated(st.mq)
 
     # --- shutdown ------------------------------------------------------------------------
 
