@@ -621,9 +621,10 @@ class PushConsumer:
     def _rebalance(self) -> None:
         with self._lock:
             topics = sorted(self._subscriptions)
+        members: dict[str, list[str]] = {}  # broker -> member ids, asked once per rebalance
         for topic in topics:
             try:
-                self._rebalance_topic(topic)
+                self._rebalance_topic(topic, members)
             except RocketliteError as exc:
                 log.warning("group %r: rebalance of topic %r failed: %s", self.group, topic, exc)
         with self._lock:  # queues of topics no longer subscribed
@@ -637,8 +638,14 @@ class PushConsumer:
                     del self._allocation[topic]
         self._unlock_quietly(dropped)
 
-    def _find_cid_all(self, brokers: Iterable[str]) -> list[str] | None:
+    def _find_cid_all(
+        self, brokers: Iterable[str], members: dict[str, list[str]]
+    ) -> list[str] | None:
+        """The group's member ids from the first broker of ``brokers`` that answers
+        (``members`` caches the answers of this rebalance)."""
         for broker in sorted(brokers):
+            if broker in members:
+                return members[broker]
             try:
                 conn = self._cluster.connection(self._cluster.endpoint_of(broker))
                 ids, _ = consumer_list(conn, self.group)
@@ -648,17 +655,18 @@ class PushConsumer:
             if self.client_id not in ids:  # our heartbeat has not reached it yet
                 self._send_heartbeats()
                 ids, _ = consumer_list(conn, self.group)
+            members[broker] = ids
             return ids
         return None
 
-    def _rebalance_topic(self, topic: str) -> None:
+    def _rebalance_topic(self, topic: str, members: dict[str, list[str]]) -> None:
         route = self._cluster.route(topic)
         mq_all = sorted(route.readable)
         if self.message_model == "BROADCASTING":
             cid_all = [self.client_id]
             allocated = frozenset(mq_all)
         else:
-            found = self._find_cid_all(route.brokers)
+            found = self._find_cid_all(route.brokers, members)
             if found is None:
                 log.warning(
                     "group %r: no broker of topic %r answered; keeping its queues",
