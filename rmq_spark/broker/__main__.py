@@ -66,7 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="address clients are told to use (default: host:bound port)",
     )
     net.add_argument(
-        "--grpc-workers", type=int, default=64, metavar="N", help="gRPC server threads"
+        "--worker-threads",
+        type=int,
+        default=16,
+        metavar="N",
+        help="threads that run store work (held pulls and watch streams take none)",
     )
 
     broker = parser.add_argument_group("broker")
@@ -152,7 +156,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         queue_lock_lease_ms=args.lock_lease_ms,
         max_reconsume_times=args.max_reconsume_times,
         delay_levels=args.delay_levels,
-        grpc_workers=args.grpc_workers,
+        worker_threads=args.worker_threads,
         store_options={
             name: getattr(args, name) for name in _STORE_FLAGS if getattr(args, name) is not None
         },

@@ -11,7 +11,7 @@ from typing import cast
 import rmq_spark
 from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
-from rmq_spark.broker.status import grpc_boundary
+from rmq_spark.broker.status import Workers, blocking
 from rmq_spark.names import validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from rmq_spark.store.topics import TopicConfig
@@ -21,10 +21,11 @@ _FLUSH_MODES = {"ASYNC": admin_pb2.FLUSH_MODE_ASYNC, "SYNC": admin_pb2.FLUSH_MOD
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
+        self._workers = workers
 
-    @grpc_boundary
+    @blocking
     def CreateTopic(self, request, context):
         topic = validate_topic(request.topic)
         default = self._broker.config.default_topic_queues
@@ -40,7 +41,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
         return admin_pb2.CreateTopicResponse(topic=topic_config_pb(config))
 
-    @grpc_boundary
+    @blocking
     def UpdateTopic(self, request, context):
         topic = validate_topic(request.topic, allow_system=True)
         config = self._broker.store.topics.update(
@@ -51,14 +52,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
         return admin_pb2.UpdateTopicResponse(topic=topic_config_pb(config))
 
-    @grpc_boundary
+    @blocking
     def DeleteTopic(self, request, context):
         topic = validate_topic(request.topic, allow_system=True)
         self._broker.store.delete_topic(topic)
         self._broker.notifier.notify_topic(topic)  # held pulls on it answer NOT_FOUND now
         return admin_pb2.DeleteTopicResponse()
 
-    @grpc_boundary
+    @blocking
     def GetTopicRoute(self, request, context):
         topic = validate_topic(request.topic, allow_system=True)
         config = self._broker.store.topics.get(topic)
@@ -77,7 +78,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             ],
         )
 
-    @grpc_boundary
+    @blocking
     def ListTopics(self, request, context):
         topics = self._broker.store.topics.list()
         if not request.include_system_topics:
@@ -86,7 +87,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             broker_name=self._broker.name, topics=[topic_config_pb(t) for t in topics]
         )
 
-    @grpc_boundary
+    @blocking
     def GetBrokerInfo(self, request, context):
         broker = self._broker
         config = broker.config
@@ -108,6 +109,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 max_suspend_timeout_ms=config.max_suspend_timeout_ms,
             ),
             store_stats=store_stats_pb(broker.store.stats()),
+            server_stats=admin_pb2.ServerStats(
+                held_pulls=broker.notifier.waiting(),
+                watch_streams=broker.consumers.watch_streams(),
+            ),
         )
 
 

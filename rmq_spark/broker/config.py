@@ -59,7 +59,8 @@ class BrokerConfig:
     queue_lock_lease_ms: int = 60_000
     max_reconsume_times: int = 16
     delay_levels: str = DEFAULT_DELAY_LEVELS
-    grpc_workers: int = 64
+    #: threads that run store work; waiting calls (held pulls, watch streams) use none
+    worker_threads: int = 16
     store_options: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -78,7 +79,7 @@ class BrokerConfig:
                 "consumer_session_timeout_ms",
                 "queue_lock_lease_ms",
                 "max_reconsume_times",
-                "grpc_workers",
+                "worker_threads",
             ),
             1,
         )

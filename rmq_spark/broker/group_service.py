@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from rmq_spark.broker import checks
 from rmq_spark.broker.groups import MembershipEvent
-from rmq_spark.broker.status import grpc_boundary
+from rmq_spark.broker.status import Workers, blocking, streaming
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import retry_topic, validate_group, validate_topic
@@ -73,10 +73,11 @@ def _event_to_pb(event: MembershipEvent) -> groups_pb2.ConsumerChangeEvent:
 
 
 class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
+        self._workers = workers
 
-    @grpc_boundary
+    @blocking
     def Heartbeat(self, request, context):
         group = validate_group(request.consumer_group)
         client_id = validate_client_id(request.client_id)
@@ -108,27 +109,28 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
             membership_version=registry.snapshot(group).version,
         )
 
-    @grpc_boundary
+    @blocking
     def Unregister(self, request, context):
         group = validate_group(request.consumer_group)
         self._broker.consumers.unregister(validate_client_id(request.client_id), group)
         return groups_pb2.UnregisterResponse()
 
-    @grpc_boundary
+    @blocking
     def GetConsumerList(self, request, context):
         event = self._broker.consumers.snapshot(validate_group(request.consumer_group))
         return groups_pb2.GetConsumerListResponse(
             consumer_ids=event.consumer_ids, membership_version=event.version
         )
 
-    @grpc_boundary
-    def WatchConsumerChanges(self, request, context):
+    @streaming
+    async def WatchConsumerChanges(self, request, context):
+        # On the event loop: an open stream holds no thread while it waits for a change.
         group = validate_group(request.consumer_group)
         client_id = validate_client_id(request.client_id) if request.client_id else ""
-        for event in self._broker.consumers.watch(group, client_id, context):
+        async for event in self._broker.consumers.watch(group, client_id):
             yield _event_to_pb(event)
 
-    @grpc_boundary
+    @blocking
     def LockQueues(self, request, context):
         group = validate_group(request.consumer_group)
         client_id = validate_client_id(request.client_id)
@@ -142,7 +144,7 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
             lease_expire_timestamp_ms=time.time_ns() // 1_000_000 + lease_ms,
         )
 
-    @grpc_boundary
+    @blocking
     def UnlockQueues(self, request, context):
         group = validate_group(request.consumer_group)
         client_id = validate_client_id(request.client_id)

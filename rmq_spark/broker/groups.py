@@ -19,13 +19,14 @@ True
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from rmq_spark.errors import InvalidArgumentError
 
@@ -35,9 +36,6 @@ MessageModel = Literal["CLUSTERING", "BROADCASTING"]
 ConsumeType = Literal["PULL", "PUSH"]
 ConsumeFromWhere = Literal["LAST_OFFSET", "FIRST_OFFSET", "TIMESTAMP"]
 
-#: how often a blocked watch stream re-checks that its call is still alive, in case the
-#: termination callback is missed
-WATCH_POLL_S = 1.0
 #: events a slow watcher may fall behind by; older ones are dropped (each event is a full
 #: snapshot, so the latest one alone is enough to rebalance correctly)
 MAX_PENDING_EVENTS = 64
@@ -45,14 +43,6 @@ MAX_PENDING_EVENTS = 64
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-class CallContext(Protocol):
-    """The part of ``grpc.ServicerContext`` a watch stream uses."""
-
-    def is_active(self) -> bool: ...
-
-    def add_callback(self, callback: Callable[[], None]) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +67,26 @@ class MembershipEvent:
     version: int
 
 
+class _LoopWakeup:
+    """An asyncio event that any thread may set (heartbeats run on worker threads)."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._event.set)
+        except RuntimeError:  # the loop is closed: the stream is gone with it
+            pass
+
+    def clear(self) -> None:
+        self._event.clear()  # only the stream's own task clears it, on the loop
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
 class _Watcher:
     """One open watch stream: a queue of events and a way to wake its reader."""
 
@@ -87,7 +97,7 @@ class _Watcher:
             maxlen=MAX_PENDING_EVENTS
         )
         self.closed = False
-        self.wakeup = threading.Event()
+        self.wakeup = _LoopWakeup()
 
 
 class _Group:
@@ -201,6 +211,11 @@ class ConsumerRegistry:
             state = self._groups.get(group)
             return None if state is None else state.members.get(client_id)
 
+    def watch_streams(self) -> int:
+        """How many watch streams are open right now (for statistics)."""
+        with self._lock:
+            return sum(len(state.watchers) for state in self._groups.values())
+
     def groups(self) -> list[str]:
         """Groups with at least one member, sorted."""
         with self._lock:
@@ -217,26 +232,25 @@ class ConsumerRegistry:
 
     # -- watching ----------------------------------------------------------------------------
 
-    def watch(
-        self, group: str, client_id: str = "", context: CallContext | None = None
-    ) -> Iterator[MembershipEvent]:
+    async def watch(self, group: str, client_id: str = "") -> AsyncIterator[MembershipEvent]:
         """Events for ``group``: the current membership first, then one per change.
 
-        The stream ends when ``context`` (a gRPC call) terminates, when the generator is
+        An asynchronous generator, run on the server's event loop: a waiting stream holds
+        no thread. It ends when its task is cancelled (the gRPC call ended), when it is
         closed, or at :meth:`close`. With a ``client_id`` the stream stands for that
         member's connection: when it ends, the member is dropped at once and the others are
         told, unless the same client still has another watch stream open on the group.
         """
         watcher = self._add_watcher(group, client_id)
-        if context is not None:
-            context.add_callback(watcher.wakeup.set)
         try:
             while True:
                 event = self._next_event(watcher)
                 if event is not None:
                     yield event
-                elif watcher.closed or (context is not None and not context.is_active()):
+                elif watcher.closed:
                     return
+                else:
+                    await watcher.wakeup.wait()
         finally:
             self._remove_watcher(watcher)
 
@@ -255,16 +269,13 @@ class ConsumerRegistry:
         return watcher
 
     def _next_event(self, watcher: _Watcher) -> MembershipEvent | None:
-        """The next pending event, waiting up to WATCH_POLL_S; None if there is none."""
+        """The next pending event, or None (then the wakeup is armed for the next one)."""
         with self._lock:
             if watcher.events:
                 return watcher.events.popleft()
-            if watcher.closed:
-                return None
+            # Cleared under the lock: a change queued after this sets it again.
             watcher.wakeup.clear()
-        watcher.wakeup.wait(WATCH_POLL_S)
-        with self._lock:
-            return watcher.events.popleft() if watcher.events else None
+            return None
 
     def _remove_watcher(self, watcher: _Watcher) -> None:
         with self._lock:

@@ -1,96 +1,128 @@
 """Long polling: pulls that found nothing new wait here until a write to their queue.
 
-RocketMQ's PullRequestHoldService re-checks held pulls every few milliseconds; here a pull
-sleeps on a condition variable of its own queue and the write path wakes exactly the pulls
-of the queue it wrote to, so an idle broker does no work and a message reaches a waiting
-consumer as soon as it is stored.
+RocketMQ's PullRequestHoldService re-checks held pulls every few milliseconds; here a held
+pull is a future on the server's event loop, filed under its queue, and the write path wakes
+exactly the pulls of the queue it wrote to. A held pull costs a few hundred bytes and no
+thread, an idle broker does no work, and a message reaches a waiting consumer as soon as it
+is stored.
 
+Writes run on worker threads, so :meth:`PullNotifier.notify` is thread-safe and hands the
+wake-up to the loop; waiting (:meth:`PullNotifier.wait`) happens on the loop only.
+
+>>> import asyncio
 >>> notifier = PullNotifier()
->>> notifier.wait("TopicA", 0, 0.01, is_ready=lambda: False)
+>>> asyncio.run(notifier.wait("TopicA", 0, 0.01, is_ready=lambda: False))
 False
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-import time
 from collections.abc import Callable
 
-
-class _QueueWaiters:
-    """The condition pulls of one queue sleep on, and how many are sleeping."""
-
-    __slots__ = ("condition", "count")
-
-    def __init__(self, lock: threading.Lock) -> None:
-        self.condition = threading.Condition(lock)
-        self.count = 0
+_Key = tuple[str, int]
 
 
 class PullNotifier:
-    """Wakes pulls held on a queue when that queue is written. Thread-safe.
+    """Wakes pulls held on a queue when that queue is written.
 
-    One lock guards every queue's condition: the write path takes it once per append, which
-    costs far less than the append itself, and a single lock rules out lost wake-ups between
-    a waiter's readiness check and its sleep.
+    One lock guards the table of waiters. A waiter files itself before it checks readiness,
+    and a writer looks for waiters after it stored its data, so no wake-up can fall between
+    a waiter's check and its sleep.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queues: dict[tuple[str, int], _QueueWaiters] = {}
+        self._queues: dict[_Key, dict[asyncio.Future, asyncio.AbstractEventLoop]] = {}
         self._closed = False
 
-    def wait(
+    async def wait(
         self, topic: str, queue_id: int, timeout_s: float, is_ready: Callable[[], bool]
     ) -> bool:
-        """Block until ``is_ready()`` is true (checked at every wake-up of this queue), the
+        """Wait until ``is_ready()`` is true (checked at every wake-up of this queue), the
         timeout passes or the notifier closes; returns the last ``is_ready()`` answer.
 
-        ``is_ready`` runs under the notifier's lock, so it must be quick and must not call
-        back into the notifier (reading a queue's max offset is the intended use).
+        ``is_ready`` runs on the event loop, so it must be quick (reading a queue's max
+        offset is the intended use). A cancelled caller (its client went away) leaves no
+        trace here.
         """
-        deadline = time.monotonic() + max(0.0, timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout_s)
         key = (topic, queue_id)
+        while True:
+            woken = loop.create_future()
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._queues.setdefault(key, {})[woken] = loop
+            try:
+                if is_ready():
+                    return True
+                remaining = deadline - loop.time()
+                if closed or remaining <= 0:
+                    return False
+                try:
+                    async with asyncio.timeout(remaining):
+                        await woken
+                except TimeoutError:
+                    return is_ready()
+            finally:
+                self._forget(key, woken)
+
+    def _forget(self, key: _Key, woken: asyncio.Future) -> None:
         with self._lock:
             waiters = self._queues.get(key)
-            if waiters is None:
-                waiters = self._queues[key] = _QueueWaiters(self._lock)
-            waiters.count += 1
-            try:
-                while True:
-                    if is_ready():
-                        return True
-                    remaining = deadline - time.monotonic()
-                    if self._closed or remaining <= 0:
-                        return False
-                    waiters.condition.wait(remaining)
-            finally:
-                waiters.count -= 1
-                if waiters.count == 0:
+            if waiters is not None:
+                waiters.pop(woken, None)
+                if not waiters:
                     del self._queues[key]
 
     def notify(self, topic: str, queue_id: int) -> None:
         """Wake every pull waiting on this queue (called after each append to it)."""
         with self._lock:
             waiters = self._queues.get((topic, queue_id))
-            if waiters is not None:
-                waiters.condition.notify_all()
+            if not waiters:
+                return
+            woken = list(waiters.items())
+        _wake(woken)
 
     def notify_topic(self, topic: str) -> None:
         """Wake every pull waiting on any queue of ``topic`` (e.g. it was deleted)."""
         with self._lock:
-            for (name, _), waiters in self._queues.items():
-                if name == topic:
-                    waiters.condition.notify_all()
+            woken = [
+                item
+                for (name, _), waiters in self._queues.items()
+                if name == topic
+                for item in waiters.items()
+            ]
+        _wake(woken)
 
     def waiting(self) -> int:
         """How many pulls are held right now (for tests and statistics)."""
         with self._lock:
-            return sum(w.count for w in self._queues.values())
+            return sum(len(waiters) for waiters in self._queues.values())
 
     def close(self) -> None:
         """Release every held pull now and make later waits return at once (shutdown)."""
         with self._lock:
             self._closed = True
-            for waiters in self._queues.values():
-                waiters.condition.notify_all()
+            woken = [item for waiters in self._queues.values() for item in waiters.items()]
+        _wake(woken)
+
+
+def _wake(waiters: list[tuple[asyncio.Future, asyncio.AbstractEventLoop]]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+    for future, loop in waiters:
+        by_loop.setdefault(loop, []).append(future)
+    for loop, futures in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve, futures)
+        except RuntimeError:  # that loop is closed; its waiters went with it
+            pass
+
+
+def _resolve(futures: list[asyncio.Future]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)

@@ -6,6 +6,7 @@ builds answers; the conversions live in the small functions below it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import os
@@ -21,7 +22,7 @@ import numpy as np
 
 from rmq_spark.broker import checks, retry
 from rmq_spark.broker.core import Broker
-from rmq_spark.broker.status import grpc_boundary
+from rmq_spark.broker.status import Workers, blocking, waiting
 from rmq_spark.codec import properties as props
 from rmq_spark.codec.record import (
     FIXED_WITHOUT_HOSTS,
@@ -50,12 +51,13 @@ MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST  # empty body, topic and 
 
 
 class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
+        self._workers = workers
         self._round_robin = RoundRobin()
         self._unique_ids = UniqueIdGenerator(broker.store_host)
 
-    @grpc_boundary
+    @blocking
     def SendMessages(self, request, context):
         broker = self._broker
         topic = checks.sendable_topic(request.topic)
@@ -96,20 +98,25 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             broker, topic, queue_id, msg_ids, result, delayed=bool(batch.delay_level)
         )
 
-    @grpc_boundary
-    def PullMessages(self, request, context):
+    @waiting
+    async def PullMessages(self, request, context):
+        pull, result = await self._workers.run(self._pull_once, request)
+        if result.status == PullStatus.NO_NEW_MSG and pull.suspend_ms > 0:
+            result = await self._hold(pull, result)
+        if result.count:
+            return await self._workers.run(_pull_response, result)
+        return _pull_response(result)
+
+    def _pull_once(self, request) -> tuple[_PullArgs, GetResult]:
         store = self._broker.store
         pull = _PullArgs.from_request(request, self._broker)
         if pull.commit_offset is not None:
             store.offsets.commit(
                 pull.group, pull.topic, {pull.queue_id: pull.commit_offset}, increase_only=True
             )
-        result = pull.read(store, pull.offset)
-        if result.status == PullStatus.NO_NEW_MSG and pull.suspend_ms > 0:
-            result = self._hold(pull, result, context)
-        return _pull_response(result)
+        return pull, pull.read(store, pull.offset)
 
-    @grpc_boundary
+    @blocking
     def QueryOffsets(self, request, context):
         broker = self._broker
         if not request.queries:
@@ -126,12 +133,12 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             offsets=[_queue_offsets(broker, mq, timestamp) for mq, timestamp in checked]
         )
 
-    @grpc_boundary
+    @blocking
     def ViewMessage(self, request, context):
         physical = _physical_offset(self._broker, request.message)
         return messaging_pb2.ViewMessageResponse(record=_read_record(self._broker, physical))
 
-    @grpc_boundary
+    @blocking
     def ConsumerSendBack(self, request, context):
         return retry.send_back(self._broker, request, context)
 
@@ -175,29 +182,27 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             return abs(java_string_hash(request.sharding_key)) % count
         return self._round_robin.next(config.name) % count
 
-    def _hold(self, pull: _PullArgs, result: GetResult, context) -> GetResult:
+    async def _hold(self, pull: _PullArgs, result: GetResult) -> GetResult:
         """Long polling: wait for a message that passes the filter, up to the suspend time.
 
-        Arrivals that the tag filter rejects do not end the wait (RocketMQ's hold service
-        does the same); the answer then moves next_begin_offset past them.
+        The wait holds no thread: it is a future on the event loop, woken by the write path
+        (a cancelled call simply stops waiting). Arrivals that the tag filter rejects do not
+        end the wait (RocketMQ's hold service does the same); the answer then moves
+        next_begin_offset past them.
         """
-        broker = self._broker
-        store, notifier = broker.store, broker.notifier
+        store, notifier = self._broker.store, self._broker.notifier
         topic, queue_id = pull.topic, pull.queue_id
-        # A call the client cancels must stop holding a server thread at once.
-        if not context.add_callback(lambda: notifier.notify(topic, queue_id)):
-            return result
-        deadline = time.monotonic() + pull.suspend_ms / 1000
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + pull.suspend_ms / 1000
         offset = pull.offset
         while True:
 
             def arrived(offset=offset) -> bool:
-                return store.max_offset(topic, queue_id) > offset or not context.is_active()
+                return store.max_offset(topic, queue_id) > offset
 
-            ready = notifier.wait(topic, queue_id, deadline - time.monotonic(), arrived)
-            if not ready or not context.is_active():
+            if not await notifier.wait(topic, queue_id, deadline - loop.time(), arrived):
                 return result
-            result = pull.read(store, offset)
+            result = await self._workers.run(pull.read, store, offset)
             if result.status != PullStatus.NO_MATCHED_MSG:
                 return result
             offset = result.next_begin_offset

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
-from rmq_spark.broker.status import grpc_boundary
+from rmq_spark.broker.status import Workers, blocking
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import retry_topic, validate_group, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import offsets_pb2, offsets_pb2_grpc
@@ -20,10 +20,11 @@ from rmq_spark.structs import MessageQueue
 
 
 class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
+        self._workers = workers
 
-    @grpc_boundary
+    @blocking
     def UpdateConsumerOffsets(self, request, context):
         group = validate_group(request.consumer_group)
         if not request.offsets:
@@ -49,7 +50,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
             ]
         )
 
-    @grpc_boundary
+    @blocking
     def QueryConsumerOffsets(self, request, context):
         group = validate_group(request.consumer_group)
         if request.queues:
@@ -70,7 +71,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
             answers.append(answer)
         return offsets_pb2.QueryConsumerOffsetsResponse(offsets=answers)
 
-    @grpc_boundary
+    @blocking
     def GetConsumerProgress(self, request, context):
         group = validate_group(request.consumer_group)
         if request.topic:

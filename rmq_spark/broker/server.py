@@ -1,12 +1,19 @@
-"""Build and run the gRPC server: ``create_server(config) -> (server, port)`` and ``serve``."""
+"""Build and run the gRPC server: ``create_server(config) -> (server, port)`` and ``serve``.
+
+The server is ``grpc.aio`` on an event loop of its own thread, so a caller (a test, an
+example, the CLI) drives it with plain blocking calls: ``start()``, ``stop()``, ``wait()``.
+Waiting calls (held pulls, watch streams) live on that loop and hold no thread; store work
+runs on a bounded pool of worker threads (``BrokerConfig.worker_threads``).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
 from collections.abc import Callable
-from concurrent import futures
+from concurrent.futures import Future
 
 import grpc
 
@@ -16,6 +23,7 @@ from rmq_spark.broker.core import Broker
 from rmq_spark.broker.group_service import GroupServicer
 from rmq_spark.broker.messaging import MessagingServicer
 from rmq_spark.broker.offset_service import OffsetServicer
+from rmq_spark.broker.status import Workers
 from rmq_spark.errors import UnavailableError
 from rmq_spark.proto_gen.rocketlite.v1 import (
     admin_pb2_grpc,
@@ -26,15 +34,51 @@ from rmq_spark.proto_gen.rocketlite.v1 import (
 
 log = logging.getLogger("rmq_spark.broker")
 
+#: calls that may wait to be picked up by the event loop (gRPC's default is 1,000)
+MAX_PENDING_CALLS = 100_000
+
+
+class _LoopThread:
+    """An asyncio event loop running forever in a daemon thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, coroutine, timeout_s: float | None = None):
+        """Run ``coroutine`` on the loop and wait for its result here."""
+        future: Future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        return future.result(timeout_s)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
 
 class BrokerServer:
     """A bound, not yet started broker. ``start()``, then ``stop()`` (or use ``with``)."""
 
-    def __init__(self, broker: Broker, server: grpc.Server, port: int) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        server: grpc.aio.Server,
+        port: int,
+        loop_thread: _LoopThread,
+        workers: Workers,
+    ) -> None:
         self.broker = broker
         self.port = port
         self._server = server
+        self._loop_thread = loop_thread
+        self._workers = workers
         self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
 
     @property
     def endpoint(self) -> str:
@@ -43,7 +87,7 @@ class BrokerServer:
     def start(self) -> BrokerServer:
         if self._stopped.is_set():  # a signal stopped it before it started
             return self
-        self._server.start()
+        self._loop_thread.call(self._server.start())
         log.info(
             "broker %s listening on %s (store %s, flush %s)",
             self.broker.name,
@@ -55,13 +99,16 @@ class BrokerServer:
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop serving (in-flight calls get ``grace_s``), then close the store cleanly."""
-        if self._stopped.is_set():
-            return
-        self._stopped.set()
-        self.broker.notifier.close()  # release long polls so the grace period is short
-        self.broker.consumers.close()  # end watch streams
-        self._server.stop(grace_s).wait()
-        self.broker.close()
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            self.broker.notifier.close()  # release held pulls so the grace period is short
+            self.broker.consumers.close()  # end watch streams
+            self._loop_thread.call(self._server.stop(grace_s))
+            self._workers.shutdown()
+            self._loop_thread.close()
+            self.broker.close()
+            self._stopped.set()
         log.info("broker %s stopped", self.broker.name)
 
     def wait(self) -> None:
@@ -74,9 +121,8 @@ class BrokerServer:
         self.stop()
 
 
-def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
-    """Bind the port, open (and recover) the store and register the services."""
-    options = [
+def server_options(config: BrokerConfig) -> list[tuple[str, int]]:
+    return [
         ("grpc.max_receive_message_length", config.max_request_bytes),
         ("grpc.max_send_message_length", config.max_response_bytes),
         ("grpc.keepalive_time_ms", 30_000),
@@ -84,11 +130,41 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.so_reuseport", 0),
+        # Calls that arrived but the loop has not picked up yet: a burst of thousands of
+        # long polls (consumers reconnecting after a restart) must queue, not be cancelled.
+        ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+        ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_CALLS),
     ]
-    server = grpc.server(
-        futures.ThreadPoolExecutor(config.grpc_workers, thread_name_prefix="rmq-grpc"),
-        options=options,
+
+
+def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
+    """Bind the port, open (and recover) the store and register the services."""
+    loop_thread = _LoopThread(f"rmq-loop-{config.name}")
+    try:
+        server, port = loop_thread.call(_bind(config))
+    except BaseException:
+        loop_thread.close()
+        raise
+    workers = Workers(config.worker_threads)
+    try:
+        broker = Broker(config, port)
+    except BaseException:
+        workers.shutdown()
+        loop_thread.call(server.stop(None))
+        loop_thread.close()
+        raise
+    messaging_pb2_grpc.add_MessagingServiceServicer_to_server(
+        MessagingServicer(broker, workers), server
     )
+    offsets_pb2_grpc.add_OffsetServiceServicer_to_server(OffsetServicer(broker, workers), server)
+    groups_pb2_grpc.add_GroupServiceServicer_to_server(GroupServicer(broker, workers), server)
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(broker, workers), server)
+    return BrokerServer(broker, server, port, loop_thread, workers), port
+
+
+async def _bind(config: BrokerConfig) -> tuple[grpc.aio.Server, int]:
+    # Created on the loop that will run it: grpc.aio ties a server to its event loop.
+    server = grpc.aio.server(options=server_options(config))
     address = f"{config.host}:{config.port}"
     try:
         port = server.add_insecure_port(address)
@@ -96,12 +172,7 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         raise UnavailableError(f"cannot listen on {address}: {exc}; is the port in use?") from exc
     if port == 0:
         raise UnavailableError(f"cannot listen on {address}; is the port in use?")
-    broker = Broker(config, port)
-    messaging_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(broker), server)
-    offsets_pb2_grpc.add_OffsetServiceServicer_to_server(OffsetServicer(broker), server)
-    groups_pb2_grpc.add_GroupServiceServicer_to_server(GroupServicer(broker), server)
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(broker), server)
-    return BrokerServer(broker, server, port), port
+    return server, port
 
 
 def serve(config: BrokerConfig, on_started: Callable[[BrokerServer], None] | None = None) -> None:
@@ -123,7 +194,3 @@ def serve(config: BrokerConfig, on_started: Callable[[BrokerServer], None] | Non
     if on_started is not None:
         on_started(broker_server)
     broker_server.wait()
-    # stop() runs in its own thread; wait for it to finish closing the store.
-    for thread in threading.enumerate():
-        if thread.name == "rmq-shutdown":
-            thread.join()

@@ -1,16 +1,29 @@
-"""The one place where exceptions become gRPC status codes (broker side).
+"""The one place where exceptions become gRPC status codes (broker side), and where each
+servicer method is told where it runs.
 
-Every servicer method is wrapped with :func:`grpc_boundary`: a RocketliteError aborts the
-call with its class's ``grpc_code`` and message, plus the class name as trailing metadata so
-the client can raise the same class; anything else is a bug, logged with its traceback and
-answered as INTERNAL, and the broker keeps serving.
+The server is asynchronous (``grpc.aio``): its event loop only waits (held pulls, watch
+streams, calls in flight) and never runs store work, which may block on disk. A servicer
+method is written in one of three shapes:
+
+- :func:`blocking`: a plain method, run whole on the broker's worker threads;
+- :func:`waiting`: a coroutine on the event loop, which hands its store work to the
+  workers with ``await self._workers.run(fn, ...)``;
+- :func:`streaming`: an asynchronous generator on the event loop (server streams).
+
+Each wrapper maps exceptions the same way: a RocketliteError aborts the call with its
+class's ``grpc_code`` and message, plus the class name as trailing metadata so the client
+can raise the same class; anything else is a bug, logged with its traceback and answered as
+INTERNAL, and the broker keeps serving. A cancelled call (its client went away) is let go.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import inspect
 import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import grpc
 
@@ -18,46 +31,76 @@ from rmq_spark.errors import ERROR_CLASS_METADATA, RocketliteError
 
 log = logging.getLogger("rmq_spark.broker")
 
+T = TypeVar("T")
 
-def _abort(context: grpc.ServicerContext, exc: BaseException, rpc: str) -> None:
+
+class Workers:
+    """The bounded pool of threads that runs store work for the event loop."""
+
+    def __init__(self, threads: int) -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="rmq-worker")
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _status(exc: BaseException) -> tuple[grpc.StatusCode, str, tuple]:
     if isinstance(exc, RocketliteError):
         code = getattr(grpc.StatusCode, exc.grpc_code, grpc.StatusCode.INTERNAL)
-        context.set_trailing_metadata(((ERROR_CLASS_METADATA, type(exc).__name__),))
-        context.abort(code, str(exc))
-    log.exception("internal error in %s", rpc)
-    context.abort(grpc.StatusCode.INTERNAL, f"internal broker error: {type(exc).__name__}: {exc}")
+        return code, str(exc), ((ERROR_CLASS_METADATA, type(exc).__name__),)
+    return grpc.StatusCode.INTERNAL, f"internal broker error: {type(exc).__name__}: {exc}", ()
 
 
-def grpc_boundary(method):
-    """Map exceptions of a unary or server-streaming servicer method to gRPC statuses."""
-    if inspect.isgeneratorfunction(method):
+async def _abort(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> None:
+    if isinstance(exc, grpc.aio.AbortError):  # already aborted with its own status
+        raise exc
+    if not isinstance(exc, RocketliteError):
+        log.error("internal error in %s", rpc, exc_info=exc)
+    code, message, trailing = _status(exc)
+    if trailing:
+        context.set_trailing_metadata(trailing)
+    await context.abort(code, message)
 
-        @functools.wraps(method)
-        def stream(self, request, context):
-            try:
-                yield from method(self, request, context)
-            except Exception as exc:
-                if _is_abort(exc, context):
-                    raise
-                if context.is_active() or isinstance(exc, RocketliteError):
-                    _abort(context, exc, method.__qualname__)
-                raise
 
-        return stream
+def blocking(method):
+    """A unary method whose whole body runs on a worker thread (``self._workers``)."""
 
     @functools.wraps(method)
-    def unary(self, request, context):
+    async def handler(self, request, context):
         try:
-            return method(self, request, context)
+            return await self._workers.run(method, self, request, context)
         except Exception as exc:
-            if _is_abort(exc, context):
-                raise
-            _abort(context, exc, method.__qualname__)
+            await _abort(context, exc, method.__qualname__)
 
-    return unary
+    return handler
 
 
-def _is_abort(exc: BaseException, context: grpc.ServicerContext) -> bool:
-    # context.abort() records the status on the context and raises a bare ``Exception()``
-    # (grpc 1.x); let it through, or the status it set would be overwritten with INTERNAL.
-    return type(exc) is Exception and not exc.args and context.code() is not None
+def waiting(method):
+    """A unary coroutine run on the event loop (it awaits; store work goes to workers)."""
+
+    @functools.wraps(method)
+    async def handler(self, request, context):
+        try:
+            return await method(self, request, context)
+        except Exception as exc:
+            await _abort(context, exc, method.__qualname__)
+
+    return handler
+
+
+def streaming(method):
+    """A server-streaming asynchronous generator run on the event loop."""
+
+    @functools.wraps(method)
+    async def handler(self, request, context):
+        try:
+            async for item in method(self, request, context):
+                yield item
+        except Exception as exc:
+            await _abort(context, exc, method.__qualname__)
+
+    return handler

@@ -45,8 +45,8 @@ class TopicInfo:
 
 @dataclass(frozen=True)
 class BrokerInfo:
-    """What a broker says about itself (``GetBrokerInfo``); ``limits`` and ``store_stats``
-    are plain dicts with the protocol's field names."""
+    """What a broker says about itself (``GetBrokerInfo``); ``limits``, ``store_stats`` and
+    ``server_stats`` are plain dicts with the protocol's field names."""
 
     broker_name: str
     endpoint: str
@@ -59,6 +59,7 @@ class BrokerInfo:
     now_timestamp_ms: int
     limits: dict[str, int]
     store_stats: dict[str, Any]
+    server_stats: dict[str, Any]
 
     @classmethod
     def from_pb(cls, endpoint: str, pb: admin_pb2.GetBrokerInfoResponse) -> BrokerInfo:
@@ -74,6 +75,7 @@ class BrokerInfo:
             now_timestamp_ms=pb.now_timestamp_ms,
             limits=_fields(pb.limits),
             store_stats=_fields(pb.store_stats),
+            server_stats=_fields(pb.server_stats),
         )
 
 

@@ -17,7 +17,7 @@ import time
 
 import grpc
 import pytest
-from broker_harness import CHANNEL_OPTIONS, Stubs, start_in_process_broker
+from broker_harness import CHANNEL_OPTIONS, Stubs, start_in_process_broker, wait_until
 
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.record import offset_msg_id
@@ -72,13 +72,6 @@ def expect_error(code: grpc.StatusCode, call, *args, **kwargs) -> grpc.RpcError:
     error = info.value
     assert error.code() == code, f"expected {code}, got {error.code()}: {error.details()}"
     return error
-
-
-def wait_until(predicate, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
 
 
 class BackgroundPull(threading.Thread):

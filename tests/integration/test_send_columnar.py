@@ -200,9 +200,9 @@ def test_producer_falls_back_for_a_broker_without_columns(in_process_broker_fact
     # A broker from before MessageColumns ignores the field and sees an empty batch.
     original = messaging.MessagingServicer.SendMessages
 
-    def old_broker(self, request, context):
+    async def old_broker(self, request, context):
         request.ClearField("columns")
-        return original(self, request, context)
+        return await original(self, request, context)
 
     monkeypatch.setattr(messaging.MessagingServicer, "SendMessages", old_broker)
     local = in_process_broker_factory()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -21,24 +22,25 @@ class FakeClock:
         self.ms += ms
 
 
-class FakeContext:
-    """The part of a gRPC ServicerContext a watch stream uses; ``end()`` is a cancelled call."""
+class Stream:
+    """Drives a watch stream (an asynchronous generator) from synchronous test code, on one
+    event loop per test, as the broker's loop drives it."""
 
-    def __init__(self) -> None:
-        self.active = True
-        self.callbacks: list = []
+    def __init__(self, loop: asyncio.AbstractEventLoop, registry, group: str, cid: str) -> None:
+        self.loop = loop
+        self.generator = registry.watch(group, cid)
 
-    def is_active(self) -> bool:
-        return self.active
+    def __iter__(self):
+        return self
 
-    def add_callback(self, callback) -> bool:
-        self.callbacks.append(callback)
-        return True
+    def __next__(self) -> MembershipEvent:
+        try:
+            return self.loop.run_until_complete(asyncio.wait_for(anext(self.generator), 5))
+        except StopAsyncIteration:
+            raise StopIteration from None
 
-    def end(self) -> None:
-        self.active = False
-        for callback in self.callbacks:
-            callback()
+    def close(self) -> None:
+        self.loop.run_until_complete(self.generator.aclose())
 
 
 TIMEOUT_MS = 10_000
@@ -47,6 +49,21 @@ TIMEOUT_MS = 10_000
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture
+def watch(loop):
+    def open_stream(registry, group: str, cid: str = "") -> Stream:
+        return Stream(loop, registry, group, cid)
+
+    return open_stream
 
 
 @pytest.fixture
@@ -85,10 +102,11 @@ def test_subscription_change_is_a_change(registry: ConsumerRegistry) -> None:
 
 
 def test_watch_sees_current_membership_then_each_join_and_leave(
+    watch,
     registry: ConsumerRegistry,
 ) -> None:
     registry.heartbeat("c2", "GroupA")
-    stream = registry.watch("GroupA")
+    stream = watch(registry, "GroupA")
     first = next(stream)
     assert ids(first) == ["c2"]
 
@@ -112,10 +130,10 @@ def test_unregister_of_a_non_member_changes_nothing(registry: ConsumerRegistry) 
     assert registry.snapshot("GroupA").version == version
 
 
-def test_silent_members_expire_with_an_event(registry: ConsumerRegistry, clock) -> None:
+def test_silent_members_expire_with_an_event(watch, registry: ConsumerRegistry, clock) -> None:
     registry.heartbeat("c1", "GroupA")
     registry.heartbeat("c2", "GroupA")
-    stream = registry.watch("GroupA")
+    stream = watch(registry, "GroupA")
     assert ids(next(stream)) == ["c1", "c2"]
 
     clock.advance(TIMEOUT_MS - 1)
@@ -135,11 +153,13 @@ def test_reads_drop_silent_members_without_a_sweep(registry: ConsumerRegistry, c
     assert registry.members("GroupA") == []
 
 
-def test_background_sweep_expires_members_and_notifies() -> None:
+def test_background_sweep_expires_members_and_notifies(
+    watch,
+) -> None:
     registry = ConsumerRegistry(200, sweep_interval_ms=20)
     try:
         registry.heartbeat("c1", "GroupA")
-        stream = registry.watch("GroupA")
+        stream = watch(registry, "GroupA")
         assert ids(next(stream)) == ["c1"]
         started = time.monotonic()
         assert ids(next(stream)) == []
@@ -151,13 +171,14 @@ def test_background_sweep_expires_members_and_notifies() -> None:
 
 
 def test_closing_a_members_stream_drops_it_and_tells_the_others(
+    watch,
     registry: ConsumerRegistry,
 ) -> None:
     registry.heartbeat("c1", "GroupA")
     registry.heartbeat("c2", "GroupA")
-    observer = registry.watch("GroupA")
+    observer = watch(registry, "GroupA")
     assert ids(next(observer)) == ["c1", "c2"]
-    c1_stream = registry.watch("GroupA", "c1")
+    c1_stream = watch(registry, "GroupA", "c1")
     next(c1_stream)
 
     c1_stream.close()
@@ -168,28 +189,34 @@ def test_closing_a_members_stream_drops_it_and_tells_the_others(
     assert registry.members("GroupA") == ["c2"]  # an observer stands for nobody
 
 
-def test_ended_call_ends_the_stream_and_drops_the_member(registry: ConsumerRegistry) -> None:
+def test_cancelled_call_ends_the_stream_and_drops_the_member(
+    loop, registry: ConsumerRegistry
+) -> None:
     registry.heartbeat("c1", "GroupA")
-    context = FakeContext()
-    stream = registry.watch("GroupA", "c1", context)
-    assert ids(next(stream)) == ["c1"]
     got: list = []
-    reader = threading.Thread(target=lambda: got.extend(stream))
-    reader.start()
 
-    context.end()
-    reader.join(timeout=0.5)
+    async def read_stream() -> None:
+        async for event in registry.watch("GroupA", "c1"):
+            got.append(event)
 
-    assert not reader.is_alive()
-    assert got == []
+    async def cancel_after_the_first_event() -> None:
+        task = asyncio.create_task(read_stream())
+        while not got:
+            await asyncio.sleep(0.01)
+        task.cancel()  # what grpc.aio does when the client goes away
+        await asyncio.gather(task, return_exceptions=True)
+
+    loop.run_until_complete(asyncio.wait_for(cancel_after_the_first_event(), 5))
+
+    assert [ids(event) for event in got] == [["c1"]]
     assert registry.members("GroupA") == []
 
 
-def test_member_with_a_second_stream_stays(registry: ConsumerRegistry) -> None:
+def test_member_with_a_second_stream_stays(watch, registry: ConsumerRegistry) -> None:
     registry.heartbeat("c1", "GroupA")
-    old = registry.watch("GroupA", "c1")
+    old = watch(registry, "GroupA", "c1")
     next(old)
-    new = registry.watch("GroupA", "c1")  # e.g. it reconnected before the old one ended
+    new = watch(registry, "GroupA", "c1")  # e.g. it reconnected before the old one ended
     next(new)
     old.close()
     assert registry.members("GroupA") == ["c1"]
@@ -197,20 +224,20 @@ def test_member_with_a_second_stream_stays(registry: ConsumerRegistry) -> None:
     assert registry.members("GroupA") == []
 
 
-def test_close_ends_blocked_streams_promptly(clock) -> None:
+def test_close_ends_blocked_streams_promptly(watch, loop, clock) -> None:
     registry = ConsumerRegistry(TIMEOUT_MS, clock=clock, sweep_interval_ms=0)
     registry.heartbeat("c1", "GroupA")
-    stream = registry.watch("GroupA", "c1")
+    stream = watch(registry, "GroupA", "c1")
     next(stream)
-    done = threading.Event()
-    reader = threading.Thread(target=lambda: (list(stream), done.set()))
-    reader.start()
-    time.sleep(0.05)  # let the reader block waiting for the next event
+    closer = threading.Timer(0.05, registry.close)  # from another thread, as at shutdown
+    closer.start()
+    started = time.monotonic()
 
-    registry.close()
+    assert list(stream) == []  # blocked until close() ended it
 
-    assert done.wait(0.5)
-    assert list(registry.watch("GroupA")) == []  # a closed registry serves no new streams
+    assert 0.04 < time.monotonic() - started < 0.5
+    closer.join()
+    assert list(watch(registry, "GroupA")) == []  # a closed registry serves no new streams
 
 
 def test_version_never_goes_back_when_a_group_empties(registry: ConsumerRegistry) -> None:
@@ -224,9 +251,9 @@ def test_version_never_goes_back_when_a_group_empties(registry: ConsumerRegistry
     assert registry.snapshot("GroupA").version > emptied
 
 
-def test_groups_are_independent(registry: ConsumerRegistry) -> None:
+def test_groups_are_independent(watch, registry: ConsumerRegistry) -> None:
     registry.heartbeat("c1", "GroupA")
-    stream = registry.watch("GroupB")
+    stream = watch(registry, "GroupB")
     assert ids(next(stream)) == []
     registry.heartbeat("c2", "GroupB")
     assert ids(next(stream)) == ["c2"]
