@@ -1,0 +1,109 @@
+"""PullMessages: a pull request checked against the broker's limits, and its answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from rmq_spark.broker import checks
+from rmq_spark.broker.core import Broker
+from rmq_spark.codec.subscription import parse_subscription
+from rmq_spark.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from rmq_spark.names import validate_group
+from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.store.message_store import GetResult
+from rmq_spark.store.topics import TopicConfig
+from rmq_spark.structs import Permission
+from rmq_spark.wire import pull_status_to_pb
+
+DEFAULT_PULL_MESSAGES = 32  # RocketMQ's pullBatchSize default
+DEFAULT_PULL_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class PullArgs:
+    """A pull request, checked, with defaults and caps applied."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    max_bytes: int
+    tag_codes: list[int] | None
+    suspend_ms: int
+    commit_offset: int | None
+
+    @classmethod
+    def from_request(cls, request, broker: Broker) -> PullArgs:
+        config = broker.config
+        mq, topic_config = checks.check_queue(broker, request.queue)
+        assert topic_config is not None
+        check_readable(broker, topic_config, mq.queue_id)
+        group = validate_group(request.consumer_group) if request.consumer_group else ""
+        commit_offset = None
+        if request.HasField("commit_offset"):
+            commit_offset = checks.non_negative(request.commit_offset, "commit_offset")
+            if not group:
+                raise InvalidArgumentError(
+                    "commit_offset is set but consumer_group is empty; name the group whose "
+                    "offset to commit"
+                )
+        return cls(
+            group=group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            offset=checks.non_negative(request.queue_offset, "queue_offset"),
+            max_messages=checks.bounded(
+                request.max_messages,
+                "max_messages",
+                DEFAULT_PULL_MESSAGES,
+                config.max_pull_messages,
+            ),
+            max_bytes=checks.bounded(
+                request.max_bytes, "max_bytes", DEFAULT_PULL_BYTES, config.max_pull_bytes
+            ),
+            tag_codes=parse_subscription(request.subscription_expression).tag_codes,
+            suspend_ms=min(
+                checks.non_negative(request.suspend_timeout_ms, "suspend_timeout_ms"),
+                config.max_suspend_timeout_ms,
+            ),
+            commit_offset=commit_offset,
+        )
+
+    def read(self, store, offset: int) -> GetResult:
+        return store.get_messages(
+            self.topic, self.queue_id, offset, self.max_messages, self.max_bytes, self.tag_codes
+        )
+
+
+def check_readable(broker: Broker, config: TopicConfig, queue_id: int) -> None:
+    if not broker.config.broker_perm & Permission.READ:
+        raise PermissionDeniedError(
+            f"broker {broker.name!r} is write-only (perm {broker.config.broker_perm}); "
+            "read from another broker"
+        )
+    if not config.is_readable:
+        raise PermissionDeniedError(
+            f"topic {config.name!r} is not readable (perm {config.perm}); update it with "
+            "perm 6 to allow reads"
+        )
+    if queue_id >= config.read_queue_nums:
+        raise NotFoundError(
+            f"topic {config.name!r} has {config.read_queue_nums} read queues "
+            f"(0..{config.read_queue_nums - 1}); queue {queue_id} is not readable"
+        )
+
+
+def pull_response(result: GetResult) -> messaging_pb2.PullMessagesResponse:
+    response = messaging_pb2.PullMessagesResponse(
+        status=cast(messaging_pb2.PullStatus, pull_status_to_pb(result.status)),
+        next_begin_offset=result.next_begin_offset,
+        min_offset=result.min_offset,
+        max_offset=result.max_offset,
+    )
+    if result.sizes is not None and result.queue_offsets is not None and len(result.sizes):
+        response.records = result.data
+        response.record_sizes.extend(result.sizes.tolist())
+        response.queue_offsets.extend(result.queue_offsets.tolist())
+    return response
