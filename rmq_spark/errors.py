@@ -138,6 +138,23 @@ def error_from_status(code_name: str, message: str, class_name: str | None = Non
     return cls(message)
 
 
+def shown(value: object, limit: int = 64) -> str:
+    """``repr(value)`` for an error message, cut to about ``limit`` characters: a request
+    field is echoed so the user can find it, never whole (it may be megabytes long).
+
+    >>> shown("TagA")
+    "'TagA'"
+    >>> shown("x" * 100, limit=8)
+    "'xxxxxxx... (100 characters)"
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = len(value) if isinstance(value, str | bytes) else len(text)
+    unit = "bytes" if isinstance(value, bytes) else "characters"
+    return f"{text[:limit]}... ({size} {unit})"
+
+
 def check_whole_numbers(settings: object, names: Iterable[str], minimum: int) -> None:
     """Raise :class:`InvalidArgumentError` naming the first attribute of ``settings`` among
     ``names`` that is not a whole number >= ``minimum`` (``True``/``False`` are refused)."""

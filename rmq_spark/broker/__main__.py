@@ -109,6 +109,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-pull-messages", type=int, default=65_536, metavar="N")
     limits.add_argument("--max-pull-bytes", type=byte_size, default=32 << 20, metavar="SIZE")
     limits.add_argument("--max-suspend-timeout-ms", type=int, default=30_000, metavar="MS")
+    limits.add_argument(
+        "--max-batch-messages", type=int, default=65_536, metavar="N", help="messages per send"
+    )
+    limits.add_argument(
+        "--max-request-items",
+        type=int,
+        default=65_536,
+        metavar="N",
+        help="items in any other list of one request (queues, offsets, subscriptions)",
+    )
+    limits.add_argument(
+        "--max-inflight-send-bytes",
+        type=byte_size,
+        default=256 << 20,
+        metavar="SIZE",
+        help="send requests being stored at once, in bytes; more wait their turn",
+    )
+    limits.add_argument(
+        "--max-subscription-chars",
+        type=int,
+        default=16_384,
+        metavar="N",
+        help="length of one subscription (tag) expression",
+    )
+    limits.add_argument(
+        "--max-consumer-groups",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="groups with live members, and %%RETRY%% topics that heartbeats may create",
+    )
 
     store = parser.add_argument_group("store (defaults: the store's)")
     store.add_argument("--commitlog-segment-bytes", type=byte_size, metavar="SIZE")
@@ -152,6 +183,11 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         max_pull_messages=args.max_pull_messages,
         max_pull_bytes=args.max_pull_bytes,
         max_suspend_timeout_ms=args.max_suspend_timeout_ms,
+        max_batch_messages=args.max_batch_messages,
+        max_request_items=args.max_request_items,
+        max_inflight_send_bytes=args.max_inflight_send_bytes,
+        max_subscription_chars=args.max_subscription_chars,
+        max_consumer_groups=args.max_consumer_groups,
         consumer_session_timeout_ms=args.session_timeout_ms,
         queue_lock_lease_ms=args.lock_lease_ms,
         max_reconsume_times=args.max_reconsume_times,

@@ -13,7 +13,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from rmq_spark.broker.schedule import SCHEDULE_TOPIC
-from rmq_spark.errors import InvalidArgumentError, InvalidNameError, NotFoundError, RocketliteError
+from rmq_spark.errors import (
+    InvalidArgumentError,
+    InvalidNameError,
+    NotFoundError,
+    RocketliteError,
+    shown,
+)
 from rmq_spark.names import SYSTEM_PREFIXES, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2
 from rmq_spark.store.topics import TopicConfig
@@ -44,6 +50,25 @@ def bounded(value: int, field: str, default: int, cap: int) -> int:
     return min(value or default, cap)
 
 
+def at_most(count: int, field: str, limit: int, flag: str) -> None:
+    """A list of a request is no longer than the broker's limit for it."""
+    if count > limit:
+        raise InvalidArgumentError(
+            f"{field} has {count:,} items; this broker takes at most {limit:,} per request "
+            f"({flag}): split the request"
+        )
+
+
+def subscription_text(expression: str, limit: int) -> str:
+    """A subscription expression no longer than the broker's limit (before it is parsed)."""
+    if len(expression) > limit:
+        raise InvalidArgumentError(
+            f"subscription expression {shown(expression)} is {len(expression):,} characters "
+            f"long; this broker takes at most {limit:,} (--max-subscription-chars)"
+        )
+    return expression
+
+
 def is_system_topic(name: str) -> bool:
     """``%RETRY%``/``%DLQ%`` topics and the delay scheduler's topic: the broker's own."""
     return name.startswith(SYSTEM_PREFIXES) or name == SCHEDULE_TOPIC
@@ -64,7 +89,7 @@ def check_broker_name(broker: Broker, name: str) -> None:
     """An empty name means this broker; any other name must be this broker's."""
     if name and name != broker.name:
         raise NotFoundError(
-            f"the queue belongs to broker {name!r} but this is broker {broker.name!r}; "
+            f"the queue belongs to broker {shown(name)} but this is broker {broker.name!r}; "
             f"send the request to {name!r}'s endpoint (refresh the topic route)"
         )
 

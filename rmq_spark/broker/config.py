@@ -55,6 +55,16 @@ class BrokerConfig:
     max_pull_messages: int = 65_536
     max_pull_bytes: int = 32 * MiB
     max_suspend_timeout_ms: int = 30_000
+    #: messages in one send request (each costs the broker about 1 KiB while it is stored)
+    max_batch_messages: int = 65_536
+    #: items in any other list of a request (queues to lock, offsets to commit, ...)
+    max_request_items: int = 65_536
+    #: bytes of send requests being stored at once; more wait on the event loop
+    max_inflight_send_bytes: int = 256 * MiB
+    #: characters of a subscription (tag) expression
+    max_subscription_chars: int = 16_384
+    #: consumer groups with live members, and %RETRY% topics heartbeats may create
+    max_consumer_groups: int = 10_000
     consumer_session_timeout_ms: int = 120_000
     queue_lock_lease_ms: int = 60_000
     max_reconsume_times: int = 16
@@ -76,6 +86,11 @@ class BrokerConfig:
                 "max_pull_messages",
                 "max_pull_bytes",
                 "max_suspend_timeout_ms",
+                "max_batch_messages",
+                "max_request_items",
+                "max_inflight_send_bytes",
+                "max_subscription_chars",
+                "max_consumer_groups",
                 "consumer_session_timeout_ms",
                 "queue_lock_lease_ms",
                 "max_reconsume_times",
@@ -88,6 +103,12 @@ class BrokerConfig:
                 f"max_response_bytes={self.max_response_bytes} cannot carry a pull of "
                 f"max_pull_bytes={self.max_pull_bytes} plus one message of "
                 f"max_message_bytes={self.max_message_bytes}; raise it or lower those"
+            )
+        if self.max_inflight_send_bytes < self.max_request_bytes:
+            raise InvalidArgumentError(
+                f"max_inflight_send_bytes={self.max_inflight_send_bytes} is below "
+                f"max_request_bytes={self.max_request_bytes}: one full send could never be "
+                "admitted; raise it or lower max_request_bytes"
             )
         self.delay_levels_ms = parse_delay_levels(self.delay_levels)
 

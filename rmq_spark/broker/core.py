@@ -33,7 +33,9 @@ class Broker:
         self.store = MessageStore.open(store_config)
         self.start_ms = time.time_ns() // 1_000_000
         self.notifier = PullNotifier()
-        self.consumers = ConsumerRegistry(config.consumer_session_timeout_ms)
+        self.consumers = ConsumerRegistry(
+            config.consumer_session_timeout_ms, max_groups=config.max_consumer_groups
+        )
         self.locks = QueueLockManager(config.queue_lock_lease_ms)
         self.delays = DelayScheduler(self, config.delay_levels_ms)
         self.delays.start()

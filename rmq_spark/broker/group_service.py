@@ -15,8 +15,8 @@ from rmq_spark.broker import checks
 from rmq_spark.broker.groups import MembershipEvent
 from rmq_spark.broker.status import Workers, blocking, streaming
 from rmq_spark.codec.subscription import parse_subscription
-from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.names import retry_topic, validate_group, validate_topic
+from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError
+from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import groups_pb2, groups_pb2_grpc
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire import mq_to_pb
@@ -84,16 +84,24 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
         model = _enum_value(_MESSAGE_MODELS, request.message_model, "message_model")
         consume_type = _enum_value(_CONSUME_TYPES, request.consume_type, "consume_type")
         from_where = _enum_value(_CONSUME_FROM, request.consume_from_where, "consume_from_where")
+        config = self._broker.config
+        checks.at_most(
+            len(request.subscriptions),
+            "subscriptions",
+            config.max_request_items,
+            "--max-request-items",
+        )
+        limit = config.max_subscription_chars
         subscriptions = [
             (
                 validate_topic(s.topic, allow_system=True),
-                parse_subscription(s.expression).expression,
+                parse_subscription(checks.subscription_text(s.expression, limit)).expression,
             )
             for s in request.subscriptions
         ]
-        if model == "CLUSTERING":
+        if model == "CLUSTERING" and self._consumes_here(subscriptions):
             # Before joining, so a member that got an answer can subscribe to the retry topic.
-            self._broker.store.topics.ensure_system_topic(retry_topic(group), 1)
+            self._ensure_retry_topic(group)
         registry = self._broker.consumers
         registry.heartbeat(
             client_id,
@@ -108,6 +116,32 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
             session_timeout_ms=registry.session_timeout_ms,
             membership_version=registry.snapshot(group).version,
         )
+
+    def _consumes_here(self, subscriptions: list[tuple[str, str]]) -> bool:
+        """Whether the group reads a topic of this broker (or may once topics are made on
+        first use): only then does it get a retry topic here."""
+        if self._broker.config.auto_create_topics:
+            return True
+        topics = self._broker.store.topics
+        return any(
+            not topic.startswith(RETRY_PREFIX) and topics.find(topic) is not None
+            for topic, _ in subscriptions
+        )
+
+    def _ensure_retry_topic(self, group: str) -> None:
+        topics = self._broker.store.topics
+        name = retry_topic(group)
+        if topics.find(name) is not None:
+            return
+        limit = self._broker.config.max_consumer_groups
+        existing = sum(1 for t in topics.list() if t.name.startswith(RETRY_PREFIX))
+        if existing >= limit:
+            raise ResourceExhaustedError(
+                f"broker {self._broker.name!r} already has {existing:,} retry topics, its "
+                f"limit for consumer groups (--max-consumer-groups {limit:,}); group "
+                f"{group!r} cannot join: remove unused groups' %RETRY% topics or raise it"
+            )
+        topics.ensure_system_topic(name, 1)
 
     @blocking
     def Unregister(self, request, context):
@@ -156,6 +190,8 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
 
 def _queues(broker: Broker, queues, *, must_exist: bool) -> list[MessageQueue]:
     """The requested queues as values on this broker; the first bad one fails the call."""
+    limit = broker.config.max_request_items
+    checks.at_most(len(queues), "queues", limit, "--max-request-items")
     checked = []
     for i, pb in enumerate(queues):
         with checks.item(f"queues[{i}]"):

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -126,10 +126,12 @@ class ConsumerRegistry:
         *,
         clock: Callable[[], int] = monotonic_ms,
         sweep_interval_ms: int | None = None,
+        max_groups: int = 10_000,
     ) -> None:
         if session_timeout_ms <= 0:
             raise InvalidArgumentError(f"session_timeout_ms={session_timeout_ms!r} must be > 0")
         self.session_timeout_ms = session_timeout_ms
+        self.max_groups = max_groups
         self._clock = clock
         self._lock = threading.Lock()
         self._groups: dict[str, _Group] = {}
@@ -324,6 +326,12 @@ class ConsumerRegistry:
     def _group_locked(self, group: str) -> _Group:
         state = self._groups.get(group)
         if state is None:
+            if len(self._groups) >= self.max_groups:
+                raise ResourceExhaustedError(
+                    f"this broker already tracks {len(self._groups):,} consumer groups, its "
+                    f"limit (--max-consumer-groups); group {group!r} cannot join until "
+                    "another group's members leave"
+                )
             state = self._groups[group] = _Group(self._version)
         return state
 

@@ -10,6 +10,7 @@ import asyncio
 import functools
 
 from rmq_spark.broker import checks, retry
+from rmq_spark.broker.admission import ByteBudget
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.pull import PullArgs, pull_response
 from rmq_spark.broker.send import (
@@ -17,6 +18,7 @@ from rmq_spark.broker.send import (
     SendBatch,
     UniqueIdGenerator,
     born_host,
+    check_batch_size,
     check_writable,
     send_response,
 )
@@ -45,11 +47,18 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._workers = workers
         self._round_robin = RoundRobin()
         self._unique_ids = UniqueIdGenerator(broker.store_host)
+        self._send_budget = ByteBudget(broker.config.max_inflight_send_bytes)
 
-    @blocking
-    def SendMessages(self, request, context):
+    @waiting
+    async def SendMessages(self, request, context):
+        # Admitted by size first: the waiting happens here, on the loop, holding no thread.
+        async with self._send_budget.reserve(request.ByteSize()):
+            return await self._workers.run(self._send, request, context.peer())
+
+    def _send(self, request, peer: str):
         broker = self._broker
         topic = checks.sendable_topic(request.topic)
+        check_batch_size(request, broker.config)
         delay_levels = len(broker.config.delay_levels_ms)
         columnar = request.HasField("columns")
         batch: SendBatch | ColumnBatch
@@ -69,7 +78,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         check_writable(config)
         queue_id = self._select_queue(request, config)
         fields = {
-            "born_host": born_host(context.peer()),
+            "born_host": born_host(peer),
             "born_timestamps": batch.born_timestamps,
             "flags": batch.flags,
         }
@@ -110,6 +119,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         broker = self._broker
         if not request.queries:
             raise InvalidArgumentError("queries is empty; list at least one queue")
+        limit = broker.config.max_request_items
+        checks.at_most(len(request.queries), "queries", limit, "--max-request-items")
         checked = []
         for i, query in enumerate(request.queries):
             with checks.item(f"queries[{i}]"):

@@ -23,12 +23,14 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
     def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
         self._workers = workers
+        self._item_limit = broker.config.max_request_items
 
     @blocking
     def UpdateConsumerOffsets(self, request, context):
         group = validate_group(request.consumer_group)
         if not request.offsets:
             raise InvalidArgumentError("offsets is empty; list at least one queue to commit")
+        checks.at_most(len(request.offsets), "offsets", self._item_limit, "--max-request-items")
         wanted = self._checked_commits(request.offsets)
         by_topic: dict[str, dict[int, int]] = defaultdict(dict)
         for mq, offset in wanted.items():
@@ -54,6 +56,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
     def QueryConsumerOffsets(self, request, context):
         group = validate_group(request.consumer_group)
         if request.queues:
+            checks.at_most(len(request.queues), "queues", self._item_limit, "--max-request-items")
             queues = self._checked_queries(request.queues)
         else:
             queues = committed_queues(self._broker, group)

@@ -63,7 +63,11 @@ class PullArgs:
             max_bytes=checks.bounded(
                 request.max_bytes, "max_bytes", DEFAULT_PULL_BYTES, config.max_pull_bytes
             ),
-            tag_codes=parse_subscription(request.subscription_expression).tag_codes,
+            tag_codes=parse_subscription(
+                checks.subscription_text(
+                    request.subscription_expression, config.max_subscription_chars
+                )
+            ).tag_codes,
             suspend_ms=min(
                 checks.non_negative(request.suspend_timeout_ms, "suspend_timeout_ms"),
                 config.max_suspend_timeout_ms,

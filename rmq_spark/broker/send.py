@@ -28,6 +28,11 @@ from rmq_spark.store.topics import TopicConfig
 #: property names a sender may not set: they have their own fields or belong to the broker
 RESERVED_PROPERTIES = props.RESERVED_PROPERTIES
 UNKNOWN_BORN_HOST = "127.0.0.1:0"
+#: what one message adds to a send answer at most: an entry with two 32-character ids, a
+#: queue id and a queue offset (row form), or a physical offset (columnar form)
+ANSWER_BYTES_PER_ROW = 96
+ANSWER_BYTES_PER_COLUMN_ROW = 12
+ANSWER_OVERHEAD_BYTES = 1024
 
 
 @dataclass
@@ -85,6 +90,27 @@ class SendBatch:
                     data = message_properties(message, msg_id)
             encoded.append(data)
         return encoded
+
+
+def check_batch_size(request, config) -> None:
+    """Refuse a batch with more messages than the broker takes, or whose answer would not
+    fit in a response: before anything is stored, so a refused batch is never half done."""
+    columnar = request.HasField("columns")
+    count = len(request.columns.body_sizes) if columnar else len(request.messages)
+    if count > config.max_batch_messages:
+        raise InvalidArgumentError(
+            f"the batch has {count:,} messages; this broker takes at most "
+            f"{config.max_batch_messages:,} per send (--max-batch-messages): send smaller "
+            "batches"
+        )
+    per_message = ANSWER_BYTES_PER_COLUMN_ROW if columnar else ANSWER_BYTES_PER_ROW
+    answer = ANSWER_OVERHEAD_BYTES + count * per_message
+    if answer > config.max_response_bytes:
+        raise InvalidArgumentError(
+            f"the answer to a batch of {count:,} messages could take {answer:,} bytes, over "
+            f"the broker's response limit of {config.max_response_bytes:,} "
+            "(--max-response-bytes): send smaller batches"
+        )
 
 
 def check_delay_level(level: int, levels: int) -> None:

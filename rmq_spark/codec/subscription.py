@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rmq_spark.codec.taghash import tag_hash_code
-from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.errors import InvalidArgumentError, shown
 
 MATCH_ALL = "*"
 _SEPARATOR = "||"
@@ -46,7 +46,7 @@ def parse_subscription(expression: str | None) -> Subscription:
     bad = [t for t in tags if not t or "|" in t or t == MATCH_ALL]
     if bad:
         raise InvalidArgumentError(
-            f"subscription expression {expression!r} is not '*' or tags joined by '||' "
+            f"subscription expression {shown(expression)} is not '*' or tags joined by '||' "
             "(e.g. 'TagA || TagB')"
         )
     return Subscription(" || ".join(tags), frozenset(tags))

@@ -60,6 +60,7 @@ def mq(topic: str, queue_id: int, broker_name: str = "") -> common_pb2.MessageQu
 
 def test_clustering_heartbeat_creates_retry_topic_and_lists_sorted_members(start_broker):
     server, stub = start_broker(consumer_session_timeout_ms=30_000)
+    server.broker.store.topics.create("TopicA", 4)  # the group consumes a topic of this broker
     first = heartbeat(stub, "10.0.0.9@2")
     second = heartbeat(stub, "10.0.0.1@7")
 
