@@ -33,6 +33,9 @@ from rmq_spark.proto_gen.rocketlite.v1 import (
 log = logging.getLogger("rmq_spark.client")
 
 MiB = 1 << 20
+#: after the connection came back: a breath before retrying, so a broker that is still
+#: opening its store is not hit by every client at the same instant
+RECONNECTED_PAUSE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,9 @@ class ClientConfig:
     max_grpc_message_bytes: int = 64 * MiB
     #: HTTP/2 keepalive ping interval, so dead connections are noticed between calls
     keepalive_time_ms: int = 30_000
-    #: reconnect backoff cap after a broker went away (gRPC's default is 120 s)
-    max_reconnect_backoff_ms: int = 5_000
+    #: reconnect backoff cap after a broker went away (gRPC's default is 120 s): a restarted
+    #: broker is found again within about this long
+    max_reconnect_backoff_ms: int = 1_000
 
     def __post_init__(self) -> None:
         check_whole_numbers(
@@ -138,6 +142,8 @@ def error_from_rpc(
         message = f"{method} on broker {endpoint} failed: {code_name}: {details}"
     error = error_from_status(code_name, message, class_name)
     error.endpoint = endpoint  # type: ignore[attr-defined]
+    # No class named: the transport failed (no connection), not the broker's own answer.
+    error.from_broker = class_name is not None  # type: ignore[attr-defined]
     return error
 
 
@@ -218,9 +224,9 @@ class Connection:
                 break
             pause = next(delays)
             log.debug(
-                "%s on %s unavailable (%s); retry in %.2f s", name, self.endpoint, error, pause
+                "%s on %s unavailable (%s); retry within %.2f s", name, self.endpoint, error, pause
             )
-            time.sleep(pause)
+            self.pause_before_retry(error, pause)
         if isinstance(error, UnavailableError) and policy.attempts > 1:
             error = UnavailableError(f"{error} (gave up after {policy.attempts} attempts)")
             error.endpoint = self.endpoint  # type: ignore[attr-defined]
@@ -233,6 +239,33 @@ class Connection:
         return PendingCall(
             method.future(request, timeout=timeout_s), self.endpoint, name, timeout_s
         )
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the channel to be connected; True as soon as it is.
+
+        A restarted broker is reached again within ``max_reconnect_backoff_ms`` of its
+        coming back, rather than at the next retry of a fixed schedule.
+        """
+        ready = grpc.channel_ready_future(self.channel)
+        try:
+            ready.result(timeout=max(0.0, timeout_s))
+            return True
+        except grpc.FutureTimeoutError:
+            return False
+        finally:
+            ready.cancel()
+
+    def pause_before_retry(self, error: RocketliteError, pause_s: float) -> None:
+        """Wait before retrying after ``error``: no longer than ``pause_s``, and only until the
+        connection is back when the broker was unreachable. Anything else (an error the
+        broker answered with, a deadline) waits the whole pause."""
+        unreachable = isinstance(error, UnavailableError) and not getattr(
+            error, "from_broker", True
+        )
+        if not unreachable:
+            time.sleep(pause_s)
+        elif self.wait_ready(pause_s):
+            time.sleep(min(pause_s, RECONNECTED_PAUSE_S))
 
     def _check_open(self, name: str) -> None:
         if self._closed:

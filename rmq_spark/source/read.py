@@ -20,13 +20,14 @@ Statuses, as RocketMQ's pull defines them:
   offsets, or warns and skips.
 
 A broker that is briefly unavailable (restarting) is retried ``maxRetries`` times with a
-doubling backoff from ``retryBackoffMs``; so is a pull that timed out.
+doubling backoff from ``retryBackoffMs``; so is a pull that timed out. A retry goes out as
+soon as the connection is back (within about a second of the broker listening again), not
+at the end of its backoff.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -194,10 +195,10 @@ class _RangeReader:
                         "longer for a restarting broker"
                     ) from exc
                 log.warning(
-                    "pull of %s at %d failed (%s); retry %d/%d in %d ms",
+                    "pull of %s at %d failed (%s); retry %d/%d within %d ms",
                     _where(self.mq), offset, exc, attempt, attempts - 1, backoff_ms,
                 )  # fmt: skip
-                time.sleep(backoff_ms / 1000)
+                self.conn.pause_before_retry(exc, backoff_ms / 1000)
                 backoff_ms = min(max(backoff_ms, 1) * 2, MAX_RETRY_BACKOFF_MS)
             except NotFoundError as exc:
                 self._lost(DataLoss(self.mq, "vanished", offset), detail=str(exc))

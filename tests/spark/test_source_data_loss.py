@@ -126,3 +126,39 @@ def test_a_stream_survives_a_broker_restart(spark, broker_factory, topic, tmp_pa
     finally:
         query.stop()
     assert collected.messages == sent
+
+
+@pytest.mark.slow
+def test_a_stream_with_default_options_rides_through_broker_kills(
+    spark, broker_factory, topic, tmp_path
+):
+    """SIGKILL the broker while the query reads a backlog, three times, each outage about
+    4 s, and restart it on the same port: with the default retry options the query keeps
+    running, resumes soon after each restart, and every message arrives exactly once."""
+    from spark_helpers import start_collecting, wait_for
+
+    broker = broker_factory("broker-k", "--port", str(free_port()))
+    create_topic(broker.endpoint, topic, queues=2)
+    sent = produce(broker.endpoint, topic, 3_000)
+    # Small pulls and triggers: the backlog takes many pulls, so kills land mid-read.
+    df = stream(
+        spark, broker.endpoint, topic, startingOffsets="earliest", pullBatchSize="64",
+        maxMessagesPerTrigger="500",
+    )  # fmt: skip
+    query, collected = start_collecting(df, tmp_path / "checkpoint", interval="1 second")
+    try:
+        for kill in range(3):
+            wait_for(lambda k=kill: len(collected.rows) > 500 * k, 90, f"rows before kill {kill}")
+            broker.kill()
+            time.sleep(4.0)
+            broker.start()
+            back = time.monotonic()
+            before = len(collected.rows)
+            sent.update(produce(broker.endpoint, topic, 20, prefix=f"after-kill-{kill}"))
+            wait_for(lambda b=before: len(collected.rows) > b, 60, "rows after the restart", query)
+            assert time.monotonic() - back < 15, "the query took too long to resume"
+        wait_for(lambda: len(collected.rows) >= len(sent), 120, "every message", query)
+        assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+    assert collected.messages == sent
