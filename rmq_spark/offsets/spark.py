@@ -161,12 +161,15 @@ class DataLoss:
     """One queue where messages the query expected to read are gone.
 
     ``kind``: ``"reset"`` when the queue now ends before ``expected`` (topic re-created,
-    store replaced), ``"vanished"`` when the queue no longer exists, ``"deleted"`` when
-    retention removed messages ``expected`` .. ``found - 1`` before they were read.
+    store replaced), ``"shrunk"`` when it now ends at ``found``, below the end ``expected``
+    it had before (re-created: its messages are not the ones the query was reading, even
+    where their offsets go on), ``"vanished"`` when the queue no longer exists,
+    ``"deleted"`` when retention removed messages ``expected`` .. ``found - 1`` before they
+    were read.
     """
 
     mq: MessageQueue
-    kind: Literal["reset", "vanished", "deleted"]
+    kind: Literal["reset", "shrunk", "vanished", "deleted"]
     expected: int
     found: int | None = None
 
@@ -174,6 +177,13 @@ class DataLoss:
         where = _where(self.mq)
         if self.kind == "vanished":
             return f"{where}: the queue no longer exists (next offset to read was {self.expected})"
+        if self.kind == "shrunk":
+            return (
+                f"{where}: the queue now ends at offset {self.found}, below offset "
+                f"{self.expected} that it held before (was the topic re-created?); its "
+                "messages are not the ones this query was reading, so they are read from "
+                "the queue's first message, never as the continuation of the old ones"
+            )
         if self.kind == "reset":
             return (
                 f"{where}: the queue now ends at offset {self.found}, before the next offset "

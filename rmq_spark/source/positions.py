@@ -5,10 +5,11 @@
   fallback, exactly as RocketMQ's ConsumeFromWhere.
 - :func:`ending_offsets` fixes a batch query's exclusive ends (``latest`` resolved once).
 - :func:`reconcile` compares a running stream's next offsets with the brokers' ranges at a
-  trigger: new queues join at offset 0, and the three kinds of data loss are found (a
+  trigger: new queues join at offset 0, and the four kinds of data loss are found (a
   start below the queue's min after retention, a vanished queue, a queue that now ends
-  before the next offset). The effective offsets it returns already skip to the min, as
-  ``failOnDataLoss=false`` asks; with ``true`` the caller fails on ``losses`` instead.
+  before the next offset, a queue that now ends below where it ended before). The
+  effective offsets it returns already skip to the min, as ``failOnDataLoss=false`` asks;
+  with ``true`` the caller fails on ``losses`` instead.
 
 Offsets are ``dict[MessageQueue, int]``; a queue's range is a
 :class:`~rmq_spark.client.offsets.QueueOffsets` (min, max exclusive).
@@ -166,12 +167,18 @@ class Reconciled:
 
 
 def reconcile(
-    start: Mapping[MessageQueue, int], queues: Queues, answered: Callable[[str], bool]
+    start: Mapping[MessageQueue, int],
+    queues: Queues,
+    answered: Callable[[str], bool],
+    seen_max: Mapping[MessageQueue, int] | None = None,
 ) -> Reconciled:
     """Compare the stream's next offsets with the brokers' queue ranges.
 
     ``answered(broker_name)`` says whether that broker answered this time: the queues of a
     broker that did not are neither vanished nor readable, and keep their offset.
+    ``seen_max`` holds the highest end each queue had before (earlier triggers, or the
+    offsets a Trigger.AvailableNow query set out to reach): a queue that now ends below it
+    went backwards (re-created) and is read again from its first message.
 
     >>> a, b = MessageQueue("t", "b", 0), MessageQueue("t", "b", 1)
     >>> r = reconcile({a: 2}, {a: QueueOffsets(5, 9), b: QueueOffsets(0, 4)}, lambda _: True)
@@ -192,7 +199,11 @@ def reconcile(
                 effective[mq] = latest[mq] = expected
             continue
         low, high = queues[mq].min_offset, queues[mq].max_offset
-        if expected > high:
+        before = (seen_max or {}).get(mq)
+        if before is not None and high < before:
+            losses.append(DataLoss(mq, "shrunk", before, high))
+            expected = low
+        elif expected > high:
             losses.append(DataLoss(mq, "reset", expected, high))
             expected = low
         elif expected < low:

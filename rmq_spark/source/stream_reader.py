@@ -63,6 +63,9 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         #: Trigger.AvailableNow: the latest offsets when the query started
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
+        #: the highest end each queue had at an earlier trigger: one that ends lower now
+        #: was re-created, and must not be read as the continuation of the old one
+        self._seen_max: Offsets = {}
         self._endpoints: dict[str, str] = {}
         self._last_trigger_ms: int | None = None
         self._committed: OffsetsJson | None = None
@@ -93,6 +96,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         snapshot = self._snapshot()
         snapshot.require_complete("fix the offsets a Trigger.AvailableNow query reads up to")
         self._target = {mq: answer.max_offset for mq, answer in snapshot.queues.items()}
+        self._seen_max.update(self._target)
 
     def latestOffset(self, start: OffsetsJson, limit: ReadLimit) -> OffsetsJson:
         """The end of the next batch under ``limit``; ``start`` itself when nothing is new."""
@@ -104,9 +108,13 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 "no broker answered (%s); no new data this trigger", snapshot.describe_failures()
             )
             return start
-        state = reconcile(self._subscribed(start), snapshot.queues, snapshot.answered)
+        state = reconcile(
+            self._subscribed(start), snapshot.queues, snapshot.answered, self._seen_max
+        )
         if state.losses:
             self._data_loss(state.losses)
+        silent = set(state.silent)
+        self._seen_max.update((mq, v) for mq, v in state.latest.items() if mq not in silent)
         self._check_target_reachable(state.start, state.silent, snapshot)
         self._latest = dict(state.latest)
         latest = self._available_now_cap(state.start, state.latest)
@@ -121,6 +129,11 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         ):
             return start
         end = limit_offsets(state.start, latest, limits, snapshot.avg_message_bytes())
+        for loss in state.losses:
+            if loss.kind == "shrunk":
+                # This batch reads nothing of it; the next one starts at its first message
+                # (a range starting at the old offset would continue the old queue).
+                end[loss.mq] = state.start[loss.mq]
         if waiting:
             self._last_trigger_ms = now_ms
         return to_json_dict(end)

@@ -162,3 +162,49 @@ def test_a_stream_with_default_options_rides_through_broker_kills(
     finally:
         query.stop()
     assert collected.messages == sent
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_available_now_does_not_end_short_after_a_queue_goes_backwards(
+    spark, broker, topic, tmp_path, fail_on_data_loss
+):
+    """The query sets out to reach offset 15; after its first batch the topic is deleted and
+    re-created with 10 messages. The new messages are not the continuation of the old ones:
+    with failOnDataLoss=true the query fails naming the queue; with false it warns and reads
+    the new queue from its first message."""
+    from spark_helpers import Collected
+
+    create_topic(broker.endpoint, topic, queues=1)
+    produce(broker.endpoint, topic, {0: 15}, prefix="old")
+    recreated = {}
+
+    def recreate(batch_index: int) -> None:
+        if batch_index == 0:
+            with Admin(broker.endpoint) as admin:
+                admin.delete_topic(topic)
+            create_topic(broker.endpoint, topic, queues=1)
+            recreated.update(produce(broker.endpoint, topic, {0: 10}, prefix="new"))
+
+    df = stream(
+        spark, broker.endpoint, topic, startingOffsets="earliest", maxMessagesPerTrigger="5",
+        failOnDataLoss=fail_on_data_loss,
+    )  # fmt: skip
+    collected = Collected(recreate)
+    shrunk = r"queue 0: the queue now ends at offset 10, below offset 15"
+    if fail_on_data_loss == "true":
+        with pytest.raises(Exception, match=shrunk):
+            run_available_now(df, tmp_path / "checkpoint", collected=collected)
+        assert collected.sizes == [5]
+        return
+    run_available_now(df, tmp_path / "checkpoint", collected=collected)
+    bodies = [bytes(row.body) for row in collected.rows]
+    assert bodies[:5] == [b"old-broker-a-0-%d" % i for i in range(5)]
+    # Old and new messages share positions (the new queue starts at 0 again), so they are
+    # compared by body: all of the new queue, from its first message, each once.
+    new_rows = {
+        ("broker-a", row.queueId, row.queueOffset): bytes(row.body)
+        for row in collected.rows
+        if bytes(row.body).startswith(b"new")
+    }
+    assert new_rows == recreated
+    assert len(bodies) == 15

@@ -142,3 +142,12 @@ def test_reconcile_keeps_queues_of_a_silent_broker_where_they_were():
 
 def test_ranges_from_reads_new_and_reset_queues_from_zero():
     assert ranges_from({A: 3, B: 9}, {A: 6, B: 2, C: 4}) == {A: (3, 6), B: (0, 2), C: (0, 4)}
+
+
+def test_reconcile_reads_a_queue_that_went_backwards_from_its_start_not_on():
+    # It ended at 15 before; now it ends at 10: re-created, even though 5 <= 10.
+    state = reconcile({A: 5}, {A: QueueOffsets(0, 10)}, lambda broker: True, {A: 15})
+    assert state.losses == [DataLoss(A, "shrunk", 15, 10)]
+    assert state.start == {A: 0} and state.latest == {A: 10}
+    grown = reconcile({A: 5}, {A: QueueOffsets(0, 20)}, lambda broker: True, {A: 15})
+    assert grown.losses == [] and grown.start == {A: 5}
