@@ -128,9 +128,10 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                 timestamp = query.timestamp_ms if query.HasField("timestamp_ms") else None
                 if timestamp is not None:
                     checks.non_negative(timestamp, "timestamp_ms")
-            checked.append((mq, timestamp))
+                size = _size_query(query)
+            checked.append((mq, timestamp, size))
         return messaging_pb2.QueryOffsetsResponse(
-            offsets=[_queue_offsets(broker, mq, timestamp) for mq, timestamp in checked]
+            offsets=[_queue_offsets(broker, mq, ts, size) for mq, ts, size in checked]
         )
 
     @blocking
@@ -211,7 +212,27 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
 # -- QueryOffsets and ViewMessage -----------------------------------------------------------
 
 
-def _queue_offsets(broker: Broker, mq, timestamp: int | None) -> messaging_pb2.QueueOffsets:
+def _size_query(query) -> tuple[int, int | None, int | None] | None:
+    """(from, to, budget) of a query that asks to measure a range, checked; else None."""
+    if not query.HasField("size_from_offset"):
+        if query.HasField("size_to_offset") or query.HasField("size_budget_bytes"):
+            raise InvalidArgumentError(
+                "size_to_offset and size_budget_bytes need size_from_offset (where the "
+                "measured range starts)"
+            )
+        return None
+    start = checks.non_negative(query.size_from_offset, "size_from_offset")
+    end = budget = None
+    if query.HasField("size_to_offset"):
+        end = checks.non_negative(query.size_to_offset, "size_to_offset")
+    if query.HasField("size_budget_bytes"):
+        budget = checks.non_negative(query.size_budget_bytes, "size_budget_bytes")
+    return start, end, budget
+
+
+def _queue_offsets(
+    broker: Broker, mq, timestamp: int | None, size: tuple[int, int | None, int | None] | None
+) -> messaging_pb2.QueueOffsets:
     store = broker.store
     answer = messaging_pb2.QueueOffsets(
         queue=checks.queue_pb(broker, mq.topic, mq.queue_id),
@@ -220,6 +241,13 @@ def _queue_offsets(broker: Broker, mq, timestamp: int | None) -> messaging_pb2.Q
     )
     if timestamp is not None:
         answer.timestamp_offset = store.offset_by_timestamp(mq.topic, mq.queue_id, timestamp)
+    if size is not None:
+        start, end, budget = size
+        measured = store.range_size(mq.topic, mq.queue_id, start, end, budget)
+        answer.size_bytes = measured.size_bytes
+        answer.size_estimated = measured.estimated
+        if measured.budget_count is not None:
+            answer.budget_end_offset = max(start, answer.min_offset) + measured.budget_count
     return answer
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "consumer_progress",
     "query_committed",
     "query_queue_offsets",
+    "query_range_sizes",
 ]
 
 
@@ -80,6 +81,43 @@ def query_queue_offsets(
         for mq, answer in zip(group, response.offsets, strict=True):
             stamp = answer.timestamp_offset if answer.HasField("timestamp_offset") else None
             result[mq] = QueueOffsets(answer.min_offset, answer.max_offset, stamp)
+    return result
+
+
+class RangeSize(NamedTuple):
+    """What a broker measured of a queue range: its record bytes, and with a budget the end
+    of what fits in it (at least one message past the start when the range has any)."""
+
+    size_bytes: int
+    estimated: bool
+    budget_end_offset: int | None = None
+
+
+def query_range_sizes(
+    cluster: Cluster,
+    ranges: Mapping[MessageQueue, tuple[int, int]],
+    budgets: Mapping[MessageQueue, int] | None = None,
+) -> dict[MessageQueue, RangeSize]:
+    """Bytes of the records of each ``[start, end)`` range (from the consume-queue entries,
+    no record is read), and how far ``budgets[mq]`` bytes go from each start."""
+    budgets = budgets or {}
+    result: dict[MessageQueue, RangeSize] = {}
+    for endpoint, group in cluster.group_by_endpoint(_unique(ranges)).items():
+        conn = cluster.connection(endpoint)
+        queries = []
+        for mq in group:
+            start, end = ranges[mq]
+            query = messaging_pb2.QueueOffsetsQuery(
+                queue=mq_to_pb(mq), size_from_offset=start, size_to_offset=end
+            )
+            if mq in budgets:
+                query.size_budget_bytes = budgets[mq]
+            queries.append(query)
+        request = messaging_pb2.QueryOffsetsRequest(queries=queries)
+        response = conn.call(conn.messaging.QueryOffsets, request)
+        for mq, answer in zip(group, response.offsets, strict=True):
+            end = answer.budget_end_offset if answer.HasField("budget_end_offset") else None
+            result[mq] = RangeSize(answer.size_bytes, answer.size_estimated, end)
     return result
 
 

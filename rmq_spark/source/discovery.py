@@ -65,9 +65,6 @@ class BrokerSnapshot:
     broker_name: str
     endpoint: str
     queues: dict[MessageQueue, QueueOffsets]
-    #: commit-log bytes per stored message (all topics): the size estimate for
-    #: maxBytesPerTrigger; None when not measured or the broker is empty
-    avg_record_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,15 +90,6 @@ class Snapshot:
         """True when this broker answered, so its queues' absence is real."""
         return broker_name in self.brokers
 
-    def avg_message_bytes(self) -> dict[MessageQueue, float]:
-        """The broker's average record size for each of its queues (where measured)."""
-        return {
-            mq: broker.avg_record_bytes
-            for broker in self.brokers.values()
-            if broker.avg_record_bytes
-            for mq in broker.queues
-        }
-
     def describe_failures(self) -> str:
         return "; ".join(f"{ep}: {error}" for ep, error in sorted(self.failures.items()))
 
@@ -115,15 +103,9 @@ class Snapshot:
             )
 
 
-def take_snapshot(
-    cluster: Cluster, options: SourceOptions, *, measure_sizes: bool = False
-) -> Snapshot:
-    """Probe every endpoint in parallel (see the module doc).
-
-    ``measure_sizes`` also asks for the offsets of every queue of the broker (all topics), to
-    estimate the average message size from the commit log's size.
-    """
-    answers = cluster.fan_out(lambda conn: _probe(conn, options, measure_sizes))
+def take_snapshot(cluster: Cluster, options: SourceOptions) -> Snapshot:
+    """Probe every endpoint in parallel (see the module doc)."""
+    answers = cluster.fan_out(lambda conn: _probe(conn, options))
     brokers: dict[str, BrokerSnapshot] = {}
     failures: dict[str, RocketliteError] = {}
     for endpoint, answer in sorted(answers.items()):
@@ -143,7 +125,7 @@ def take_snapshot(
     return Snapshot(brokers, failures)
 
 
-def _probe(conn: Connection, options: SourceOptions, measure_sizes: bool) -> BrokerSnapshot:
+def _probe(conn: Connection, options: SourceOptions) -> BrokerSnapshot:
     info = conn.call(conn.admin.GetBrokerInfo, admin_pb2.GetBrokerInfoRequest())
     listing = conn.call(
         conn.admin.ListTopics, admin_pb2.ListTopicsRequest(include_system_topics=True)
@@ -151,21 +133,10 @@ def _probe(conn: Connection, options: SourceOptions, measure_sizes: bool) -> Bro
     name = info.broker_name
     readable_broker = bool(info.broker_perm & Permission.READ)
     wanted: list[MessageQueue] = []
-    every: list[MessageQueue] = []
     for config in listing.topics:
-        queues = [MessageQueue(config.topic, name, i) for i in range(config.read_queue_nums)]
-        every += queues
         if readable_broker and config.perm & Permission.READ and options.subscribes(config.topic):
-            wanted += queues
-    asked = every if measure_sizes else wanted
-    offsets = _query_offsets(conn, asked)
-    average = None
-    if measure_sizes:
-        stats = info.store_stats
-        stored = sum(o.max_offset - o.min_offset for o in offsets.values())
-        log_bytes = stats.commitlog_max_offset - stats.commitlog_min_offset
-        average = log_bytes / stored if stored > 0 and log_bytes > 0 else None
-    return BrokerSnapshot(name, conn.endpoint, {mq: offsets[mq] for mq in wanted}, average)
+            wanted += [MessageQueue(config.topic, name, i) for i in range(config.read_queue_nums)]
+    return BrokerSnapshot(name, conn.endpoint, _query_offsets(conn, wanted))
 
 
 def _query_offsets(

@@ -18,11 +18,13 @@ queue, :func:`limit_offsets` returns the end offsets of the next batch:
     adds exactly ``budget`` to that sum, so successive triggers visit the following windows:
     round robin without keeping state, the same after a restart from the checkpoint.
 
-- ``budget`` is ``maxMessagesPerTrigger``; with ``maxBytesPerTrigger`` it is also at most
-  ``floor(max_bytes * backlog / estimated backlog bytes)`` but at least 1, so one large
-  message cannot stall the stream. Sizes are estimates (average message size per queue),
-  so the byte limit is soft: because every queue advances by the same fraction of its
-  backlog, the estimated bytes read are close to ``max_bytes``.
+- ``budget`` is ``maxMessagesPerTrigger``.
+- ``maxBytesPerTrigger`` then narrows those ends by bytes, exactly: the brokers measure each
+  queue's range from the record sizes in its consume-queue entries, :func:`byte_budgets`
+  shares the limit in proportion to those bytes, and each broker says how far its queue's
+  share goes (``QueueOffsetsQuery.size_budget_bytes``). A batch holds at most
+  ``maxBytesPerTrigger`` bytes of records, except that a queue whose next message alone is
+  larger than its share still reads that one message.
 
 ``minMessagesPerTrigger`` and ``maxTriggerDelay`` are decided by :func:`should_delay`.
 
@@ -33,7 +35,6 @@ others itself; a :class:`ReadAllAvailable` from the engine (``Trigger.Once``) li
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -45,9 +46,6 @@ from rmq_spark.structs import MessageQueue
 
 if TYPE_CHECKING:
     from rmq_spark.source.options import SourceOptions
-
-#: size assumed for a queue with no estimate yet (bytes per message)
-DEFAULT_MESSAGE_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -134,29 +132,22 @@ def backlogs(
     return {mq: latest[mq] - start[mq] for mq in sorted(latest) if latest[mq] > start[mq]}
 
 
-def message_budget(
-    waiting: Mapping[MessageQueue, int],
-    limits: TriggerLimits,
-    avg_message_bytes: Mapping[MessageQueue, float] | None = None,
-    default_message_bytes: float = DEFAULT_MESSAGE_BYTES,
-) -> int | None:
-    """How many messages this trigger may admit in total; None means no limit applies."""
-    budget = limits.max_messages
-    if limits.max_bytes is not None and waiting:
-        sizes = avg_message_bytes or {}
-        estimate = 0.0
-        for mq, count in waiting.items():
-            size = sizes.get(mq, default_message_bytes)
-            if not size > 0:
-                raise InvalidArgumentError(
-                    f"average message size {size!r} for {mq} must be a positive number of bytes"
-                )
-            estimate += count * size
-        if estimate > limits.max_bytes:
-            total = sum(waiting.values())
-            by_bytes = max(1, math.floor(limits.max_bytes * total / estimate))
-            budget = by_bytes if budget is None else min(budget, by_bytes)
-    return budget
+def byte_budgets(range_bytes: Mapping[MessageQueue, int], max_bytes: int) -> Offsets | None:
+    """Each queue's share of ``max_bytes`` in proportion to the bytes it has waiting in this
+    batch's ranges (measured by the brokers); None when everything fits.
+
+    The shares add up to at most ``max_bytes``; a queue whose share is smaller than its
+    next message still reads that one message (the broker's ``budget_end_offset``), so one
+    large message cannot stall the stream.
+
+    >>> a, b = MessageQueue("t", "b", 0), MessageQueue("t", "b", 1)
+    >>> list(byte_budgets({a: 30_000, b: 10_000}, 20_000).values())
+    [15000, 5000]
+    """
+    total = sum(range_bytes.values())
+    if total <= max_bytes:
+        return None
+    return {mq: max_bytes * size // total for mq, size in sorted(range_bytes.items())}
 
 
 def share(waiting: Mapping[MessageQueue, int], budget: int, rotation: int = 0) -> Offsets:
@@ -194,10 +185,9 @@ def limit_offsets(
     start: Mapping[MessageQueue, int],
     latest: Mapping[MessageQueue, int],
     limits: TriggerLimits,
-    avg_message_bytes: Mapping[MessageQueue, float] | None = None,
-    default_message_bytes: float = DEFAULT_MESSAGE_BYTES,
 ) -> Offsets:
-    """End offsets for every queue of ``start`` under ``limits`` (see the module doc).
+    """End offsets for every queue of ``start`` under ``maxMessagesPerTrigger`` (see the
+    module doc); the byte limit is applied to these ends afterwards.
 
     >>> a, b = MessageQueue("t", "b", 0), MessageQueue("t", "b", 1)
     >>> limit_offsets({a: 0, b: 10}, {a: 90, b: 20}, TriggerLimits(max_messages=50))
@@ -205,7 +195,7 @@ def limit_offsets(
 MessageQueue(topic='t', broker_name='b', queue_id=1): 15}
     """
     waiting = backlogs(start, latest)
-    budget = message_budget(waiting, limits, avg_message_bytes, default_message_bytes)
+    budget = limits.max_messages
     admitted = waiting if budget is None else share(waiting, budget, sum(start.values()))
     return {mq: start[mq] + admitted.get(mq, 0) for mq in sorted(start)}
 

@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from rmq_spark.client.cluster import Cluster
-from rmq_spark.client.offsets import commit_offsets
+from rmq_spark.client.offsets import commit_offsets, query_range_sizes
 from rmq_spark.errors import DataLossError, RocketliteError, UnavailableError
 from rmq_spark.offsets.spark import (
     DataLoss,
@@ -40,7 +40,13 @@ from rmq_spark.offsets.spark import (
     to_json_dict,
 )
 from rmq_spark.source.discovery import Snapshot, client_config, resolve_start, take_snapshot
-from rmq_spark.source.limits import TriggerLimits, backlogs, limit_offsets, should_delay
+from rmq_spark.source.limits import (
+    TriggerLimits,
+    backlogs,
+    byte_budgets,
+    limit_offsets,
+    should_delay,
+)
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import plan_for_options
 from rmq_spark.source.positions import ranges_from, reconcile
@@ -102,7 +108,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         """The end of the next batch under ``limit``; ``start`` itself when nothing is new."""
         self._commit(start)  # everything before ``start`` has been processed
         limits = self.limits.for_read_limit(limit)
-        snapshot = self._snapshot(measure_sizes=limits.max_bytes is not None)
+        snapshot = self._snapshot()
         if not snapshot.brokers and self._target is None:
             log.warning(
                 "no broker answered (%s); no new data this trigger", snapshot.describe_failures()
@@ -128,7 +134,9 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             available_now=self._target is not None,
         ):
             return start
-        end = limit_offsets(state.start, latest, limits, snapshot.avg_message_bytes())
+        end = limit_offsets(state.start, latest, limits)
+        if limits.max_bytes is not None:
+            end = self._within_bytes(state.start, end, limits.max_bytes)
         for loss in state.losses:
             if loss.kind == "shrunk":
                 # This batch reads nothing of it; the next one starts at its first message
@@ -176,10 +184,27 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self._cluster = Cluster(self.options.endpoints, client_config(self.options))
         return self._cluster
 
-    def _snapshot(self, measure_sizes: bool = False) -> Snapshot:
-        snapshot = take_snapshot(self._client(), self.options, measure_sizes=measure_sizes)
+    def _snapshot(self) -> Snapshot:
+        snapshot = take_snapshot(self._client(), self.options)
         self._endpoints.update(snapshot.endpoints)
         return snapshot
+
+    def _within_bytes(self, start: Offsets, end: Offsets, max_bytes: int) -> Offsets:
+        """``end`` narrowed so the batch holds at most ``max_bytes`` of records (see
+        :mod:`~rmq_spark.source.limits`): one size query, and one more when over."""
+        ranges = {mq: (start[mq], end[mq]) for mq in end if end[mq] > start[mq]}
+        if not ranges:
+            return end
+        sizes = query_range_sizes(self._client(), ranges)
+        budgets = byte_budgets({mq: size.size_bytes for mq, size in sizes.items()}, max_bytes)
+        if budgets is None:
+            return end
+        fitted = query_range_sizes(self._client(), ranges, budgets)
+        narrowed = dict(end)
+        for mq, size in fitted.items():
+            assert size.budget_end_offset is not None
+            narrowed[mq] = min(end[mq], max(start[mq] + 1, size.budget_end_offset))
+        return narrowed
 
     def _endpoints_of(self, brokers: set[str]) -> dict[str, str]:
         # After a restart Spark may re-plan the last batch before any trigger probed.

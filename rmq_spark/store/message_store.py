@@ -44,6 +44,7 @@ from rmq_spark.store.consume_queue import ConsumeQueue
 from rmq_spark.store.dir_lock import DirectoryLock
 from rmq_spark.store.flush import FlushService
 from rmq_spark.store.recovery import RecoveryReport, recover
+from rmq_spark.store.sizes import MAX_SCANNED_ENTRIES, RangeSize, measure
 from rmq_spark.store.topics import TopicTable
 from rmq_spark.structs import PullStatus
 
@@ -446,6 +447,26 @@ class MessageStore:
             return struct.unpack_from(">q", head, pos)[0]
         finally:
             head.release()
+
+    def range_size(
+        self,
+        topic: str,
+        queue_id: int,
+        start: int,
+        end: int | None = None,
+        budget_bytes: int | None = None,
+    ) -> RangeSize:
+        """Bytes of the records at queue offsets [start, end) (clipped to what the queue
+        holds; ``end`` None = its max), and how many from ``start`` fit in ``budget_bytes``
+        (see :mod:`rmq_spark.store.sizes`)."""
+        cq = self._readable_queue(topic, queue_id)
+        if cq is None:
+            return measure(np.zeros(0, np.int64), budget_bytes)
+        first = max(start, cq.min_offset)
+        last = cq.max_offset if end is None else min(end, cq.max_offset)
+        count = max(0, last - first)
+        entries = cq.entries(first, first + min(count, MAX_SCANNED_ENTRIES))
+        return measure(entries["size"].astype(np.int64), budget_bytes, count)
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First queue offset whose store timestamp is >= ``timestamp_ms`` (max if none)."""

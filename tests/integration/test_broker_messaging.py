@@ -826,3 +826,24 @@ def test_a_taken_port_exits_1_with_one_line(broker_factory, tmp_path):
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert str(running.port) in done.stderr.strip().splitlines()[-1]
+
+
+def test_query_offsets_measures_a_range_and_a_byte_budget(local):
+    _, stubs = local
+    create_topic(stubs, "Sized")
+    bodies = [b"a" * 100, b"b" * 1000, b"c" * 100, b"d" * 100]
+    for body in bodies:
+        send(stubs, "Sized", body, queue_id=0)
+    query = m.QueueOffsetsQuery(queue=mq("Sized", 0), size_from_offset=1, size_budget_bytes=10)
+    answer = stubs.messaging.QueryOffsets(m.QueryOffsetsRequest(queries=[query])).offsets[0]
+    assert answer.budget_end_offset == 2  # the 1000-byte message alone, for progress
+    whole = m.QueueOffsetsQuery(queue=mq("Sized", 0), size_from_offset=0, size_to_offset=3)
+    answer = stubs.messaging.QueryOffsets(m.QueryOffsetsRequest(queries=[whole])).offsets[0]
+    headers = answer.size_bytes - 1200  # every record: its body, plus the same header
+    assert headers > 0 and headers % 3 == 0 and not answer.size_estimated
+    per_record = headers // 3
+    fits = m.QueueOffsetsQuery(
+        queue=mq("Sized", 0), size_from_offset=2, size_budget_bytes=2 * (100 + per_record)
+    )
+    answer = stubs.messaging.QueryOffsets(m.QueryOffsetsRequest(queries=[fits])).offsets[0]
+    assert answer.budget_end_offset == 4

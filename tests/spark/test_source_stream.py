@@ -19,7 +19,7 @@ from spark_helpers import (
 )
 
 from rmq_spark.cli import main as cli_main
-from rmq_spark.client import Admin
+from rmq_spark.client import Admin, Producer
 from rmq_spark.structs import MessageQueue
 
 
@@ -148,6 +148,27 @@ def test_max_bytes_per_trigger_splits_the_backlog(spark, broker, topic, tmp_path
     collected = run_available_now(df, tmp_path / "checkpoint")
     assert len(collected.sizes) > 1
     assert collected.messages == sent
+
+
+def test_max_bytes_per_trigger_holds_for_large_messages_next_to_tiny_ones(
+    spark, broker, topic, tmp_path
+):
+    """120 messages of 4 KB on a broker that also holds 20,000 tiny ones: a broker-wide
+    average would admit everything at once; the limit holds batch by batch."""
+    other = f"{topic}-tiny"
+    create_topic(broker.endpoint, other, queues=1)
+    produce(broker.endpoint, other, 20_000, prefix="t")
+    create_topic(broker.endpoint, topic, queues=2)
+    with Producer(broker.endpoint) as producer:
+        for i in range(120):
+            producer.send(topic, b"%04d" % i + b"x" * 4_000)
+    df = stream(spark, broker.endpoint, topic, startingOffsets="earliest", maxBytesPerTrigger="32k")
+    collected = run_available_now(df, tmp_path / "checkpoint")
+    body_bytes = [sum(len(row.body) for row in rows) for rows in collected.batches if rows]
+    assert sum(collected.sizes) == 120
+    # Records carry ~200 bytes of header and properties on top of the body.
+    assert max(body_bytes) <= 32 * 1024, body_bytes
+    assert len(body_bytes) >= 120 * 4_200 // (32 * 1024)
 
 
 def test_tag_filter_reads_matching_tags_across_gaps(spark, broker, topic, tmp_path):

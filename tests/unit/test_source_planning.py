@@ -3,7 +3,6 @@ become Spark partitions. Pure arithmetic, no Spark session."""
 
 from __future__ import annotations
 
-import math
 import pickle
 import random
 
@@ -22,8 +21,8 @@ from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.source.limits import (
     TriggerLimits,
     backlogs,
+    byte_budgets,
     limit_offsets,
-    message_budget,
     share,
     should_delay,
 )
@@ -154,41 +153,22 @@ def test_new_queue_without_start_is_an_error() -> None:
         limit_offsets({mq(0): 0}, {mq(0): 5, mq(1): 5}, TriggerLimits())
 
 
-def test_byte_budget_uses_the_estimated_average_size() -> None:
-    waiting = {mq(0): 1000, mq(1): 1000}
-    sizes = {mq(0): 100.0, mq(1): 300.0}  # 400 KB waiting, 200 bytes per message on average
-    assert message_budget(waiting, TriggerLimits(max_bytes=100_000), sizes) == 500
-    both = TriggerLimits(max_bytes=100_000, max_messages=300)
-    assert message_budget(waiting, both, sizes) == 300
-    assert message_budget(waiting, TriggerLimits(max_bytes=10**9), sizes) is None
-    # One message bigger than the whole budget still moves the stream forward.
-    assert message_budget(waiting, TriggerLimits(max_bytes=10), sizes) == 1
-    # Unknown queues are assumed to hold default_message_bytes per message.
-    assert message_budget(waiting, TriggerLimits(max_bytes=4096), None, 1024) == 4
+def test_byte_budgets_share_the_limit_by_measured_bytes() -> None:
+    assert byte_budgets({mq(0): 300, mq(1): 100}, 10_000) is None  # everything fits
+    assert byte_budgets({mq(0): 30_000, mq(1): 10_000}, 20_000) == {mq(0): 15_000, mq(1): 5_000}
+    # A tiny share is still a share: the broker then admits that queue's next message.
+    assert byte_budgets({mq(0): 10**9, mq(1): 10}, 1000) == {mq(0): 999, mq(1): 0}
 
 
-@settings(max_examples=100, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(1, 10**5), st.floats(1, 10**5)), min_size=1, max_size=8),
-    st.integers(1, 10**9),
-)
-def test_byte_limit_admits_the_budget_in_messages(
-    queues_and_sizes: list[tuple[int, float]], max_bytes: int
-) -> None:
-    start = {mq(i): 0 for i in range(len(queues_and_sizes))}
-    latest = {mq(i): n for i, (n, _) in enumerate(queues_and_sizes)}
-    sizes = {mq(i): size for i, (_, size) in enumerate(queues_and_sizes)}
-    ends = limit_offsets(start, latest, TriggerLimits(max_bytes=max_bytes), sizes)
-    total = sum(latest.values())
-    estimate = sum(latest[q] * sizes[q] for q in latest)
-    by_bytes = max(1, math.floor(max_bytes * total / estimate))
-    expected = total if estimate <= max_bytes else min(total, by_bytes)
-    assert sum(ends.values()) == expected
-
-
-def test_bad_average_size() -> None:
-    with pytest.raises(InvalidArgumentError, match="average message size 0"):
-        message_budget({mq(0): 5}, TriggerLimits(max_bytes=10), {mq(0): 0})
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 10**9), min_size=1, max_size=8), st.integers(1, 10**9))
+def test_byte_budgets_never_add_up_to_more_than_the_limit(sizes: list[int], max_bytes: int):
+    budgets = byte_budgets({mq(i): size for i, size in enumerate(sizes)}, max_bytes)
+    if sum(sizes) <= max_bytes:
+        assert budgets is None
+    else:
+        assert budgets is not None and sum(budgets.values()) <= max_bytes
+        assert all(0 <= budgets[mq(i)] <= size for i, size in enumerate(sizes))
 
 
 @pytest.mark.parametrize(

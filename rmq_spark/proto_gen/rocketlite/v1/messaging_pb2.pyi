@@ -159,24 +159,36 @@ class PullMessagesResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., record_sizes: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class QueueOffsetsQuery(_message.Message):
-    __slots__ = ("queue", "timestamp_ms")
+    __slots__ = ("queue", "timestamp_ms", "size_from_offset", "size_to_offset", "size_budget_bytes")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
     queue: _common_pb2.MessageQueue
     timestamp_ms: int
-    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+    size_from_offset: int
+    size_to_offset: int
+    size_budget_bytes: int
+    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., timestamp_ms: _Optional[int] = ..., size_from_offset: _Optional[int] = ..., size_to_offset: _Optional[int] = ..., size_budget_bytes: _Optional[int] = ...) -> None: ...
 
 class QueueOffsets(_message.Message):
-    __slots__ = ("queue", "min_offset", "max_offset", "timestamp_offset")
+    __slots__ = ("queue", "min_offset", "max_offset", "timestamp_offset", "size_bytes", "size_estimated", "budget_end_offset")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SIZE_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     queue: _common_pb2.MessageQueue
     min_offset: int
     max_offset: int
     timestamp_offset: int
-    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., timestamp_offset: _Optional[int] = ...) -> None: ...
+    size_bytes: int
+    size_estimated: bool
+    budget_end_offset: int
+    def __init__(self, queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., timestamp_offset: _Optional[int] = ..., size_bytes: _Optional[int] = ..., size_estimated: _Optional[bool] = ..., budget_end_offset: _Optional[int] = ...) -> None: ...
 
 class QueryOffsetsRequest(_message.Message):
     __slots__ = ("queries",)
