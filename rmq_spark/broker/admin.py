@@ -112,6 +112,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             server_stats=admin_pb2.ServerStats(
                 held_pulls=broker.notifier.waiting(),
                 watch_streams=broker.consumers.watch_streams(),
+                pull_calls=broker.pull_calls,
+                messages_pulled=broker.messages_pulled,
             ),
         )
 

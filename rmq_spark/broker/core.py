@@ -37,6 +37,9 @@ class Broker:
             config.consumer_session_timeout_ms, max_groups=config.max_consumer_groups
         )
         self.locks = QueueLockManager(config.queue_lock_lease_ms)
+        #: PullMessages answered and the messages they carried (GetBrokerInfo.server_stats)
+        self.pull_calls = 0
+        self.messages_pulled = 0
         self.delays = DelayScheduler(self, config.delay_levels_ms)
         self.delays.start()
 

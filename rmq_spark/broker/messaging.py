@@ -101,6 +101,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         pull, result = await self._workers.run(self._pull_once, request)
         if result.status == PullStatus.NO_NEW_MSG and pull.suspend_ms > 0:
             result = await self._hold(pull, result)
+        # Counted on the event loop, the only place that changes them: no lock.
+        self._broker.pull_calls += 1
+        self._broker.messages_pulled += result.count
         if result.count:
             return await self._workers.run(pull_response, result)
         return pull_response(result)

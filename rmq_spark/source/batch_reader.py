@@ -9,23 +9,28 @@ Every broker must answer: a batch read that silently skipped one would be wrong.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from rmq_spark.client.cluster import Cluster
+from rmq_spark.client.offsets import QueueOffsets
+from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import DataLossError, NotFoundError
-from rmq_spark.offsets.spark import data_loss_message
+from rmq_spark.offsets.spark import Offsets, data_loss_message
 from rmq_spark.source.discovery import client_config, offsets_at, resolve_start, take_snapshot
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import plan_for_options
 from rmq_spark.source.positions import batch_ranges, ending_offsets
+from rmq_spark.source.pushdown import Pushed, push_filters
 from rmq_spark.source.read import RocketlitePartition, read_partition
+from rmq_spark.structs import MessageQueue
 
 log = logging.getLogger("rmq_spark.source")
 
-__all__ = ["RocketliteBatchReader"]
+__all__ = ["FilteringBatchReader", "RocketliteBatchReader"]
 
 
 class RocketliteBatchReader(DataSourceReader):
@@ -33,6 +38,15 @@ class RocketliteBatchReader(DataSourceReader):
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+
+    # Without filters taken over from Spark nothing is narrowed; see FilteringBatchReader.
+    _narrowing = False
+
+    def _selected(self, queues: dict[MessageQueue, QueueOffsets]):
+        return queues
+
+    def _narrowed(self, cluster: Cluster, start: Offsets, end: Offsets) -> tuple[Offsets, Offsets]:
+        return start, end
 
     def partitions(self) -> list[InputPartition]:
         cluster = Cluster(self.options.endpoints, client_config(self.options))
@@ -60,6 +74,9 @@ class RocketliteBatchReader(DataSourceReader):
                 )
             log.warning("topicPattern %r matches no topic; nothing to read", options.topic_pattern)
             return []
+        queues = self._selected(queues)
+        if not queues:  # the query's filters leave no queue to read
+            return []
         start = resolve_start(cluster, options, queues)
         ending = options.ending
         assert ending is not None
@@ -68,12 +85,70 @@ class RocketliteBatchReader(DataSourceReader):
             assert ending.timestamp_ms is not None
             at_time = offsets_at(cluster, {mq: ending.timestamp_ms for mq in queues})
         end = ending_offsets(ending, queues, at_time)
+        start, end = self._narrowed(cluster, start, end)
         ranges, losses = batch_ranges(start, end, queues)
         if losses:
             message = data_loss_message(losses, fail_on_data_loss=options.fail_on_data_loss)
             if options.fail_on_data_loss:
                 raise DataLossError(message)
             log.warning("%s", message)
+        ranges = {mq: r for mq, r in ranges.items() if r[1] > r[0] or not self._narrowing}
         planned = plan_for_options(ranges, options)
         endpoints = snapshot.endpoints
         return [RocketlitePartition.of(p, endpoints) for p in planned]
+
+
+class FilteringBatchReader(RocketliteBatchReader):
+    """A batch reader that takes over the filters the brokers answer cheaply
+    (:mod:`~rmq_spark.source.pushdown`): fewer queues, narrower ranges, the broker's tag
+    filter. Used when Spark plans with filter pushdown on
+    (``spark.sql.python.filterPushdown.enabled``)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        super().__init__(options)
+        self.pushed = Pushed()
+
+    @property
+    def _narrowing(self) -> bool:  # type: ignore[override]
+        return bool(self.pushed.taken) or self.pushed.narrows_time
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self.pushed, rest = push_filters(filters)
+        tags = self.pushed.tags
+        if tags is not None:
+            wanted = self.options.subscription.tags
+            tags = tags if wanted is None else tags & wanted
+            if tags:  # the empty case reads nothing at all (see _plan)
+                expression = " || ".join(sorted(tags))
+                self.options = replace(self.options, subscription=parse_subscription(expression))
+            self.pushed.tags = frozenset(tags)
+        if self.pushed.taken or self.pushed.narrows_time:
+            log.info("filters taken over from Spark: %s", self.pushed.taken)
+        return rest
+
+    def partitions(self) -> list[InputPartition]:
+        if self.pushed.empty:
+            return []
+        return super().partitions()
+
+    def _selected(self, queues: dict[MessageQueue, QueueOffsets]):
+        topics, ids = self.pushed.topics, self.pushed.queue_ids
+        return {
+            mq: offsets
+            for mq, offsets in queues.items()
+            if (topics is None or mq.topic in topics) and (ids is None or mq.queue_id in ids)
+        }
+
+    def _narrowed(self, cluster: Cluster, start: Offsets, end: Offsets) -> tuple[Offsets, Offsets]:
+        low, high = self.pushed.offsets
+        start = {mq: max(offset, low) for mq, offset in start.items()}
+        end = {mq: min(offset, high) for mq, offset in end.items()}
+        if self.pushed.narrows_time:
+            first_ms, end_ms = self.pushed.store_ms
+            if first_ms > 0:
+                found = offsets_at(cluster, {mq: first_ms for mq in start})
+                start = {mq: max(offset, found[mq]) for mq, offset in start.items()}
+            if end_ms < 2**63 - 1:
+                found = offsets_at(cluster, {mq: end_ms for mq in end})
+                end = {mq: min(offset, found[mq]) for mq, offset in end.items()}
+        return start, end

@@ -14,6 +14,7 @@ runs).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import MutableMapping
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
@@ -48,10 +49,13 @@ class RocketliteDataSource(DataSource):
         return SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from rmq_spark.source.batch_reader import RocketliteBatchReader
+        from rmq_spark.source.batch_reader import FilteringBatchReader, RocketliteBatchReader
 
         _check_schema(schema)
-        return RocketliteBatchReader(SourceOptions.parse(self.options, streaming=False))
+        options = SourceOptions.parse(self.options, streaming=False)
+        if options.filter_pushdown and planning_with_filter_pushdown():
+            return FilteringBatchReader(options)
+        return RocketliteBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from rmq_spark.source.stream_reader import RocketliteStreamReader
@@ -91,6 +95,31 @@ def _check_schema(schema: StructType) -> None:
             f"the rocketlite source has a fixed schema ({SPARK_SCHEMA.simpleString()}), got "
             f"{schema.simpleString()}; remove .schema(...) and select the columns you need"
         )
+
+
+#: the pyspark worker that plans a Python source's read with filter pushdown
+_PUSHDOWN_WORKER = "data_source_pushdown_filters.py"
+
+
+def planning_with_filter_pushdown() -> bool:
+    """Whether Spark asks for this reader to push filters into it.
+
+    A reader that implements ``pushFilters`` makes Spark fail every read of a session that
+    has not turned on ``spark.sql.python.filterPushdown.enabled`` (off by default), so the
+    source hands out its filtering reader only to the worker that plans with pushdown, and a
+    plain reader otherwise (Spark then applies every filter itself, as correct and slower).
+
+    Pushdown is also opt-in per read (option ``filterPushdown``): pyspark 4.3 keeps the
+    plan made with pushed filters on the loaded DataFrame's data source, so a later query
+    of the same DataFrame without filters reuses it and reads too little. Load a DataFrame
+    per filtered query when pushdown is on.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_PUSHDOWN_WORKER):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def register(spark) -> None:

@@ -60,6 +60,7 @@ OPTION_NAMES: tuple[str, ...] = (
     "pullTimeoutMs",
     "maxRetries",
     "retryBackoffMs",
+    "filterPushdown",
 )
 STREAMING_ONLY = frozenset(
     {
@@ -70,7 +71,7 @@ STREAMING_ONLY = frozenset(
         "commitOffsets",
     }
 )
-BATCH_ONLY = frozenset({"endingOffsets", "endingTimestamp"})
+BATCH_ONLY = frozenset({"endingOffsets", "endingTimestamp", "filterPushdown"})
 
 #: Kafka source names people will type, and ours
 _KAFKA_NAMES = {
@@ -170,6 +171,8 @@ class SourceOptions:
     pull_timeout_ms: int = DEFAULT_PULL_TIMEOUT_MS
     max_retries: int = DEFAULT_MAX_RETRIES
     retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS
+    #: take WHERE filters over from Spark (batch reads; see rmq_spark.source.pushdown)
+    filter_pushdown: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -205,6 +208,7 @@ class SourceOptions:
             pull_timeout_ms=raw.setting("pullTimeoutMs", _MAX_INT, 1, DEFAULT_PULL_TIMEOUT_MS),
             max_retries=raw.setting("maxRetries", 1000, 0, DEFAULT_MAX_RETRIES),
             retry_backoff_ms=raw.setting("retryBackoffMs", _MAX_INT, 0, DEFAULT_RETRY_BACKOFF_MS),
+            filter_pushdown=raw.flag("filterPushdown", False),
         )
         _check_combinations(raw, parsed)
         return parsed

@@ -182,9 +182,13 @@ class GetBrokerInfoResponse(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., version: _Optional[str] = ..., endpoint: _Optional[str] = ..., store_host: _Optional[str] = ..., broker_perm: _Optional[_Union[_common_pb2.Permission, str]] = ..., flush_mode: _Optional[_Union[FlushMode, str]] = ..., start_timestamp_ms: _Optional[int] = ..., now_timestamp_ms: _Optional[int] = ..., limits: _Optional[_Union[BrokerLimits, _Mapping]] = ..., store_stats: _Optional[_Union[StoreStats, _Mapping]] = ..., server_stats: _Optional[_Union[ServerStats, _Mapping]] = ...) -> None: ...
 
 class ServerStats(_message.Message):
-    __slots__ = ("held_pulls", "watch_streams")
+    __slots__ = ("held_pulls", "watch_streams", "pull_calls", "messages_pulled")
     HELD_PULLS_FIELD_NUMBER: _ClassVar[int]
     WATCH_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    PULL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_PULLED_FIELD_NUMBER: _ClassVar[int]
     held_pulls: int
     watch_streams: int
-    def __init__(self, held_pulls: _Optional[int] = ..., watch_streams: _Optional[int] = ...) -> None: ...
+    pull_calls: int
+    messages_pulled: int
+    def __init__(self, held_pulls: _Optional[int] = ..., watch_streams: _Optional[int] = ..., pull_calls: _Optional[int] = ..., messages_pulled: _Optional[int] = ...) -> None: ...
