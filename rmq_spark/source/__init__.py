@@ -13,9 +13,12 @@ Modules, from the outside in:
   triggers, commits to the group; the fixed ranges of a batch query.
 - :mod:`~rmq_spark.source.read`: one Spark task's pulls, yielding Arrow batches.
 - :mod:`~rmq_spark.source.discovery`: what the brokers hold now (topics, queues, ranges).
+- :mod:`~rmq_spark.source.lag`: how far a query is behind, from its progress events
+  (``LagListener``).
 - Pure parts: :mod:`~rmq_spark.source.options` (options parsed once),
   :mod:`~rmq_spark.source.positions` (start, end, data loss),
   :mod:`~rmq_spark.source.limits` (how much each trigger reads),
+  :mod:`~rmq_spark.source.pushdown` (filters a batch read takes over from Spark),
   :mod:`~rmq_spark.source.planning` (queue ranges to Spark partitions) and
   :mod:`~rmq_spark.source.schema` (the rows). Offsets are in :mod:`rmq_spark.offsets.spark`.
 """

@@ -252,3 +252,27 @@ def test_unknown_and_malformed_options_fail_at_load(spark, broker):
             "orders",
             startingOffsets=json.dumps({"orders": {"b": {"x": 1}}}),
         )
+
+
+def test_lag_listener_reports_how_far_behind_each_batch_is(spark, broker, topic, tmp_path):
+    from rmq_spark.source.lag import LagListener
+
+    create_topic(broker.endpoint, topic, queues=2)
+    produce(broker.endpoint, topic, {0: 30, 1: 10})
+    seen = []
+    listener = LagListener(lambda query_id, lag: seen.append(lag))
+    spark.streams.addListener(listener)
+    try:
+        df = stream(
+            spark, broker.endpoint, topic, startingOffsets="earliest", maxMessagesPerTrigger="10"
+        )
+        run_available_now(df, tmp_path / "checkpoint")
+        time.sleep(1.0)  # listener events arrive asynchronously
+    finally:
+        spark.streams.removeListener(listener)
+    assert seen, "no lag was reported"
+    first, last = seen[0], seen[-1]
+    # First batch: 10 of 40 admitted, shared by backlog (7 + 3): 23 and 7 left behind.
+    assert sorted(first.queues.values()) == [7, 23]
+    assert (first.min, first.max, first.avg) == (7, 23, 15.0)
+    assert last.max == 0 and last.metrics()["avgOffsetsBehindLatest"] == 0
