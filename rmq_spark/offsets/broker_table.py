@@ -1,10 +1,12 @@
 """The broker's consumer-offset table: the server side of RocketMQ's RemoteBrokerOffsetStore.
 
 ``(topic, group) -> {queue_id: offset}`` in memory, where offset is the *next* offset to
-consume. A daemon thread persists it to ``config/consumerOffset.json`` (RocketMQ's shape and
-name) every ``persist_interval_ms`` while it has changes, and :meth:`close` persists the
-rest, so a broker crash loses at most one interval of commits (consumers then see a few
-messages again, which at-least-once delivery allows).
+consume. Every change is appended to ``config/consumerOffset.journal``
+(:mod:`rmq_spark.offsets.journal`) before :meth:`ConsumerOffsetTable.commit` returns, so an
+acknowledged commit survives a killed broker (and, with ``sync_commits``, a power loss). A
+daemon thread compacts the table into ``config/consumerOffset.json`` (RocketMQ's shape and
+name) every ``persist_interval_ms`` while it has changes, and starts a new journal; opening
+loads the JSON and replays the journals written after it.
 
 Example::
 
@@ -22,9 +24,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
-from rmq_spark.durable_json import read_json_or_start_empty, write_json_atomic
-from rmq_spark.errors import InvalidArgumentError, StoreError
+from rmq_spark.durable_json import fsync_dir, read_json_or_start_empty, write_json_atomic
+from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError, StoreError
 from rmq_spark.names import validate_group, validate_topic
+from rmq_spark.offsets.journal import OffsetJournal, encode_drop, encode_set, read_journal
 from rmq_spark.offsets.json_codec import (
     MAX_OFFSET,
     MAX_QUEUE_ID,
@@ -39,15 +42,28 @@ from rmq_spark.offsets.json_codec import (
 log = logging.getLogger("rmq_spark.store")
 
 FILE_NAME = "consumerOffset.json"
+JOURNAL_NAME = "consumerOffset.journal"
+#: the journal being compacted into the JSON; removed once the JSON is written
+COMPACTING_NAME = "consumerOffset.journal.compacting"
 DEFAULT_PERSIST_INTERVAL_MS = 5000
 
 
 class ConsumerOffsetTable:
     """Committed offsets per (group, topic, queue); thread-safe. Create it with :meth:`open`."""
 
-    def __init__(self, path: Path, table: OffsetTable, persist_interval_ms: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        table: OffsetTable,
+        persist_interval_ms: int,
+        sync_commits: bool = False,
+    ) -> None:
         self._path = path
         self._table = table
+        self._sync_commits = sync_commits
+        self._journal_path = path.with_name(JOURNAL_NAME)
+        self._compacting_path = path.with_name(COMPACTING_NAME)
+        self._journal: OffsetJournal | None = None
         self._interval_s = persist_interval_ms / 1000
         self._lock = threading.Lock()
         # Serialises file writes, which happen outside _lock so commits never wait on fsync;
@@ -66,8 +82,10 @@ class ConsumerOffsetTable:
         *,
         force_empty: bool = False,
         persist_interval_ms: int = DEFAULT_PERSIST_INTERVAL_MS,
+        sync_commits: bool = False,
     ) -> ConsumerOffsetTable:
-        """Load ``config_dir/consumerOffset.json`` (or its .bak) and start periodic persisting.
+        """Load ``config_dir/consumerOffset.json`` (or its .bak), replay the journal, and start
+        periodic compaction. ``sync_commits``: a commit returns once fsynced (SYNC flush).
 
         When neither file can be read this raises StoreError, unless ``force_empty`` is set:
         then both files are renamed to ``*.corrupt-<time>`` and the table starts empty.
@@ -84,11 +102,27 @@ class ConsumerOffsetTable:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / FILE_NAME
         table, from_backup = _load(path, force_empty)
-        offsets = cls(path, table, persist_interval_ms)
-        if from_backup:
-            offsets._version += 1  # rewrite the broken main file at the next persist
+        offsets = cls(path, table, persist_interval_ms, sync_commits)
+        replayed = offsets._replay_journals()
+        if from_backup or replayed:
+            offsets._version += 1  # rewrite the main file at the next persist
         offsets._start_flusher()
         return offsets
+
+    def _replay_journals(self) -> int:
+        """Apply the journals written after the JSON (the one being compacted first), then
+        open the current one for appending; returns how many changes were applied."""
+        applied = 0
+        for path in (self._compacting_path, self._journal_path):
+            changes, good = read_journal(path)
+            for change in changes:
+                _apply(self._table, change)
+            applied += len(changes)
+            if path == self._journal_path:
+                self._journal = OffsetJournal(path, sync=self._sync_commits, keep_bytes=good)
+        if applied:
+            log.info("consumer offsets: replayed %d journaled changes", applied)
+        return applied
 
     @property
     def path(self) -> Path:
@@ -110,21 +144,50 @@ class ConsumerOffsetTable:
         """
         key = _key(group, topic)
         updates = _checked_offsets(key, offsets)
+        end = None
         with self._lock:
             self._check_open()
             if not updates:
                 return {}
             queues = self._table.setdefault(key, {})
-            changed = False
+            changed: dict[int, int] = {}
             for queue_id, offset in updates.items():
                 old = queues.get(queue_id)
                 if old == offset or (increase_only and old is not None and offset < old):
                     continue
-                queues[queue_id] = offset
-                changed = True
+                changed[queue_id] = offset
             if changed:
+                # Journaled first: a change that could not be written is not made.
+                end = self._append(encode_set(key[0], key[1], changed))
+                queues.update(changed)
                 self._version += 1
-            return {queue_id: queues[queue_id] for queue_id in updates}
+            stored = {queue_id: queues[queue_id] for queue_id in updates}
+            if not queues:
+                del self._table[key]
+        if end is not None:
+            self._make_durable(end)
+        return stored
+
+    def _append(self, payload: bytes) -> int:
+        assert self._journal is not None
+        try:
+            return self._journal.append(payload)
+        except OSError as exc:
+            raise ResourceExhaustedError(
+                f"cannot journal a consumer offset change in {self._journal.path}: {exc}; "
+                "the commit was not made (free disk space and commit again)"
+            ) from exc
+
+    def _make_durable(self, end: int) -> None:
+        journal = self._journal
+        assert journal is not None
+        try:
+            journal.make_durable(end)
+        except OSError as exc:
+            raise StoreError(
+                f"fsync of the consumer offset journal {journal.path} failed: {exc}; the "
+                "commit may not survive a power loss"
+            ) from exc
 
     def query(
         self, group: str, topic: str, queue_ids: Iterable[int] | None = None
@@ -172,17 +235,34 @@ class ConsumerOffsetTable:
             return {key: dict(queues) for key, queues in self._table.items() if queues}
 
     def persist(self) -> bool:
-        """Write the table durably if it changed since the last write; returns whether it did."""
+        """Compact: write the table durably if it changed since the last write, then drop
+        the journal it covers; returns whether it wrote."""
         with self._persist_lock:
             with self._lock:
                 if self._version == self._persisted_version:
                     return False
                 version = self._version
                 document = offset_table_to_json(self._table)
+                self._rotate_journal()
             write_json_atomic(self._path, document, validate=offset_table_from_json)
+            # The JSON holds every change of the journal set aside (this one's, or one an
+            # earlier compaction left behind): it can go.
+            self._compacting_path.unlink(missing_ok=True)
             with self._lock:
                 self._persisted_version = version
             return True
+
+    def _rotate_journal(self) -> None:
+        """Start a new journal; the old one waits beside it until the JSON covers it. Not
+        when an earlier compaction left its journal behind: overwriting that would lose
+        its changes should this compaction fail too (the current one then grows on)."""
+        journal = self._journal
+        if journal is None or journal.size == 0 or self._compacting_path.exists():
+            return
+        journal.close()
+        os.replace(self._journal_path, self._compacting_path)
+        self._journal = OffsetJournal(self._journal_path, sync=self._sync_commits)
+        fsync_dir(self._path.parent)
 
     def close(self) -> None:
         """Stop the persisting thread and persist what is left. Idempotent."""
@@ -194,6 +274,8 @@ class ConsumerOffsetTable:
         if self._flusher is not None:
             self._flusher.join()
         self.persist()
+        if self._journal is not None:
+            self._journal.close()
 
     def __enter__(self) -> ConsumerOffsetTable:
         return self
@@ -211,6 +293,7 @@ class ConsumerOffsetTable:
             self._check_open()
             doomed = [key for key in self._table if match(*key)]
             for key in doomed:
+                self._append(encode_drop(*key))
                 del self._table[key]
             if doomed:
                 self._version += 1
@@ -237,6 +320,14 @@ class ConsumerOffsetTable:
                 # Keep the thread alive: the table stays dirty and the next tick retries
                 # (e.g. after an operator frees disk space).
                 log.exception("persisting consumer offsets to %s failed; retrying", self._path)
+
+
+def _apply(table: OffsetTable, change: tuple) -> None:
+    if change[0] == "set":
+        _, topic, group, offsets = change
+        table.setdefault((topic, group), {}).update(offsets)
+    else:
+        table.pop((change[1], change[2]), None)
 
 
 def _load(path: Path, force_empty: bool) -> tuple[OffsetTable, bool]:

@@ -147,6 +147,7 @@ class MessageStore:
             cfg.config_dir,
             force_empty=cfg.force_empty_offsets,
             persist_interval_ms=cfg.offsets_persist_interval_ms,
+            sync_commits=cfg.flush_mode == "SYNC",
         )
         self.commitlog = CommitLog(cfg.commitlog_dir, cfg.commitlog_segment_bytes)
         self._load_queues()
