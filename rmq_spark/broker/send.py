@@ -142,7 +142,7 @@ def fast_properties(message: messaging_pb2.Message, unique_key: str) -> bytes | 
     parts.append(f"{props.UNIQ_KEY}\x01{unique_key}\x02")
     user = message.properties
     if user:
-        if "" in user or not RESERVED_PROPERTIES.isdisjoint(user):
+        if "" in user or not RESERVED_PROPERTIES.isdisjoint(user) or "" in user.values():
             return None
         parts.extend(f"{name}\x01{value}\x02" for name, value in user.items())
         count += len(user)
@@ -173,6 +173,8 @@ def message_properties(message: messaging_pb2.Message, unique_key: str) -> bytes
             )
         fields[props.KEYS] = " ".join(message.keys)
     fields[props.UNIQ_KEY] = unique_key
+    if "" in message.properties.values():
+        raise InvalidArgumentError(props.empty_value_message(message.properties))
     fields.update(message.properties)
     return props.encode_properties(fields)
 

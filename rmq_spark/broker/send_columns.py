@@ -237,6 +237,8 @@ def check_property_blob(blob: bytes, tag: str) -> None:
             )
         if not name:
             raise InvalidArgumentError(f"property ={value[:80]!r} has an empty name")
+        if not value:
+            raise InvalidArgumentError(props.empty_value_message({name: value}))
         if name in BROKER_PROPERTIES:
             raise InvalidArgumentError(
                 f"property name {name} is reserved: the broker sets it (use the request's "
@@ -305,7 +307,7 @@ def suspect_property_blobs(
     owner = np.searchsorted(ends, starts, side="right")  # message of each property
     bad_props = np.isin(codes, _BROKER_CODES)
     is_uniq = (codes == _UNIQ_KEY_CODE) & (name_lens == 8)
-    bad_props |= is_uniq & (twos == ones + 1)  # an empty UNIQ_KEY
+    bad_props |= twos == ones + 1  # an empty value (RocketMQ drops those)
     is_tags = (codes == _TAGS_CODE) & (name_lens == 4)
     is_keys = (codes == _KEYS_CODE) & (name_lens == 4)
     bad = np.bincount(owner[is_uniq], minlength=n) != 1

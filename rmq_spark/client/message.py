@@ -21,7 +21,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rmq_spark.codec.properties import MAX_PROPERTIES_BYTES, RESERVED_PROPERTIES
+from rmq_spark.codec.properties import (
+    MAX_PROPERTIES_BYTES,
+    RESERVED_PROPERTIES,
+    empty_value_message,
+)
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.structs import MessageQueue
@@ -175,6 +179,8 @@ class Message:
         self.tags = tags or None
         self.keys = _normalize_keys(keys) if keys is not None else ()
         self.properties = dict(properties) if properties else {}
+        if "" in self.properties.values():
+            raise InvalidArgumentError(empty_value_message(self.properties))
         self.unique_key = unique_key or _UNIQUE_KEYS.next()
         self.flag = flag
         self.born_timestamp_ms = born_timestamp_ms

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.errors import InvalidArgumentError, shown
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -40,6 +40,16 @@ RESERVED_PROPERTIES = frozenset(
         ORIGIN_MESSAGE_ID,
     }
 )
+
+
+def empty_value_message(properties: Mapping[str, str]) -> str:
+    """The error for user properties with an empty value (RocketMQ drops such a property
+    when it decodes a message, and its producers refuse it)."""
+    names = sorted(name for name, value in properties.items() if value == "")
+    return (
+        f"property {shown(names[0])} has an empty value; RocketMQ drops properties with "
+        "empty values, so give it a value or leave the property out"
+    )
 
 
 def encode_properties(props: Mapping[str, str] | None) -> bytes:

@@ -847,3 +847,31 @@ def test_query_offsets_measures_a_range_and_a_byte_budget(local):
     )
     answer = stubs.messaging.QueryOffsets(m.QueryOffsetsRequest(queries=[fits])).offsets[0]
     assert answer.budget_end_offset == 4
+
+
+def test_the_broker_refuses_empty_property_values_in_rows_and_columns(local):
+    from rmq_spark.client.message import Message, encode_columns
+
+    _, stubs = local
+    create_topic(stubs, "NoEmpty")
+    row = m.Message(body=b"x", properties={"region": ""})
+    with pytest.raises(grpc.RpcError) as info:
+        stubs.messaging.SendMessages(m.SendMessagesRequest(topic="NoEmpty", messages=[row]))
+    assert info.value.code() == Code.INVALID_ARGUMENT
+    assert "property 'region' has an empty value" in info.value.details()
+    # A columnar sender that skips the client's check: the broker refuses it too.
+    messages = [Message(b"x", properties={"region": "eu"}) for _ in range(60)]
+    (chunk,) = encode_columns(messages, now_ms=1, max_bytes=1 << 20)
+    columns = chunk.columns
+    # The same length, so the column sizes still add up: a property "regioneu" with no value.
+    columns.properties = columns.properties.replace(b"region\x01eu\x02", b"regioneu\x01\x02")
+    request = m.SendMessagesRequest(topic="NoEmpty", columns=columns)
+    with pytest.raises(grpc.RpcError) as info:
+        stubs.messaging.SendMessages(request)
+    assert info.value.code() == Code.INVALID_ARGUMENT
+    assert "empty value" in info.value.details()
+    query = m.QueueOffsetsQuery(queue=mq("NoEmpty", 0))
+    assert (
+        stubs.messaging.QueryOffsets(m.QueryOffsetsRequest(queries=[query])).offsets[0].max_offset
+        == 0
+    )

@@ -80,3 +80,8 @@ def test_split_by_size_sends_an_oversized_message_alone():
     assert _sizes(split_by_size([small, big, small], 100)) == [1, 1, 1]
     assert _sizes(split_by_size([small] * 3, 1 << 20)) == [3]
     assert _sizes(split_by_size([], 100)) == []
+
+
+def test_a_property_with_an_empty_value_is_refused_at_once():
+    with pytest.raises(InvalidArgumentError, match="property 'region' has an empty value"):
+        Message(b"x", properties={"region": "", "shop": "7"})
