@@ -1,8 +1,9 @@
 """The commit log: every message of every queue, appended to fixed-size segment files.
 
-A record never spans two segments. When the next record does not fit with room to spare for
+A batch (one append) never spans two segments. When it does not fit with room to spare for
 the 8-byte end marker, the writer fills the rest of the segment with
-``[remaining, BLANK_MAGIC]`` and rolls to a new segment named by its start offset.
+``[remaining, BLANK_MAGIC]`` and rolls to a new segment named by its start offset, where the
+whole batch goes, as RocketMQ writes a batch.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from rmq_spark.codec import record as rec
+from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.store.mapped_file import MappedFile, file_name, fsync_dir
 
 
@@ -103,34 +105,33 @@ class CommitLog:
     # -- writing ---------------------------------------------------------------------------
 
     def plan(self, sizes: np.ndarray) -> WritePlan:
-        """Compute where records of ``sizes`` will land, rolling segments as needed."""
-        positions = np.empty(len(sizes), dtype=np.int64)
+        """Where the records of one batch land: back to back, all in one segment.
+
+        As RocketMQ writes a batch: when it does not fit in the rest of the current segment
+        (with room for the 8-byte end marker), the segment is closed with the blank marker
+        and the whole batch starts the next one. A batch larger than a segment is refused.
+        """
+        total = int(sizes.sum())
+        if total > self.segment_bytes - rec.BLANK_MARKER_SIZE:
+            raise InvalidArgumentError(
+                f"a batch of {total:,} bytes does not fit in one commit-log segment of "
+                f"{self.segment_bytes:,} bytes (a batch is never split across segments); send "
+                "smaller batches or raise --commitlog-segment-bytes"
+            )
         rolls: list[tuple[int, int]] = []
         last = self.segments[-1] if self.segments else None
         if last is None or last.write_pos >= last.size:  # no segment yet, or the last is closed
-            seg_start = write = last.end_offset if last else 0
-            seg_end = seg_start + self.segment_bytes
+            write = last.end_offset if last else 0
         else:
-            seg_start, seg_end, write = last.start_offset, last.end_offset, self.max_offset
-        i = 0
-        n = len(sizes)
-        while i < n:
-            ends = np.cumsum(sizes[i:])
-            room = seg_end - write - rec.BLANK_MARKER_SIZE
-            fits = int(np.searchsorted(ends, room, side="right"))
-            positions[i : i + fits] = write + ends[:fits] - sizes[i : i + fits]
-            if fits == n - i:
-                break
-            if fits == 0 and write == seg_start:
-                raise ValueError(
-                    f"a record of {int(sizes[i])} bytes cannot fit in a commit-log segment "
-                    f"of {seg_end - seg_start} bytes"
-                )
-            write += int(ends[fits - 1]) if fits else 0
-            i += fits
-            rolls.append((i, write))
-            seg_start = write = seg_end
-            seg_end = seg_start + self.segment_bytes
+            write = self.max_offset
+            if write + total > last.end_offset - rec.BLANK_MARKER_SIZE:
+                rolls.append((0, write))
+                write = last.end_offset
+        positions = np.empty(len(sizes), dtype=np.int64)
+        if len(sizes):
+            positions[0] = write
+            np.cumsum(sizes[:-1], out=positions[1:])
+            positions[1:] += write
         return WritePlan(positions, rolls)
 
     def write(self, data: memoryview, sizes: np.ndarray, plan: WritePlan) -> None:

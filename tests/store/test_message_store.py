@@ -19,6 +19,7 @@ from rmq_spark.errors import (
     StoreLockedError,
 )
 from rmq_spark.store import MessageStore, StoreConfig, message_store
+from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import PullStatus
 
 
@@ -73,6 +74,22 @@ def test_segments_end_with_a_blank_marker_and_never_split_a_record(store_factory
                 break
             rec.decode_record(raw, pos)  # a whole, valid record
             pos += size
+
+
+def test_a_batch_is_written_whole_into_one_segment(store_factory):
+    store = store_factory(commitlog_segment_bytes=4096)
+    store.topics.create("t", queues=1)
+    results = [store.append("t", 0, bodies(f"b{i}", 5, size=300)) for i in range(12)]
+    segment_of = [
+        {int(p) // 4096 for p in result.physical_offsets} for result in results
+    ]  # a batch of 5 x ~370 bytes would straddle a 4 KiB boundary every few batches
+    assert all(len(segments) == 1 for segments in segment_of), segment_of
+    assert len(store.commitlog.segments) > 3
+    assert verify_store(store).ok
+    first = store.commitlog.max_offset
+    with pytest.raises(InvalidArgumentError, match="does not fit in one commit-log segment"):
+        store.append("t", 0, bodies("huge", 12, size=300))  # ~4.4 KB: more than a segment
+    assert store.commitlog.max_offset == first and store.max_offset("t", 0) == 60
 
 
 def test_tag_filter_returns_only_matching_and_skips_the_gap(store_factory):
