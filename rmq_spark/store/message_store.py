@@ -37,6 +37,7 @@ from rmq_spark.errors import (
     StoreError,
 )
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
+from rmq_spark.store import geometry
 from rmq_spark.store.checkpoint import CheckpointFile
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
@@ -142,6 +143,12 @@ class MessageStore:
         cfg = self.config
         abort_file = root / "abort"
         abnormal = abort_file.exists()
+        # Before any file is opened: a store opened with other file sizes reads garbage.
+        geometry.load_or_record(
+            cfg.config_dir,
+            geometry.Geometry(cfg.commitlog_segment_bytes, cfg.consumequeue_entries_per_file),
+            lambda: geometry.sizes_in_files(cfg.commitlog_dir, cfg.consumequeue_dir),
+        )
         self.topics = TopicTable.open(cfg.config_dir)
         self.offsets = ConsumerOffsetTable.open(
             cfg.config_dir,

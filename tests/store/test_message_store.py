@@ -16,6 +16,7 @@ from rmq_spark.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
+    StoreError,
     StoreLockedError,
 )
 from rmq_spark.store import MessageStore, StoreConfig, message_store
@@ -294,3 +295,37 @@ def test_open_reports_unwritable_store_dir(tmp_path):
     target.write_text("not a directory")
     with pytest.raises(Exception, match="file"):
         MessageStore.open(StoreConfig(target / "store"))
+
+
+@pytest.mark.parametrize(
+    ("setting", "other", "flag"),
+    [
+        ("commitlog_segment_bytes", 128 * 1024, "--commitlog-segment-bytes"),
+        ("consumequeue_entries_per_file", 128, "--consumequeue-entries-per-file"),
+    ],
+)
+def test_reopening_with_other_file_sizes_is_refused_and_changes_nothing(
+    store_factory, tmp_path, setting, other, flag
+):
+    store = store_factory()
+    store.topics.create("t", queues=1)
+    store.append("t", 0, bodies("x", 100, size=100))
+    store.close()
+    before = {p: p.stat().st_size for p in (tmp_path / "store").rglob("*") if p.is_file()}
+    with pytest.raises(StoreError, match=rf"made with {flag} \d+, but this broker is set to"):
+        store_factory(**{setting: other})
+    after = {p: p.stat().st_size for p in (tmp_path / "store").rglob("*") if p.is_file()}
+    assert after == before  # no file was extended or cut
+    reopened = store_factory()
+    assert len(read_all(reopened, "t", 0)[1]) == 100
+
+
+def test_a_store_without_recorded_sizes_has_them_read_from_its_files(store_factory, tmp_path):
+    store = store_factory()
+    store.topics.create("t", queues=1)
+    store.append("t", 0, bodies("x", 10))
+    store.close()
+    (tmp_path / "store" / "config" / "storeGeometry.json").unlink()  # a store made earlier
+    with pytest.raises(StoreError, match="--commitlog-segment-bytes 65536"):
+        store_factory(commitlog_segment_bytes=1 << 20)
+    assert len(read_all(store_factory(), "t", 0)[1]) == 10
