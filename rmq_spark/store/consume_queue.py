@@ -99,9 +99,13 @@ class ConsumeQueue:
             self.min_offset = start // ENTRY_SIZE
         return seg
 
-    def truncate(self, max_offset: int) -> None:
-        """Drop entries at and after ``max_offset`` (recovery of a torn commit log)."""
-        if max_offset >= self.max_offset:
+    def truncate(self, max_offset: int, *, erase_beyond: bool = False) -> None:
+        """Drop entries at and after ``max_offset`` (recovery of a torn commit log).
+
+        ``erase_beyond`` also erases what lies past the current end: entries a failed write
+        left there would otherwise be taken for written ones when the queue is reopened.
+        """
+        if max_offset >= self.max_offset and not erase_beyond:
             return
         cut = max_offset * ENTRY_SIZE
         while self.files and self.files[-1].start_offset >= cut:

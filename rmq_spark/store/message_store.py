@@ -13,6 +13,7 @@ Directory layout (RocketMQ's, plus a lock file)::
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -34,6 +35,7 @@ from rmq_spark.errors import (
     NotFoundError,
     PermissionDeniedError,
     ResourceExhaustedError,
+    RocketliteError,
     StoreError,
 )
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
@@ -342,13 +344,49 @@ class MessageStore:
             plan = self.commitlog.plan(batch.sizes)
             store_ts = max(now_ms(), self._last_store_ts)
             data = finish_batch(batch, first, plan.positions, store_ts)
-            self.commitlog.write(data, batch.sizes, plan)
-            cq.put(first, plan.positions, batch.sizes, tag_codes)
+            log_end = self.commitlog.max_offset
+            try:
+                self.commitlog.write(data, batch.sizes, plan)
+                cq.put(first, plan.positions, batch.sizes, tag_codes)
+            except OSError as exc:
+                self._undo_append(cq, first, log_end)
+                raise self._write_failed(exc) from exc
             self._last_store_ts = store_ts
             end = self.commitlog.max_offset
         if self.config.flush_mode == "SYNC":
             self.flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms)
         return AppendResult(topic, queue_id, first, plan.positions, store_ts)
+
+    def _undo_append(self, cq: ConsumeQueue, first: int, log_end: int) -> None:
+        """Leave the store exactly as before a write that failed part-way: no byte of it
+        past the commit log's end (recovery would take whole records there for stored
+        ones) and no entry of it in the queue, whose offsets the next append reuses."""
+        try:
+            self.commitlog.set_max_offset(log_end)
+            cq.truncate(first, erase_beyond=True)
+        except OSError:
+            # Cannot even erase: stop writing rather than risk serving half a batch later.
+            self._closed = True
+            log.critical(
+                "store %s: could not undo a failed write; refusing every further write. "
+                "Restart the broker once the disk is healthy: recovery checks every record",
+                self.config.store_dir,
+            )
+            raise
+
+    def _write_failed(self, exc: OSError) -> RocketliteError:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            self._disk_full = True  # refuse at once until housekeeping sees free space
+            free = shutil.disk_usage(self.config.store_dir).free
+            return ResourceExhaustedError(
+                f"the disk holding {self.config.store_dir} is full ({free:,} bytes free); "
+                "the batch was not stored (nothing of it is kept). Free space or delete "
+                "expired segments, then send again"
+            )
+        return StoreError(
+            f"writing to the store {self.config.store_dir} failed: {exc}; the batch was not "
+            "stored (nothing of it is kept)"
+        )
 
     def _check_sizes(self, batch) -> None:
         limit = self.config.max_message_bytes
