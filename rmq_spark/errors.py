@@ -71,6 +71,13 @@ class StoreError(RocketliteError):
     grpc_code = "FAILED_PRECONDITION"
 
 
+class StoreFailedError(UnavailableError, StoreError):
+    """The store stopped after a failed disk sync (fail-stop): nothing it holds past its last
+    good sync is served; a restart recovers from the commit log. Try another broker."""
+
+    grpc_code = "UNAVAILABLE"
+
+
 class StoreLockedError(StoreError):
     """Another process holds the store directory."""
 

@@ -24,7 +24,7 @@ from rmq_spark.broker.group_service import GroupServicer
 from rmq_spark.broker.messaging import MessagingServicer
 from rmq_spark.broker.offset_service import OffsetServicer
 from rmq_spark.broker.status import Workers
-from rmq_spark.errors import UnavailableError
+from rmq_spark.errors import StoreFailedError, UnavailableError
 from rmq_spark.proto_gen.rocketlite.v1 import (
     admin_pb2_grpc,
     groups_pb2_grpc,
@@ -111,6 +111,16 @@ class BrokerServer:
             self._stopped.set()
         log.info("broker %s stopped", self.broker.name)
 
+    def stop_after_failure(self, error: BaseException) -> None:
+        """The store failed (fail-stop): stop serving, from a thread of its own (this runs
+        on the store's flush thread, which stop() waits for)."""
+        log.critical("broker %s stops: its store failed (%s)", self.broker.name, error)
+        threading.Thread(target=self.stop, name="rmq-failstop", daemon=True).start()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
     def wait(self) -> None:
         self._stopped.wait()
 
@@ -159,7 +169,9 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     offsets_pb2_grpc.add_OffsetServiceServicer_to_server(OffsetServicer(broker, workers), server)
     groups_pb2_grpc.add_GroupServiceServicer_to_server(GroupServicer(broker, workers), server)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(broker, workers), server)
-    return BrokerServer(broker, server, port, loop_thread, workers), port
+    broker_server = BrokerServer(broker, server, port, loop_thread, workers)
+    broker.store.add_failure_listener(broker_server.stop_after_failure)
+    return broker_server, port
 
 
 async def _bind(config: BrokerConfig) -> tuple[grpc.aio.Server, int]:
@@ -194,3 +206,8 @@ def serve(config: BrokerConfig, on_started: Callable[[BrokerServer], None] | Non
     if on_started is not None:
         on_started(broker_server)
     broker_server.wait()
+    failure = broker_server.broker.store.failure
+    if failure is not None:
+        raise StoreFailedError(
+            f"the store failed ({failure}); restart the broker to recover from the commit log"
+        )

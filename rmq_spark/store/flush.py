@@ -5,6 +5,9 @@ write. The flush thread wakes, fsyncs once for everything written so far and wak
 waiter whose data that covered, so concurrent appends share one fsync. In both modes the
 thread also flushes consume queues and writes the checkpoint every checkpoint_interval_ms
 (the owner writes the last checkpoint itself after :meth:`FlushService.stop`).
+
+A failed flush or checkpoint is fatal (fail-stop): the thread stops, waiting SYNC appenders
+get StoreFailedError, and ``on_failure`` is called once so the store stops serving.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from rmq_spark.errors import FlushTimeoutError
+from rmq_spark.errors import FlushTimeoutError, StoreFailedError
 
 log = logging.getLogger("rmq_spark.store")
 
@@ -28,6 +31,7 @@ class FlushService:
         checkpoint_interval_ms: int,
         flush_commitlog: Callable[[], int],
         checkpoint: Callable[[], None],
+        on_failure: Callable[[BaseException], None] = lambda exc: None,
     ) -> None:
         self._sync = sync
         self._interval = flush_interval_ms / 1000
@@ -38,7 +42,9 @@ class FlushService:
         self._requested = 0
         self.flushed_offset = 0
         self._stopping = False
-        self._error: BaseException | None = None
+        #: a failed sync is fatal (see the module doc): set once, never cleared
+        self.failure: BaseException | None = None
+        self._on_failure = on_failure
         self._thread = threading.Thread(target=self._run, name="rmq-flush", daemon=True)
 
     def start(self, flushed_offset: int) -> None:
@@ -53,8 +59,12 @@ class FlushService:
                 self._requested = offset
                 self._cond.notify_all()
             while self.flushed_offset < offset:
-                if self._error is not None:
-                    raise FlushTimeoutError(f"flush failed: {self._error}") from self._error
+                if self.failure is not None:
+                    raise StoreFailedError(
+                        f"the commit log could not be synced to disk ({self.failure}); the "
+                        "message was not stored durably and is not served. Restart the "
+                        "broker: recovery keeps what was durable"
+                    ) from self.failure
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopping:
                     raise FlushTimeoutError(
@@ -65,7 +75,7 @@ class FlushService:
 
     def _run(self) -> None:
         next_checkpoint = time.monotonic() + self._checkpoint_interval
-        while True:
+        while self.failure is None:
             with self._cond:
                 if not self._stopping:
                     timeout = self._interval if not self._sync else self._checkpoint_interval
@@ -89,12 +99,16 @@ class FlushService:
 
     def _safely(self, fn):
         try:
-            result = fn()
-            self._error = None
-            return result
-        except Exception as exc:  # keep flushing; waiters see the error
-            log.exception("flush failed")
-            self._error = exc
+            return fn()
+        except Exception as exc:
+            # After a failed fsync the kernel may already have dropped the dirty pages, so a
+            # later successful fsync proves nothing: stop, as PostgreSQL does.
+            with self._cond:
+                first = self.failure is None
+                self.failure = exc
+                self._cond.notify_all()
+            if first:
+                self._on_failure(exc)
             return None
 
     def stop(self) -> None:

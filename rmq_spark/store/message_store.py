@@ -20,7 +20,7 @@ import shutil
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from rmq_spark.errors import (
     ResourceExhaustedError,
     RocketliteError,
     StoreError,
+    StoreFailedError,
 )
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
 from rmq_spark.store import geometry
@@ -115,6 +116,8 @@ class MessageStore:
         self._queues_lock = threading.Lock()
         self._disk_full = False
         self._closed = False
+        self._failure: BaseException | None = None
+        self._failure_listeners: list[Callable[[BaseException], None]] = []
         self._last_store_ts = 0
         self.recovery: RecoveryReport | None = None
 
@@ -181,6 +184,7 @@ class MessageStore:
             checkpoint_interval_ms=cfg.checkpoint_interval_ms,
             flush_commitlog=self._flush_commitlog,
             checkpoint=self.checkpoint,
+            on_failure=self._fail,
         )
         self.checkpoint()
         self.flush_service.start(self.commitlog.max_offset)
@@ -214,16 +218,21 @@ class MessageStore:
         self._stop_cleaner.set()
         self._cleaner.join()
         self.flush_service.stop()  # its last round covers SYNC appenders still waiting
-        self.checkpoint()
+        failed = self._failure is not None
+        if not failed:
+            self.checkpoint()
         with self._write_lock:
             self.offsets.close()
             self.commitlog.close()
             for cq in self._queues.values():
                 cq.close()
             self._checkpoint.close()
-            (Path(self.config.store_dir) / "abort").unlink(missing_ok=True)
+            if not failed:  # after a failure the next open must run crash recovery
+                (Path(self.config.store_dir) / "abort").unlink(missing_ok=True)
             self._dir_lock.release()
-        log.info("store %s closed cleanly", self.config.store_dir)
+        log.info(
+            "store %s closed %s", self.config.store_dir, "after a failure" if failed else "cleanly"
+        )
 
     def __enter__(self) -> MessageStore:
         return self
@@ -364,14 +373,9 @@ class MessageStore:
         try:
             self.commitlog.set_max_offset(log_end)
             cq.truncate(first, erase_beyond=True)
-        except OSError:
-            # Cannot even erase: stop writing rather than risk serving half a batch later.
-            self._closed = True
-            log.critical(
-                "store %s: could not undo a failed write; refusing every further write. "
-                "Restart the broker once the disk is healthy: recovery checks every record",
-                self.config.store_dir,
-            )
+        except OSError as exc:
+            # Cannot even erase it: stop rather than risk serving half a batch later.
+            self._fail(exc)
             raise
 
     def _write_failed(self, exc: OSError) -> RocketliteError:
@@ -597,8 +601,40 @@ class MessageStore:
     # -- misc ------------------------------------------------------------------------------
 
     def _check_open(self) -> None:
+        if self._failure is not None:
+            raise StoreFailedError(
+                f"store {self.config.store_dir} stopped after a failed disk write or sync "
+                f"({self._failure}); it serves nothing until the broker is restarted, when "
+                "recovery keeps exactly what was durable"
+            )
         if self._closed:
             raise StoreError(f"store {self.config.store_dir} is closed")
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the store stopped (fail-stop), or None while it is healthy."""
+        return self._failure
+
+    def add_failure_listener(self, listener: Callable[[BaseException], None]) -> None:
+        """Call ``listener(error)`` once if the store fails (e.g. to stop the broker)."""
+        self._failure_listeners.append(listener)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is not None:
+            return
+        self._failure = exc
+        log.critical(
+            "store %s FAILED: %s. Nothing past the last good sync is trusted: the store "
+            "stops accepting writes and serving reads. Restart the broker; crash recovery "
+            "keeps exactly the records that reached the disk",
+            self.config.store_dir,
+            exc,
+        )
+        for listener in list(self._failure_listeners):
+            try:
+                listener(exc)
+            except Exception:
+                log.exception("a store failure listener failed")
 
     def stats(self) -> dict:
         return {

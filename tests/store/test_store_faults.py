@@ -83,3 +83,36 @@ def test_after_a_full_disk_writes_are_refused_at_once_until_space_is_back(
     with pytest.raises(ResourceExhaustedError, match="writes are refused until space"):
         store.append("t", 0, bodies("b", 2))
     assert store.get_messages("t", 0, 0).count == 0  # reads go on
+
+
+def test_a_failed_sync_stops_the_store_and_restart_recovers(store_factory, monkeypatch):
+    from rmq_spark.errors import StoreFailedError
+    from rmq_spark.store import mapped_file
+
+    store = store_factory(flush_mode="SYNC")
+    store.topics.create("t", queues=1)
+    store.append("t", 0, bodies("durable", 5))
+    real_fdatasync = mapped_file.os.fdatasync
+
+    def failing_fdatasync(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(mapped_file.os, "fdatasync", failing_fdatasync)
+    failures = []
+    store.add_failure_listener(failures.append)
+    with pytest.raises(StoreFailedError, match="not stored durably"):
+        store.append("t", 0, bodies("lost", 3))
+    assert len(failures) == 1 and store.failure is not None
+    # Fail-stop: nothing is served any more, not even what was durable, and a later
+    # successful sync changes nothing.
+    monkeypatch.setattr(mapped_file.os, "fdatasync", real_fdatasync)
+    with pytest.raises(StoreFailedError):
+        store.get_messages("t", 0, 0)
+    with pytest.raises(StoreFailedError):
+        store.append("t", 0, bodies("later", 1))
+    store.close()
+    reopened = store_factory(flush_mode="SYNC")  # crash recovery: the abort marker stayed
+    assert reopened.recovery is not None and reopened.recovery.abnormal
+    got = reopened.get_messages("t", 0, 0, max_count=100)
+    assert got.count >= 5  # the durable ones; the page cache may still hold the others
+    assert verify_store(reopened).ok
