@@ -13,6 +13,9 @@ MAX_GROUP_LENGTH = 255
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SYSTEM_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX)
+#: where delayed messages wait (RocketMQ's name): queue ``level - 1`` per delay level, and
+#: each entry's tag-code slot holds the message's delivery time, not a tag hash
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 
 def _check(kind: str, name: object, max_length: int) -> str:

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from rmq_spark.broker.schedule import SCHEDULE_TOPIC
 from rmq_spark.errors import (
     InvalidArgumentError,
     InvalidNameError,
@@ -20,7 +19,7 @@ from rmq_spark.errors import (
     RocketliteError,
     shown,
 )
-from rmq_spark.names import SYSTEM_PREFIXES, validate_topic
+from rmq_spark.names import SCHEDULE_TOPIC, SYSTEM_PREFIXES, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2
 from rmq_spark.store.topics import TopicConfig
 from rmq_spark.structs import MessageQueue

@@ -119,5 +119,6 @@ class BrokerConfig:
             store_host=f"{self.host}:{self.port}",
             flush_mode=self.flush_mode,  # type: ignore[arg-type]
             max_message_bytes=self.max_message_bytes,
+            schedule_delays_ms=tuple(self.delay_levels_ms),
             **self.store_options,
         )

@@ -46,6 +46,7 @@ from rmq_spark.errors import (
     NotFoundError,
     RocketliteError,
 )
+from rmq_spark.names import SCHEDULE_TOPIC
 from rmq_spark.structs import PullStatus
 
 if TYPE_CHECKING:
@@ -54,8 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rmq_spark.broker")
 
-#: RocketMQ's name; it passes the topic name rule, so users can inspect it like any topic
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 FILE_NAME = "delayOffset.json"
 TABLE_FIELD = "offsetTable"
 #: schedule-queue records read (and at most delivered) per level per round
@@ -182,8 +181,15 @@ class DelayScheduler:
             )
         marks = encode_properties({DELAY: str(level), REAL_TOPIC: topic, REAL_QID: str(queue_id)})
         marked = [_with_marks(blob, marks) for blob in properties]
+        # The entries hold the delivery time (store time + the level's delay), as RocketMQ's.
         result = self._broker.put_messages(
-            SCHEDULE_TOPIC, level - 1, bodies, marked, tags, **fields
+            SCHEDULE_TOPIC,
+            level - 1,
+            bodies,
+            marked,
+            tags,
+            delivery_delay_ms=self.levels_ms[level - 1],
+            **fields,
         )
         with self._lock:
             if self._hints_ms:

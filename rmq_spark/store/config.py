@@ -43,6 +43,9 @@ class StoreConfig:
     offsets_persist_interval_ms: int = 5_000
     #: start with an empty consumer-offset table when both offset files are unreadable
     force_empty_offsets: bool = False
+    #: delay of each level (level 1 first): recovery rewrites schedule-topic entries with
+    #: the delivery time (store time + the level's delay), as the broker wrote them
+    schedule_delays_ms: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self.store_dir = Path(self.store_dir)

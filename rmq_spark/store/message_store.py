@@ -173,6 +173,7 @@ class MessageStore:
             list(self._queues.values()),
             last.safe_offset if last else None,
             abnormal=abnormal or last is None,
+            schedule_delays_ms=cfg.schedule_delays_ms,
         )
         for cq in self._queues.values():
             cq.drop_below_physical(self.commitlog.min_offset)
@@ -293,6 +294,7 @@ class MessageStore:
         flags: Sequence[int] | int | None = None,
         reconsume_times: Sequence[int] | int | None = None,
         sysflag: int = 0,
+        delivery_delay_ms: int | None = None,
     ) -> AppendResult:
         """Append a batch of messages to one queue; returns their offsets.
 
@@ -301,6 +303,8 @@ class MessageStore:
         ``properties`` when not given; written into the records as the TAGS property when
         ``properties`` is not given; callers passing both must keep them in agreement.
         In SYNC flush mode this returns once the batch is fsynced (group commit).
+        With ``delivery_delay_ms`` (delayed messages, in the schedule topic) the entries'
+        tag-code slot holds each message's delivery time instead: the store time plus it.
         """
         self._check_open()
         if properties is None and tags is not None:
@@ -353,6 +357,8 @@ class MessageStore:
             plan = self.commitlog.plan(batch.sizes)
             store_ts = max(now_ms(), self._last_store_ts)
             data = finish_batch(batch, first, plan.positions, store_ts)
+            if delivery_delay_ms is not None:
+                tag_codes = [store_ts + delivery_delay_ms] * batch.count
             log_end = self.commitlog.max_offset
             try:
                 self.commitlog.write(data, batch.sizes, plan)

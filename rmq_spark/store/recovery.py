@@ -15,12 +15,13 @@ import logging
 import struct
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.properties import TAGS, decode_properties
 from rmq_spark.codec.taghash import tag_hash_code
+from rmq_spark.names import SCHEDULE_TOPIC
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.consume_queue import ConsumeQueue
 
@@ -142,6 +143,7 @@ def recover(
     safe_offset: int | None,
     *,
     abnormal: bool,
+    schedule_delays_ms: Sequence[int] = (),
 ) -> RecoveryReport:
     """Scan, truncate and re-dispatch as described in the module docstring."""
     start = commitlog.min_offset if safe_offset is None else max(safe_offset, commitlog.min_offset)
@@ -155,6 +157,8 @@ def recover(
             report.end_offset, report.stop_reason = offset, reason
             break
         report.records_scanned += 1
+        if found.topic == SCHEDULE_TOPIC and found.queue_id < len(schedule_delays_ms):
+            found.tag_code = found.store_timestamp + schedule_delays_ms[found.queue_id]
         batches[(found.topic, found.queue_id)].append(found)
     if report.stop_reason != "end":
         log.warning(

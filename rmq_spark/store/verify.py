@@ -44,6 +44,7 @@ from rmq_spark.codec import record as rec
 from rmq_spark.codec.consume_queue import ENTRY_SIZE
 from rmq_spark.codec.properties import TAGS, decode_properties
 from rmq_spark.codec.taghash import tag_hash_code
+from rmq_spark.names import SCHEDULE_TOPIC
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.consume_queue import ConsumeQueue
 from rmq_spark.store.message_store import MessageStore
@@ -400,10 +401,12 @@ def _check_queue(
     single = (claims[idx] == 1) & written[idx] & ~np.isin(idx, outside)
     i_rec = np.flatnonzero(in_range)[single]
     i_ent = idx[single]
+    # Schedule-topic entries hold delivery times, not tag hashes.
+    check_codes = cq.topic != SCHEDULE_TOPIC
     bad = np.flatnonzero(
         (phys[i_ent] != rphys[i_rec])
         | (sizes[i_ent] != rsize[i_rec])
-        | (codes[i_ent] != rcode[i_rec])
+        | ((codes[i_ent] != rcode[i_rec]) & check_codes)
     )
     for b in bad[:5].tolist():
         e, r = int(i_ent[b]), int(i_rec[b])

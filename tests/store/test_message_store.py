@@ -329,3 +329,22 @@ def test_a_store_without_recorded_sizes_has_them_read_from_its_files(store_facto
     with pytest.raises(StoreError, match="--commitlog-segment-bytes 65536"):
         store_factory(commitlog_segment_bytes=1 << 20)
     assert len(read_all(store_factory(), "t", 0)[1]) == 10
+
+
+def test_schedule_topic_entries_hold_the_delivery_time(store_factory, tmp_path):
+    """As in RocketMQ, where a broker opening the store reads due times from the entries."""
+    topic = "SCHEDULE_TOPIC_XXXX"
+    store = store_factory(schedule_delays_ms=(1_000, 5_000))
+    store.topics.create(topic, queues=2)
+    result = store.append(topic, 1, bodies("later", 3), tags=["A"] * 3, delivery_delay_ms=5_000)
+    entries = store._queue(topic, 1).entries(0, 3)
+    assert entries["tag_code"].tolist() == [result.store_timestamp + 5_000] * 3
+    assert verify_store(store).ok
+    store.close()
+    # Recovery writes the entries again from the commit log: the same delivery times.
+    (tmp_path / "store" / "abort").touch()
+    for path in (tmp_path / "store" / "consumequeue" / topic).rglob("0*"):
+        path.unlink()
+    reopened = store_factory(schedule_delays_ms=(1_000, 5_000))
+    again = reopened._queue(topic, 1).entries(0, 3)
+    assert again["tag_code"].tolist() == [result.store_timestamp + 5_000] * 3
