@@ -58,7 +58,7 @@ def sample_messages() -> list[Message]:
         Message(b"", tags="TagA", properties={"x": "y"}, born_timestamp_ms=BORN_MS + 4),
         Message(b"\x00\x01\x02" * 50, born_timestamp_ms=BORN_MS + 5),
         # protobuf maps have no order: records of several user properties differ in order
-        Message(b"m", properties={"empty": "", "a": "b", "c": "d"}, born_timestamp_ms=BORN_MS),
+        Message(b"m", properties={"one": "1", "a": "b", "c": "d"}, born_timestamp_ms=BORN_MS),
     ]
 
 
@@ -268,7 +268,7 @@ def test_body_and_properties_limits_name_the_message(stubs, in_process_broker):
         (b"UNIQ_KEY\x01A\x02MAX_RECONSUME_TIMES\x011\x02", "MAX_RECONSUME_TIMES is reserved"),
         (b"UNIQ_KEY\x01A\x02WAIT\x01true\x02", "property name WAIT is reserved"),
         (b"KEYS\x01k\x02", "UNIQ_KEY is missing or empty"),
-        (b"UNIQ_KEY\x01\x02", "UNIQ_KEY is missing or empty"),
+        (b"UNIQ_KEY\x01\x02", "property 'UNIQ_KEY' has an empty value"),
         (b"UNIQ_KEY\x01A\x02UNIQ_KEY\x01B\x02", "UNIQ_KEY is set twice"),
         (b"UNIQ_KEY\x01A\x02KEYS\x01a\x02KEYS\x01b\x02", "KEYS is set twice"),
         (b"UNIQ_KEY\x01A\x02TAGS\x01T\x02", "TAGS property 'T' does not match"),
