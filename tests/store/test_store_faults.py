@@ -100,7 +100,7 @@ def test_a_failed_sync_stops_the_store_and_restart_recovers(store_factory, monke
     failures = []
     store.add_failure_listener(failures.append)  # before: the flush thread may fail first
     monkeypatch.setattr(mapped_file.os, "fdatasync", failing_fdatasync)
-    with pytest.raises(StoreFailedError, match="not stored durably|stopped after a failed"):
+    with pytest.raises(StoreFailedError, match=r"not stored durably|stopped after a failed"):
         store.append("t", 0, bodies("lost", 3))
     assert len(failures) == 1 and store.failure is not None
     # Fail-stop: nothing is served any more, not even what was durable, and a later
