@@ -53,9 +53,11 @@ def fill_and_crash(store_dir: str, segment_bytes: int) -> None:
     os._exit(0)
 
 
-def time_start(store: Path, log: Path) -> float:
+def time_start(store: Path, log: Path, segment_bytes: int) -> float:
+    server = broker_process(store, log)
+    server.argv += ["--commitlog-segment-bytes", str(segment_bytes)]
     started = time.perf_counter()
-    server = broker_process(store, log).start()
+    server.start()
     elapsed = time.perf_counter() - started
     server.stop()
     return elapsed
@@ -91,12 +93,12 @@ def main() -> None:
         print(filled.stdout.strip(), f"(segment {segment >> 20} MiB)", flush=True)
         crashed, clean = work / "crashed", work / "clean"
         crash_copy(pristine, clean)
-        time_start(clean, work / "clean.log")  # recover it once: from now on it is clean
+        time_start(clean, work / "clean.log", segment)  # recovered once: now it is clean
         times: dict[str, list[float]] = {"after a crash": [], "after a clean stop": []}
         for _ in range(rounds):
             crash_copy(pristine, crashed)
-            times["after a crash"].append(time_start(crashed, work / "crashed.log"))
-            times["after a clean stop"].append(time_start(clean, work / "clean.log"))
+            times["after a crash"].append(time_start(crashed, work / "crashed.log", segment))
+            times["after a clean stop"].append(time_start(clean, work / "clean.log", segment))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     table = Table([("restart", "<"), ("median s", ">"), ("min-max s", ">"), ("vs clean", ">")])

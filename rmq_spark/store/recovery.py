@@ -14,16 +14,19 @@ from __future__ import annotations
 import logging
 import struct
 import zlib
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.properties import TAGS, decode_properties
 from rmq_spark.codec.taghash import tag_hash_code
+from rmq_spark.errors import CorruptDataError
 from rmq_spark.names import SCHEDULE_TOPIC
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.consume_queue import ConsumeQueue
+from rmq_spark.store.recovery_scan import ScannedRun, check_run, walk
 
 log = logging.getLogger("rmq_spark.store")
 
@@ -106,36 +109,6 @@ def check_record(view: memoryview, pos: int, limit: int) -> tuple[ScannedRecord 
     )
 
 
-def scan(commitlog: CommitLog, start: int) -> Iterator[tuple[ScannedRecord | None, int, str]]:
-    """Yield (record, offset, "") for each valid record from ``start``, then one final
-    (None, end offset, reason) where the valid log ends."""
-    offset = start
-    while True:
-        seg = commitlog.segment_for(offset)
-        if seg is None:
-            yield None, offset, "end"
-            return
-        view = seg.view()
-        try:
-            pos = offset - seg.start_offset
-            while True:
-                found, reason = check_record(view, pos, seg.size)
-                if found is None:
-                    break
-                if found.physical_offset != seg.start_offset + pos:
-                    reason = f"PHYSICALOFFSET {found.physical_offset} != position"
-                    break
-                yield found, seg.start_offset + pos, ""
-                pos += found.size
-        finally:
-            view.release()
-        if reason == "blank":
-            offset = seg.end_offset
-            continue
-        yield None, seg.start_offset + pos, reason
-        return
-
-
 def recover(
     commitlog: CommitLog,
     queue_for: Callable[[str, int], ConsumeQueue],
@@ -151,15 +124,12 @@ def recover(
         seg = commitlog.segment_for(start) or commitlog.segments[-1]
         start = min(start, seg.start_offset)
     report = RecoveryReport(abnormal=abnormal, scanned_from=start, end_offset=start)
-    batches: dict[tuple[str, int], list[ScannedRecord]] = defaultdict(list)
-    for found, offset, reason in scan(commitlog, start):
-        if found is None:
+    runs: list[ScannedRun] = []
+    for run, offset, reason in scan_runs(commitlog, start):
+        if run is None:
             report.end_offset, report.stop_reason = offset, reason
             break
-        report.records_scanned += 1
-        if found.topic == SCHEDULE_TOPIC and found.queue_id < len(schedule_delays_ms):
-            found.tag_code = found.store_timestamp + schedule_delays_ms[found.queue_id]
-        batches[(found.topic, found.queue_id)].append(found)
+        runs.append(run)
     if report.stop_reason != "end":
         log.warning(
             "commit log is torn at physical offset %d (%s); erasing everything after it",
@@ -167,20 +137,9 @@ def recover(
             report.stop_reason,
         )
     commitlog.set_max_offset(report.end_offset)
-    for (topic, qid), records in batches.items():
-        cq = queue_for(topic, qid)
-        if _consecutive(records):
-            cq.put(
-                records[0].queue_offset,
-                [r.physical_offset for r in records],
-                [r.size for r in records],
-                [r.tag_code for r in records],
-            )
-        else:
-            for r in records:
-                cq.put(r.queue_offset, [r.physical_offset], [r.size], [r.tag_code])
-        report.entries_redispatched += len(records)
-    for cq in {id(q): q for q in [*existing_queues, *(queue_for(*k) for k in batches)]}.values():
+    dispatched = _dispatch(runs, queue_for, schedule_delays_ms)
+    report.records_scanned = report.entries_redispatched = sum(len(run) for run in runs)
+    for cq in {id(q): q for q in [*existing_queues, *dispatched]}.values():
         cut = _first_entry_at_or_after(cq, report.end_offset)
         if cut < cq.max_offset:
             report.queues_truncated[(cq.topic, cq.queue_id)] = cq.max_offset - cut
@@ -188,9 +147,106 @@ def recover(
     return report
 
 
-def _consecutive(records: list[ScannedRecord]) -> bool:
-    first = records[0].queue_offset
-    return all(r.queue_offset == first + i for i, r in enumerate(records))
+def scan_runs(commitlog: CommitLog, start: int) -> Iterator[tuple[ScannedRun | None, int, str]]:
+    """Yield (records of one segment, offset, "") for each segment from ``start``, then one
+    final (None, end offset, reason) where the valid log ends. Records are checked over
+    arrays (:mod:`rmq_spark.store.recovery_scan`); a segment holding a damaged record is
+    checked again record by record, to end the log exactly before it."""
+    offset = start
+    while True:
+        seg = commitlog.segment_for(offset)
+        if seg is None:
+            yield None, offset, "end"
+            return
+        view = seg.view()
+        try:
+            pos = offset - seg.start_offset
+            starts, sizes, stop, reason = walk(view, pos, seg.size)
+            try:
+                run = check_run(view, seg.start_offset, starts, sizes) if starts else None
+            except CorruptDataError:
+                run, stop, reason = _one_by_one(view, seg.start_offset, pos, seg.size)
+        finally:
+            try:
+                view.release()
+            except BufferError:  # arrays still point into it; the mapping stays valid
+                pass
+        if run is not None and len(run):
+            yield run, seg.start_offset + stop, ""
+        if reason == "blank":
+            offset = seg.end_offset
+            continue
+        yield None, seg.start_offset + stop, reason
+        return
+
+
+def _one_by_one(
+    view: memoryview, seg_start: int, pos: int, limit: int
+) -> tuple[ScannedRun, int, str]:
+    """The slow path: records checked one at a time up to the first that fails."""
+    found: list[ScannedRecord] = []
+    while True:
+        record, reason = check_record(view, pos, limit)
+        if record is None:
+            break
+        if record.physical_offset != seg_start + pos:
+            reason = f"PHYSICALOFFSET {record.physical_offset} != position"
+            break
+        found.append(record)
+        pos += record.size
+    run = ScannedRun(
+        topics=[r.topic for r in found],
+        queue_ids=np.array([r.queue_id for r in found], dtype=np.int64),
+        queue_offsets=np.array([r.queue_offset for r in found], dtype=np.int64),
+        physical_offsets=np.array([r.physical_offset for r in found], dtype=np.int64),
+        sizes=np.array([r.size for r in found], dtype=np.int64),
+        tag_codes=np.array([r.tag_code for r in found], dtype=np.int64),
+        store_timestamps=np.array([r.store_timestamp for r in found], dtype=np.int64),
+    )
+    return run, pos, reason
+
+
+def _dispatch(
+    runs: list[ScannedRun],
+    queue_for: Callable[[str, int], ConsumeQueue],
+    schedule_delays_ms: Sequence[int],
+) -> list[ConsumeQueue]:
+    """Write the consume-queue entries of every scanned record; returns the queues."""
+    if not runs:
+        return []
+    topics = [topic for run in runs for topic in run.topics]
+    qids = np.concatenate([run.queue_ids for run in runs])
+    qoffs = np.concatenate([run.queue_offsets for run in runs])
+    phys = np.concatenate([run.physical_offsets for run in runs])
+    sizes = np.concatenate([run.sizes for run in runs])
+    codes = np.concatenate([run.tag_codes for run in runs])
+    stamps = np.concatenate([run.store_timestamps for run in runs])
+    names: dict[str, int] = {}
+    topic_ids = np.fromiter(
+        (names.setdefault(t, len(names)) for t in topics), dtype=np.int64, count=len(topics)
+    )
+    by_id = list(names)
+    schedule = names.get(SCHEDULE_TOPIC)
+    if schedule is not None and len(schedule_delays_ms):
+        # Schedule-topic entries hold the delivery time, as the broker wrote them.
+        delays = np.asarray(schedule_delays_ms, dtype=np.int64)
+        mask = (topic_ids == schedule) & (qids < len(delays))
+        codes[mask] = stamps[mask] + delays[qids[mask]]
+    keys = topic_ids * (1 << 32) + qids
+    order = np.argsort(keys, kind="stable")
+    bounds = np.flatnonzero(np.diff(keys[order])) + 1
+    queues = []
+    for group in np.split(order, bounds):
+        first = int(group[0])
+        cq = queue_for(by_id[int(topic_ids[first])], int(qids[first]))
+        offsets = qoffs[group]
+        if len(offsets) == 1 or bool(np.all(np.diff(offsets) == 1)):
+            cq.put(int(offsets[0]), phys[group], sizes[group], codes[group])
+        else:
+            for i in group.tolist():
+                cq.put(int(qoffs[i]), phys[i : i + 1], sizes[i : i + 1], codes[i : i + 1])
+        queues.append(cq)
+    return queues
 
 
 def _first_entry_at_or_after(cq: ConsumeQueue, physical_end: int) -> int:

@@ -436,7 +436,9 @@ def test_files_left_short_by_a_kill_while_creating_or_cutting_them_are_repaired(
             expected_message(last.topic, last.queue_id, last.queue_offset + 1 + i)
             for i in range(100)
         ]
-        store.append(last.topic, last.queue_id, [m[0] for m in more], [m[1] for m in more])
+        for i in range(0, len(more), 20):  # a batch must fit in one 64 KiB segment
+            part = more[i : i + 20]
+            store.append(last.topic, last.queue_id, [m[0] for m in part], [m[1] for m in part])
         check_queue_contents(store, last.topic, last.queue_id, 0, "short files")
         report = verify_store(store)
         assert report.problems == [], report.summary()
