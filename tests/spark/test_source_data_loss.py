@@ -48,7 +48,9 @@ def test_retention_before_reading_fails_or_skips(spark, small_segment_broker, to
     assert run_available_now(df, checkpoint).sizes == [20]
 
     # Several segments more, then retention deletes every segment but the one written now.
-    later = produce(endpoint, topic, {0: 3000}, prefix="x" * 100)
+    later = {}  # in batches that fit in one 64 KiB segment each
+    for part in range(15):
+        later.update(produce(endpoint, topic, {0: 200}, prefix="x" * 100 + f"-{part}"))
     assert small_segment_broker.broker.store.delete_expired_files(max_age_ms=0) > 0
     with Admin(endpoint) as admin:
         mq = MessageQueue(topic, "broker-loss", 0)
