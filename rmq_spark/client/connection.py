@@ -24,6 +24,7 @@ from rmq_spark.errors import (
     error_from_status,
 )
 from rmq_spark.proto_gen.rocketlite.v1 import (
+    admin_pb2,
     admin_pb2_grpc,
     groups_pb2_grpc,
     messaging_pb2_grpc,
@@ -36,6 +37,8 @@ MiB = 1 << 20
 #: after the connection came back: a breath before retrying, so a broker that is still
 #: opening its store is not hit by every client at the same instant
 RECONNECTED_PAUSE_S = 0.05
+#: how soon wait_ready looks again after the broker refused the probe
+WAIT_READY_RECHECK_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -241,19 +244,35 @@ class Connection:
         )
 
     def wait_ready(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for the channel to be connected; True as soon as it is.
+        """Wait up to ``timeout_s`` for the broker to be reachable; True as soon as it is.
 
         A restarted broker is reached again within ``max_reconnect_backoff_ms`` of its
-        coming back, rather than at the next retry of a fixed schedule.
+        coming back, rather than at the next retry of a fixed schedule. The probe is one
+        small call that waits for the connection (``wait_for_ready``), which leaves no
+        connectivity-watching thread behind.
         """
-        ready = grpc.channel_ready_future(self.channel)
-        try:
-            ready.result(timeout=max(0.0, timeout_s))
-            return True
-        except grpc.FutureTimeoutError:
-            return False
-        finally:
-            ready.cancel()
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                self.admin.GetBrokerInfo(
+                    admin_pb2.GetBrokerInfoRequest(), timeout=remaining, wait_for_ready=True
+                )
+                return True
+            except grpc.RpcError as exc:
+                if getattr(
+                    error_from_rpc(exc, self.endpoint, "GetBrokerInfo"), "from_broker", False
+                ):
+                    return True  # the broker itself answered: it is there
+                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    return False
+            except ValueError:  # the channel was closed meanwhile (the client shuts down)
+                return False
+            # Refused by a broker that is still stopping, or the connection broke: the
+            # broker is not back yet. Look again shortly, within the same pause.
+            time.sleep(min(WAIT_READY_RECHECK_S, max(0.0, deadline - time.monotonic())))
 
     def pause_before_retry(self, error: RocketliteError, pause_s: float) -> None:
         """Wait before retrying after ``error``: no longer than ``pause_s``, and only until the
