@@ -98,24 +98,31 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
 
     @waiting
     async def PullMessages(self, request, context):
-        pull, result = await self._workers.run(self._pull_once, request)
-        if result.status == PullStatus.NO_NEW_MSG and pull.suspend_ms > 0:
+        pull, result, answer = await self._workers.run(self._pull_once, request)
+        if answer is None:  # nothing new yet: hold the pull on the loop
             result = await self._hold(pull, result)
+            if result.count:  # building the answer copies the records: off the loop
+                answer = await self._workers.run(pull_response, result)
+            else:
+                answer = pull_response(result)
         # Counted on the event loop, the only place that changes them: no lock.
         self._broker.pull_calls += 1
         self._broker.messages_pulled += result.count
-        if result.count:
-            return await self._workers.run(pull_response, result)
-        return pull_response(result)
+        return answer
 
-    def _pull_once(self, request) -> tuple[PullArgs, GetResult]:
+    def _pull_once(self, request) -> tuple[PullArgs, GetResult, object]:
+        """Read once; the answer too, in the same worker hop, unless the pull is to be held
+        (then None)."""
         store = self._broker.store
         pull = PullArgs.from_request(request, self._broker)
         if pull.commit_offset is not None:
             store.offsets.commit(
                 pull.group, pull.topic, {pull.queue_id: pull.commit_offset}, increase_only=True
             )
-        return pull, pull.read(store, pull.offset)
+        result = pull.read(store, pull.offset)
+        if result.status == PullStatus.NO_NEW_MSG and pull.suspend_ms > 0:
+            return pull, result, None
+        return pull, result, pull_response(result)
 
     @blocking
     def QueryOffsets(self, request, context):
