@@ -34,7 +34,7 @@ from pathlib import Path
 import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Table, broker_process, fmt_ratio
+from _common import Table, broker_process, fmt_ratio, stop_process
 
 from rmq_spark.proto_gen.rocketlite.v1 import (
     admin_pb2,
@@ -158,15 +158,6 @@ def start_helper(argv: list[str], ready: str, log_path: Path) -> subprocess.Pope
     return process
 
 
-def stop_helper(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def run_bench(args: argparse.Namespace) -> None:
     polls, watches = (2_000, 200) if args.quick else (args.polls, args.watches)
     sends = 300 if args.quick else args.sends
@@ -199,7 +190,7 @@ def run_bench(args: argparse.Namespace) -> None:
                 lambda s: s.held_pulls >= polls and s.watch_streams >= watches, "held calls"
             )
             results["held"].append(broker.send_latencies(sends))
-            stop_helper(loader)
+            stop_process(loader, 60)
             broker.wait_for(lambda s: s.held_pulls == 0 and s.watch_streams == 0, "release")
 
             member = start_helper(
@@ -207,7 +198,7 @@ def run_bench(args: argparse.Namespace) -> None:
             )
             broker.wait_for(lambda s: s.held_pulls >= args.queues, "push consumer's pulls")
             results["push"].append(broker.send_latencies(sends))
-            stop_helper(member)
+            stop_process(member, 60)
             broker.wait_for(lambda s: s.held_pulls == 0, "push consumer release")
             print(f"  round {round_no + 1} done", flush=True)
     finally:

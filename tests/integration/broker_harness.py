@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -159,6 +160,13 @@ class BrokerProcess:
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def free_port() -> int:
+    """A loopback port free right now (for a broker that must come back on the same one)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_until(predicate, timeout_s: float = 5.0) -> None:

@@ -3,19 +3,14 @@ retry schedule: the reconnect backoff is capped and retries wait for the connect
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
+
+from broker_harness import free_port
 
 from rmq_spark.client.connection import ClientConfig, Connection, RetryPolicy
 from rmq_spark.errors import UnavailableError
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_a_call_made_during_an_outage_completes_soon_after_the_restart(broker_factory):

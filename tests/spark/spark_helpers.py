@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,12 +10,6 @@ from rmq_spark.client import Admin, Producer
 
 #: (brokerName, queueId, queueOffset) -> body: what a test sent, or what a sink holds
 Messages = dict[tuple[str, int, int], bytes]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def create_topic(endpoints: str, topic: str, queues: int = 4) -> None:

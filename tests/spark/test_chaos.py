@@ -19,8 +19,9 @@ import random
 import time
 
 import pytest
+from broker_harness import free_port
 from chaos_harness import OffsetWatch, ProducerLoad, PushLoad
-from spark_helpers import create_topic, free_port, start_collecting, stream, wait_for
+from spark_helpers import create_topic, start_collecting, stream, wait_for
 
 from rmq_spark.store.verify import verify_store
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pyspark
 import pytest
-from spark_helpers import create_topic, free_port, produce
+from broker_harness import free_port
+from spark_helpers import create_topic, produce
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 JOB = Path(__file__).with_name("cluster_job.py")

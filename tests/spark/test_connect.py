@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from spark_helpers import create_topic, free_port, produce
+from broker_harness import free_port
+from spark_helpers import create_topic, produce
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 CONNECT_JAR = next((Path(pyspark.__file__).parent / "jars").glob("spark-connect_*.jar"))

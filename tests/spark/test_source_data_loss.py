@@ -8,11 +8,10 @@ import threading
 import time
 
 import pytest
-from broker_harness import start_in_process_broker
+from broker_harness import free_port, start_in_process_broker
 from spark_helpers import (
     batch,
     create_topic,
-    free_port,
     produce,
     rows_of,
     run_available_now,
