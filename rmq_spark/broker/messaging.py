@@ -110,7 +110,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._broker.messages_pulled += result.count
         return answer
 
-    def _pull_once(self, request) -> tuple[PullArgs, GetResult, object]:
+    def _pull_once(
+        self, request
+    ) -> tuple[PullArgs, GetResult, messaging_pb2.PullMessagesResponse | None]:
         """Read once; the answer too, in the same worker hop, unless the pull is to be held
         (then None)."""
         store = self._broker.store

@@ -19,7 +19,6 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import decode_records
@@ -82,7 +81,7 @@ def check_run(view: memoryview, seg_start: int, starts: list[int], sizes: list[i
         raise CorruptDataError(f"PHYSICALOFFSET {int(physical[first])} != position")
     tags = batch.column("tags").to_pylist()
     return ScannedRun(
-        topics=_strings(batch.column("topic")),
+        topics=batch.column("topic").to_pylist(),
         queue_ids=batch.column("queueId").to_numpy().astype(np.int64),
         queue_offsets=batch.column("queueOffset").to_numpy(),
         physical_offsets=where,
@@ -90,7 +89,3 @@ def check_run(view: memoryview, seg_start: int, starts: list[int], sizes: list[i
         tag_codes=tag_hash_codes(tags),
         store_timestamps=batch.column("storeTimestamp").to_numpy(),
     )
-
-
-def _strings(column: pa.Array) -> list[str]:
-    return column.to_pylist()
