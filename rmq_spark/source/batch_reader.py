@@ -40,8 +40,6 @@ class RocketliteBatchReader(DataSourceReader):
         self.options = options
 
     # Without filters taken over from Spark nothing is narrowed; see FilteringBatchReader.
-    _narrowing = False
-
     def _selected(self, queues: dict[MessageQueue, QueueOffsets]):
         return queues
 
@@ -92,7 +90,6 @@ class RocketliteBatchReader(DataSourceReader):
             if options.fail_on_data_loss:
                 raise DataLossError(message)
             log.warning("%s", message)
-        ranges = {mq: r for mq, r in ranges.items() if r[1] > r[0] or not self._narrowing}
         planned = plan_for_options(ranges, options)
         endpoints = snapshot.endpoints
         return [RocketlitePartition.of(p, endpoints) for p in planned]
@@ -107,10 +104,6 @@ class FilteringBatchReader(RocketliteBatchReader):
     def __init__(self, options: SourceOptions) -> None:
         super().__init__(options)
         self.pushed = Pushed()
-
-    @property
-    def _narrowing(self) -> bool:  # type: ignore[override]
-        return bool(self.pushed.taken) or self.pushed.narrows_time
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         self.pushed, rest = push_filters(filters)
