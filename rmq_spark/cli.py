@@ -81,10 +81,17 @@ def cmd_topic(args) -> int:
 
     with Admin(args.endpoints) as admin:
         if args.action == "create":
-            admin.create_topic(args.topic, queues=args.queues, perm=args.perm)
+            admin.create_topic(
+                args.topic,
+                queues=args.queues,
+                perm=args.perm,
+                message_type=args.message_type or "NORMAL",
+            )
             print(f"created topic {args.topic} with {args.queues} queues on every broker")
         elif args.action == "update":
-            admin.update_topic(args.topic, queues=args.queues, perm=args.perm)
+            admin.update_topic(
+                args.topic, queues=args.queues, perm=args.perm, message_type=args.message_type
+            )
             print(f"updated topic {args.topic}")
         elif args.action == "delete":
             admin.delete_topic(args.topic)
@@ -92,7 +99,8 @@ def cmd_topic(args) -> int:
         elif args.action == "list":
             topics = admin.list_topics(include_system=args.all)
             rows = [_topic_row(info) for infos in topics.values() for info in infos]
-            _emit(args, rows, ["topic", "broker", "readQueues", "writeQueues", "perm"])
+            columns = ["topic", "broker", "readQueues", "writeQueues", "perm", "messageType"]
+            _emit(args, rows, columns)
         elif args.action == "describe":
             route = admin.describe_topic(args.topic)
             rows = [
@@ -116,6 +124,7 @@ def _topic_row(t) -> dict:
         "readQueues": t.read_queue_nums,
         "writeQueues": t.write_queue_nums,
         "perm": _perm_text(t.perm),
+        "messageType": t.message_type,
     }
 
 
@@ -389,6 +398,13 @@ def build_parser() -> argparse.ArgumentParser:
     topic.add_argument("topic", nargs="?")
     topic.add_argument("--queues", type=int, default=None, help="queue count (create: 4)")
     topic.add_argument("--perm", type=int, choices=[2, 4, 6], default=None)
+    topic.add_argument(
+        "--message-type",
+        type=str.upper,
+        choices=["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
+        default=None,
+        help="what RocketMQ 5 producers may send (create: NORMAL)",
+    )
     topic.add_argument("--all", action="store_true", help="list: include %%RETRY%%/%%DLQ%%")
     topic.set_defaults(func=cmd_topic)
 

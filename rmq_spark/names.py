@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from rmq_spark.errors import InvalidNameError
+from rmq_spark.errors import InvalidArgumentError, InvalidNameError
 
 _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
@@ -60,3 +60,16 @@ def retry_topic(group: str) -> str:
 
 def dlq_topic(group: str) -> str:
     return DLQ_PREFIX + group
+
+
+#: what RocketMQ 5 producers may send to a topic (its ``message.type`` attribute); MIXED
+#: takes every type
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+
+
+def check_message_type(value: object, where: str = "") -> str:
+    if value not in MESSAGE_TYPES:
+        raise InvalidArgumentError(
+            f"message type {value!r}{where} is not one of {', '.join(MESSAGE_TYPES)}"
+        )
+    return value

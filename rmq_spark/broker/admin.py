@@ -38,6 +38,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             read_queues=read,
             write_queues=write,
             perm=request.perm or int(Permission.READ_WRITE),
+            message_type=request.message_type or "NORMAL",
         )
         return admin_pb2.CreateTopicResponse(topic=topic_config_pb(config))
 
@@ -49,6 +50,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             read_queues=_optional(request, "read_queue_nums"),
             write_queues=_optional(request, "write_queue_nums"),
             perm=_optional(request, "perm"),
+            message_type=_optional(request, "message_type"),
         )
         return admin_pb2.UpdateTopicResponse(topic=topic_config_pb(config))
 
@@ -133,6 +135,7 @@ def topic_config_pb(config: TopicConfig) -> admin_pb2.TopicConfig:
         read_queue_nums=config.read_queue_nums,
         write_queue_nums=config.write_queue_nums,
         perm=cast(common_pb2.Permission, config.perm),  # same numbers, see common.proto
+        message_type=config.message_type,
     )
 
 

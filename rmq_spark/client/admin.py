@@ -17,7 +17,7 @@ from rmq_spark.client.route import TopicRoute
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.record import parse_offset_msg_id
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
-from rmq_spark.names import validate_topic
+from rmq_spark.names import check_message_type, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, messaging_pb2
 from rmq_spark.structs import MessageQueue, Permission
 
@@ -35,11 +35,18 @@ class TopicInfo:
     read_queue_nums: int
     write_queue_nums: int
     perm: Permission
+    #: what RocketMQ 5 producers may send: NORMAL, FIFO, DELAY, TRANSACTION or MIXED
+    message_type: str = "NORMAL"
 
     @classmethod
     def from_pb(cls, broker_name: str, pb: admin_pb2.TopicConfig) -> TopicInfo:
         return cls(
-            pb.topic, broker_name, pb.read_queue_nums, pb.write_queue_nums, Permission(pb.perm)
+            pb.topic,
+            broker_name,
+            pb.read_queue_nums,
+            pb.write_queue_nums,
+            Permission(pb.perm),
+            pb.message_type or "NORMAL",
         )
 
 
@@ -140,11 +147,15 @@ class Admin:
         perm: int = 6,
         read_queues: int | None = None,
         write_queues: int | None = None,
+        message_type: str = "NORMAL",
     ) -> dict[str, TopicInfo]:
         """Create ``topic`` with ``queues`` read and write queues on every broker (or the
         brokers named); returns the stored config per broker name. Creating it again with
-        the same config is a no-op; a different one is AlreadyExistsError."""
+        the same config is a no-op; a different one is AlreadyExistsError.
+        ``message_type`` (NORMAL, FIFO, DELAY, TRANSACTION, MIXED) is what RocketMQ 5
+        producers may send to it."""
         validate_topic(topic)
+        check_message_type(message_type)
         for name, value in (("queues", queues), ("read_queues", read_queues),
                             ("write_queues", write_queues)):  # fmt: skip
             _check_queue_count(name, value)
@@ -154,6 +165,7 @@ class Admin:
             read_queue_nums=read_queues or queues,
             write_queue_nums=write_queues or queues,
             perm=cast(common_pb2.Permission, perm),
+            message_type=message_type,
         )
         answers = self._on_brokers(
             broker,
@@ -172,9 +184,12 @@ class Admin:
         write_queues: int | None = None,
         perm: int | None = None,
         broker: str | Iterable[str] | None = None,
+        message_type: str | None = None,
     ) -> dict[str, TopicInfo]:
-        """Change queue counts or permission on every broker that has the topic (or those
-        named). ``queues`` sets both counts; unset values stay as they are."""
+        """Change queue counts, permission or message type on every broker that has the
+        topic (or those named). ``queues`` sets both counts; unset values stay as they are."""
+        if message_type is not None:
+            check_message_type(message_type)
         for name, value in (("queues", queues), ("read_queues", read_queues),
                             ("write_queues", write_queues)):  # fmt: skip
             _check_queue_count(name, value)
@@ -184,6 +199,7 @@ class Admin:
             read_queue_nums=read_queues or queues,
             write_queue_nums=write_queues or queues,
             perm=cast("common_pb2.Permission | None", perm),
+            message_type=message_type,
         )
         brokers = broker if broker is not None else list(self.describe_topic(topic).brokers)
         answers = self._on_brokers(

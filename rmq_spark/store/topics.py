@@ -33,7 +33,7 @@ from rmq_spark.errors import (
     InvalidNameError,
     NotFoundError,
 )
-from rmq_spark.names import SYSTEM_PREFIXES, validate_topic
+from rmq_spark.names import SYSTEM_PREFIXES, check_message_type, validate_topic
 from rmq_spark.structs import Permission
 
 log = logging.getLogger("rmq_spark.store")
@@ -43,6 +43,7 @@ TABLE_FIELD = "topicConfigTable"
 MAX_QUEUES_PER_TOPIC = 1024
 DEFAULT_QUEUES = 4
 ALLOWED_PERMS = (int(Permission.WRITE), int(Permission.READ), int(Permission.READ_WRITE))
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class TopicConfig:
     read_queue_nums: int
     write_queue_nums: int
     perm: int = int(Permission.READ_WRITE)
+    message_type: str = "NORMAL"
 
     def __post_init__(self) -> None:
         validate_topic(self.name, allow_system=True)
@@ -60,6 +62,7 @@ class TopicConfig:
         _check_queue_count("read_queue_nums", self.read_queue_nums, where)
         _check_queue_count("write_queue_nums", self.write_queue_nums, where)
         _check_perm("perm", self.perm, where)
+        check_message_type(self.message_type, where)
         # Keep a plain int even when given a Permission flag, so equality and JSON are simple.
         object.__setattr__(self, "perm", int(self.perm))
 
@@ -74,13 +77,17 @@ class TopicConfig:
         return bool(self.perm & Permission.WRITE)
 
     def to_json(self) -> dict[str, Any]:
-        """RocketMQ's field names: topicName, readQueueNums, writeQueueNums, perm."""
-        return {
+        """RocketMQ's field names: topicName, readQueueNums, writeQueueNums, perm, and the
+        ``message.type`` attribute when it is not NORMAL."""
+        out: dict[str, Any] = {
             "topicName": self.name,
             "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums,
             "perm": self.perm,
         }
+        if self.message_type != "NORMAL":
+            out["attributes"] = {MESSAGE_TYPE_ATTRIBUTE: self.message_type}
+        return out
 
     @classmethod
     def from_json(cls, obj: Any) -> TopicConfig:
@@ -93,8 +100,17 @@ class TopicConfig:
             raise CorruptDataError(
                 f"a topic config must be an object with {', '.join(fields)}; got {obj!r}"
             )
+        attributes = obj.get("attributes") or {}
         try:
-            return cls(obj["topicName"], obj["readQueueNums"], obj["writeQueueNums"], obj["perm"])
+            if not isinstance(attributes, dict):
+                raise InvalidArgumentError(f"attributes must be an object, not {attributes!r}")
+            return cls(
+                obj["topicName"],
+                obj["readQueueNums"],
+                obj["writeQueueNums"],
+                obj["perm"],
+                attributes.get(MESSAGE_TYPE_ATTRIBUTE, "NORMAL"),
+            )
         except InvalidArgumentError as exc:
             raise CorruptDataError(f"bad topic config {obj!r}: {exc}") from exc
 
@@ -160,6 +176,7 @@ class TopicTable:
         write_queues: int | None = None,
         perm: int = int(Permission.READ_WRITE),
         system: bool = False,
+        message_type: str = "NORMAL",
     ) -> TopicConfig:
         """Create a topic with ``queues`` read and write queues (each can be set apart).
 
@@ -173,6 +190,7 @@ class TopicTable:
             queues if read_queues is None else read_queues,
             queues if write_queues is None else write_queues,
             perm,
+            message_type,
         )
         with self._lock:
             existing = self._topics.get(name)
@@ -194,8 +212,10 @@ class TopicTable:
         read_queues: int | None = None,
         write_queues: int | None = None,
         perm: int | None = None,
+        message_type: str | None = None,
     ) -> TopicConfig:
-        """Change queue counts (grow or shrink) and/or perm; returns the new config.
+        """Change queue counts (grow or shrink), perm and/or message type; returns the new
+        config.
 
         ``queues`` sets both counts; ``read_queues``/``write_queues`` override it. Messages in
         queues beyond a lowered read count stay on disk but are not served.
@@ -209,6 +229,7 @@ class TopicTable:
                 read_queue_nums=_first(read_queues, queues, current.read_queue_nums),
                 write_queue_nums=_first(write_queues, queues, current.write_queue_nums),
                 perm=current.perm if perm is None else perm,
+                message_type=current.message_type if message_type is None else message_type,
             )
             if changed != current:
                 self._save({**self._topics, name: changed})
@@ -301,5 +322,5 @@ def _first(*values: int | None) -> int:
 def _describe(config: TopicConfig) -> str:
     return (
         f"read_queue_nums={config.read_queue_nums}, write_queue_nums={config.write_queue_nums}, "
-        f"perm={config.perm}"
+        f"perm={config.perm}, message_type={config.message_type}"
     )

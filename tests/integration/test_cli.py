@@ -234,7 +234,7 @@ def test_topic_create_list_describe_update_delete(cli):
         ["topic", "create", "CliTopics", "--queues", "5"],
     )
     assert listed.ok().lines[0].split() == [
-        "topic", "broker", "readQueues", "writeQueues", "perm",
+        "topic", "broker", "readQueues", "writeQueues", "perm", "messageType",
     ]  # fmt: skip
     assert {
         "topic": "CliTopics",
@@ -242,6 +242,7 @@ def test_topic_create_list_describe_update_delete(cli):
         "readQueues": "3",
         "writeQueues": "3",
         "perm": "read+write",
+        "messageType": "NORMAL",
     } in listed.table()
     assert {
         "topic": "CliTopics",
@@ -249,6 +250,7 @@ def test_topic_create_list_describe_update_delete(cli):
         "readQueues": 3,
         "writeQueues": 3,
         "perm": "read+write",
+        "messageType": "NORMAL",
     } in listed_json.ok().json_lines()
     assert [(r["queueId"], r["perm"]) for r in described.ok().table()] == [
         ("0", "read+write"), ("1", "read+write"), ("2", "read+write"),

@@ -18,28 +18,32 @@ FLUSH_MODE_ASYNC: FlushMode
 FLUSH_MODE_SYNC: FlushMode
 
 class TopicConfig(_message.Message):
-    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm")
+    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "message_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     read_queue_nums: int
     write_queue_nums: int
     perm: _common_pb2.Permission
-    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[_Union[_common_pb2.Permission, str]] = ...) -> None: ...
+    message_type: str
+    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[_Union[_common_pb2.Permission, str]] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm")
+    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "message_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     read_queue_nums: int
     write_queue_nums: int
     perm: _common_pb2.Permission
-    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[_Union[_common_pb2.Permission, str]] = ...) -> None: ...
+    message_type: str
+    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[_Union[_common_pb2.Permission, str]] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ("topic",)
@@ -48,16 +52,18 @@ class CreateTopicResponse(_message.Message):
     def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
 
 class UpdateTopicRequest(_message.Message):
-    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm")
+    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "message_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     read_queue_nums: int
     write_queue_nums: int
     perm: _common_pb2.Permission
-    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[_Union[_common_pb2.Permission, str]] = ...) -> None: ...
+    message_type: str
+    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[_Union[_common_pb2.Permission, str]] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class UpdateTopicResponse(_message.Message):
     __slots__ = ("topic",)
