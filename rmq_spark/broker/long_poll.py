@@ -47,15 +47,22 @@ class PullNotifier:
         offset is the intended use). A cancelled caller (its client went away) leaves no
         trace here.
         """
+        return await self.wait_any([(topic, queue_id)], timeout_s, is_ready)
+
+    async def wait_any(
+        self, keys: list[_Key], timeout_s: float, is_ready: Callable[[], bool]
+    ) -> bool:
+        """:meth:`wait` on several queues at once: any write to one of ``keys`` wakes it
+        (pop-style receives read whichever queue of a topic has messages)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)
-        key = (topic, queue_id)
         while True:
             woken = loop.create_future()
             with self._lock:
                 closed = self._closed
                 if not closed:
-                    self._queues.setdefault(key, {})[woken] = loop
+                    for key in keys:
+                        self._queues.setdefault(key, {})[woken] = loop
             try:
                 if is_ready():
                     return True
@@ -68,7 +75,8 @@ class PullNotifier:
                 except TimeoutError:
                     return is_ready()
             finally:
-                self._forget(key, woken)
+                for key in keys:
+                    self._forget(key, woken)
 
     def _forget(self, key: _Key, woken: asyncio.Future) -> None:
         with self._lock:
@@ -99,9 +107,10 @@ class PullNotifier:
         _wake(woken)
 
     def waiting(self) -> int:
-        """How many pulls are held right now (for tests and statistics)."""
+        """How many pulls are held right now (for tests and statistics); a receive waiting
+        on several queues counts once."""
         with self._lock:
-            return sum(len(waiters) for waiters in self._queues.values())
+            return len({future for waiters in self._queues.values() for future in waiters})
 
     def close(self) -> None:
         """Release every held pull now and make later waits return at once (shutdown)."""

@@ -113,6 +113,19 @@ def send_back(broker: Broker, request, context=None) -> messaging_pb2.ConsumerSe
         dead_letter_now=request.dead_letter_now,
         consumer_reconsume_times=request.reconsume_times,
     )
+    result, level = write_send_back(broker, record, plan)
+    return messaging_pb2.ConsumerSendBackResponse(
+        queue=common_pb2.MessageQueue(topic=plan.topic, broker_name=broker.name, queue_id=0),
+        dead_lettered=plan.dead_lettered,
+        reconsume_times=plan.reconsume_times,
+        delay_level=level,
+        offset_msg_id=result.msg_ids(broker.store_host)[0],
+    )
+
+
+def write_send_back(broker: Broker, record: Record, plan: SendBackPlan) -> tuple[Any, int]:
+    """Write the copy ``plan`` describes: at once to ``%DLQ%``, or through the delay
+    scheduler to ``%RETRY%``; returns the append result and the delay level used."""
     queues = DLQ_QUEUE_NUMS if plan.dead_lettered else RETRY_QUEUE_NUMS
     broker.store.topics.ensure_system_topic(plan.topic, queues)
     level = 0 if plan.dead_lettered else broker.delays.clamp_level(plan.delay_level)
@@ -125,16 +138,8 @@ def send_back(broker: Broker, request, context=None) -> messaging_pb2.ConsumerSe
     }
     args = ([record.body], [encode_properties(plan.properties)], [plan.properties.get(TAGS)])
     if plan.dead_lettered:
-        result = broker.put_messages(plan.topic, 0, *args, **fields)
-    else:
-        result = broker.delays.submit(plan.topic, 0, *args, level, **fields)
-    return messaging_pb2.ConsumerSendBackResponse(
-        queue=common_pb2.MessageQueue(topic=plan.topic, broker_name=broker.name, queue_id=0),
-        dead_lettered=plan.dead_lettered,
-        reconsume_times=plan.reconsume_times,
-        delay_level=level,
-        offset_msg_id=result.msg_ids(broker.store_host)[0],
-    )
+        return broker.put_messages(plan.topic, 0, *args, **fields), level
+    return broker.delays.submit(plan.topic, 0, *args, level, **fields), level
 
 
 def find_record(broker: Broker, ref) -> tuple[Record, str]:

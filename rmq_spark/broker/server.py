@@ -17,6 +17,7 @@ from concurrent.futures import Future
 
 import grpc
 
+from rmq_spark.broker import v2
 from rmq_spark.broker.admin import AdminServicer
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.core import Broker
@@ -71,8 +72,11 @@ class BrokerServer:
         port: int,
         loop_thread: _LoopThread,
         workers: Workers,
+        v2_service=None,
     ) -> None:
         self.broker = broker
+        #: the RocketMQ 5 service (None when its package is not installed)
+        self.v2 = v2_service
         self.port = port
         self._server = server
         self._loop_thread = loop_thread
@@ -107,6 +111,8 @@ class BrokerServer:
             self._loop_thread.call(self._server.stop(grace_s))
             self._workers.shutdown()
             self._loop_thread.close()
+            if self.v2 is not None:
+                self.v2.close()
             self.broker.close()
             self._stopped.set()
         log.info("broker %s stopped", self.broker.name)
@@ -169,7 +175,15 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     offsets_pb2_grpc.add_OffsetServiceServicer_to_server(OffsetServicer(broker, workers), server)
     groups_pb2_grpc.add_GroupServiceServicer_to_server(GroupServicer(broker, workers), server)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(broker, workers), server)
-    broker_server = BrokerServer(broker, server, port, loop_thread, workers)
+    try:
+        v2_service = v2.add_to_server(server, broker, workers)
+    except BaseException:
+        workers.shutdown()
+        loop_thread.call(server.stop(None))
+        loop_thread.close()
+        broker.close()
+        raise
+    broker_server = BrokerServer(broker, server, port, loop_thread, workers, v2_service)
     broker.store.add_failure_listener(broker_server.stop_after_failure)
     return broker_server, port
 

@@ -29,7 +29,9 @@ import os
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("rmq_spark.store")
 
@@ -57,6 +59,12 @@ def frame(payload: bytes) -> bytes:
 def decode_records(data: bytes) -> list[tuple[Change, int]]:
     """Every whole, intact record of ``data`` with the offset just past it, in order; stops
     at the first torn or corrupt one."""
+    return decode_frames(data, _parse)
+
+
+def decode_frames(data: bytes, parse: Callable[[bytes], Any]) -> list[tuple[Any, int]]:
+    """The framed records of ``data``, each parsed by ``parse`` (None = not a record), with
+    the offset just past it; stops at the first torn, corrupt or unparsable one."""
     records = []
     pos = 0
     while pos + _HEAD.size <= len(data):
@@ -67,10 +75,10 @@ def decode_records(data: bytes) -> list[tuple[Change, int]]:
         payload = data[pos + _HEAD.size : end]
         if zlib.crc32(payload) != crc:
             break
-        change = _parse(payload)
-        if change is None:
+        parsed = parse(payload)
+        if parsed is None:
             break
-        records.append((change, end))
+        records.append((parsed, end))
         pos = end
     return records
 
@@ -87,18 +95,18 @@ def _parse(payload: bytes) -> Change | None:
         return None
 
 
-def read_journal(path: Path) -> tuple[list[Change], int]:
+def read_journal(path: Path, parse: Callable[[bytes], Any] | None = None) -> tuple[list[Any], int]:
     """The changes of the journal at ``path`` (none if absent) and the length of its intact
-    part."""
+    part; ``parse`` reads a payload (default: offset-table changes)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return [], 0
-    records = decode_records(data)
+    records = decode_frames(data, parse or _parse)
     good = records[-1][1] if records else 0
     if good < len(data):
         log.warning(
-            "consumer offset journal %s: %d bytes after offset %d are torn or corrupt (a crash "
+            "journal %s: %d bytes after offset %d are torn or corrupt (a crash "
             "while writing); the %d records before them are kept",
             path,
             len(data) - good,

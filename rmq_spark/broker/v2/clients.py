@@ -1,0 +1,85 @@
+"""RocketMQ 5 clients this broker knows: the settings each sent over ``Telemetry``, when it
+was last heard from, and whether it is alive (its auto-renewed messages stay invisible only
+while it is)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+#: a client not heard from (heartbeat every 10 s, telemetry stream open) for this long is gone
+CLIENT_TIMEOUT_MS = 60_000
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass
+class ClientInfo:
+    client_id: str
+    settings: pb.Settings
+    last_seen_ms: int
+    streams: int = 0  # open Telemetry streams
+    topics: set[str] = field(default_factory=set)
+
+
+class ClientRegistry:
+    def __init__(self, timeout_ms: int = CLIENT_TIMEOUT_MS) -> None:
+        self._clients: dict[str, ClientInfo] = {}
+        self._lock = threading.Lock()
+        self._timeout_ms = timeout_ms
+
+    def settings(self, client_id: str) -> pb.Settings | None:
+        with self._lock:
+            info = self._clients.get(client_id)
+            return info.settings if info else None
+
+    def put_settings(self, client_id: str, settings: pb.Settings) -> None:
+        with self._lock:
+            info = self._clients.get(client_id)
+            if info is None:
+                info = self._clients[client_id] = ClientInfo(client_id, settings, 0)
+            info.settings = settings
+            info.last_seen_ms = monotonic_ms()
+
+    def seen(self, client_id: str) -> bool:
+        """A heartbeat; False when the client never sent its settings."""
+        with self._lock:
+            info = self._clients.get(client_id)
+            if info is None:
+                return False
+            info.last_seen_ms = monotonic_ms()
+            return True
+
+    def stream_opened(self, client_id: str) -> None:
+        with self._lock:
+            info = self._clients.get(client_id)
+            if info is None:
+                info = self._clients[client_id] = ClientInfo(client_id, pb.Settings(), 0)
+            info.streams += 1
+            info.last_seen_ms = monotonic_ms()
+
+    def stream_closed(self, client_id: str) -> None:
+        with self._lock:
+            info = self._clients.get(client_id)
+            if info is not None:
+                info.streams = max(0, info.streams - 1)
+
+    def alive(self, client_id: str) -> bool:
+        with self._lock:
+            info = self._clients.get(client_id)
+            if info is None:
+                return False
+            return info.streams > 0 or monotonic_ms() - info.last_seen_ms < self._timeout_ms
+
+    def remove(self, client_id: str) -> None:
+        with self._lock:
+            self._clients.pop(client_id, None)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._clients)

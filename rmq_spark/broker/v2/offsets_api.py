@@ -1,0 +1,135 @@
+"""The offset calls of ``apache.rocketmq.v2`` (``GetOffset``, ``UpdateOffset``,
+``QueryOffset``, ``PullMessage``) over the store and the consumer-offset table, so a v2
+pull consumer sees the same committed offsets as ``rocketlite offsets``, our own consumers
+and the Spark source (RocketMQ's own proxy leaves these calls unimplemented)."""
+
+from __future__ import annotations
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from rmq_spark.broker.core import Broker
+from rmq_spark.broker.v2 import convert
+from rmq_spark.broker.v2.codes import Code, V2Error, status
+from rmq_spark.codec.record import iter_records
+from rmq_spark.codec.subscription import parse_subscription
+from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.names import validate_group, validate_topic
+from rmq_spark.structs import PullStatus
+
+MAX_PULL_BATCH = 1024
+MAX_PULL_BYTES = 4 << 20
+MAX_PULL_WAIT_MS = 20_000
+
+
+class OffsetsApi:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def _queue(self, mq: pb.MessageQueue) -> tuple[str, int]:
+        try:
+            topic = validate_topic(mq.topic.name, allow_system=True)
+        except InvalidArgumentError as exc:
+            raise V2Error(Code.ILLEGAL_TOPIC, str(exc)) from None
+        config = self._broker.store.topics.find(topic)
+        if config is None:
+            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this broker")
+        if not 0 <= mq.id < config.read_queue_nums:
+            raise V2Error(
+                Code.BAD_REQUEST,
+                f"topic {topic} has {config.read_queue_nums} readable queues; queue {mq.id} "
+                "is not one of them",
+            )
+        return topic, mq.id
+
+    @staticmethod
+    def _group(resource: pb.Resource) -> str:
+        try:
+            return validate_group(resource.name)
+        except InvalidArgumentError as exc:
+            raise V2Error(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+
+    def get(self, request) -> int:
+        group = self._group(request.group)
+        topic, queue_id = self._queue(request.message_queue)
+        offset = self._broker.store.offsets.query_one(group, topic, queue_id)
+        if offset is None:
+            raise V2Error(
+                Code.OFFSET_NOT_FOUND,
+                f"group {group} has no committed offset for {topic} queue {queue_id}",
+            )
+        return offset
+
+    def update(self, request) -> None:
+        group = self._group(request.group)
+        topic, queue_id = self._queue(request.message_queue)
+        store = self._broker.store
+        low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+        if not low <= request.offset <= high:
+            raise V2Error(
+                Code.ILLEGAL_OFFSET,
+                f"offset {request.offset} is outside {topic} queue {queue_id}'s range "
+                f"[{low}, {high}]",
+            )
+        store.offsets.commit(group, topic, {queue_id: request.offset})
+
+    def query(self, request) -> int:
+        topic, queue_id = self._queue(request.message_queue)
+        store = self._broker.store
+        policy = request.query_offset_policy
+        if policy == pb.BEGINNING:
+            return store.min_offset(topic, queue_id)
+        if policy == pb.END:
+            return store.max_offset(topic, queue_id)
+        if not request.HasField("timestamp"):
+            raise V2Error(Code.BAD_REQUEST, "query_offset_policy TIMESTAMP needs a timestamp")
+        return store.offset_by_timestamp(topic, queue_id, request.timestamp.ToMilliseconds())
+
+    async def pull(self, request, workers) -> list[spb.PullMessageResponse]:
+        """One pull: a status frame, the messages, then the next offset to pull from."""
+        self._group(request.group)
+        topic, queue_id = self._queue(request.message_queue)
+        if request.filter_expression.type == pb.SQL:
+            raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; filter by tag")
+        try:
+            tag_codes = parse_subscription(request.filter_expression.expression).tag_codes
+        except InvalidArgumentError as exc:
+            raise V2Error(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+        if request.offset < 0:
+            raise V2Error(Code.ILLEGAL_OFFSET, f"offset {request.offset} must be >= 0")
+        batch = min(request.batch_size or 32, MAX_PULL_BATCH)
+        store = self._broker.store
+
+        def read():
+            return store.get_messages(
+                topic, queue_id, request.offset, batch, MAX_PULL_BYTES, tag_codes
+            )
+
+        result = await workers.run(read)
+        wait_ms = min(request.long_polling_timeout.ToMilliseconds(), MAX_PULL_WAIT_MS)
+        if result.status == PullStatus.NO_NEW_MSG and wait_ms > 0:
+            await self._broker.notifier.wait(
+                topic,
+                queue_id,
+                wait_ms / 1000,
+                lambda: store.max_offset(topic, queue_id) > request.offset,
+            )
+            result = await workers.run(read)
+        if result.status == PullStatus.OFFSET_ILLEGAL:
+            head = status(
+                Code.ILLEGAL_OFFSET,
+                f"offset {request.offset} is outside [{result.min_offset}, "
+                f"{result.max_offset}]; pull from {result.next_begin_offset}",
+            )
+        elif result.status == PullStatus.FOUND:
+            head = status()
+        else:
+            head = status(Code.MESSAGE_NOT_FOUND, "no new message")
+        out = [spb.PullMessageResponse(status=head)]
+        if result.status == PullStatus.FOUND:
+            records = await workers.run(lambda: list(iter_records(result.data)))
+            out.extend(
+                spb.PullMessageResponse(message=convert.incoming(r, topic=topic)) for r in records
+            )
+        out.append(spb.PullMessageResponse(next_offset=result.next_begin_offset))
+        return out

@@ -1,0 +1,307 @@
+"""Pop-style consumption over the store: receive, ack, change invisibility, dead letters.
+
+Everything here runs on the broker's worker threads (it reads the store and writes the pop
+journal); the servicer does the waiting on the event loop. Decisions are
+:mod:`rmq_spark.broker.v2.pop`'s; this module applies them to one (group, topic, queue) at
+a time under that queue's lock, records each change in the pop journal before answering,
+and moves the group's committed offset (the consumer-offset table) as acks come in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rmq_spark.broker.core import Broker
+from rmq_spark.broker.retry import plan_send_back, write_send_back
+from rmq_spark.broker.v2.codes import Code, V2Error
+from rmq_spark.broker.v2.convert import Handle
+from rmq_spark.broker.v2.pop import PopQueue, attempts_exhausted
+from rmq_spark.broker.v2.pop_store import Key, PopStore
+from rmq_spark.codec.record import Record, decode_record, iter_records, offset_msg_id
+from rmq_spark.structs import PullStatus
+
+log = logging.getLogger("rmq_spark.broker")
+
+#: bytes one receive reads at most
+MAX_RECEIVE_BYTES = 4 << 20
+#: how long a push consumer's (auto-renewed) delivery is invisible before its client is
+#: asked about: while the client lives it stays invisible
+AUTO_RENEW_MS = 60_000
+#: a client that left: its auto-renewed messages come back after this
+RELEASE_DELAY_MS = 1_000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Delivery:
+    record: Record
+    handle: Handle
+    attempt: int
+    invisible_ms: int
+
+
+@dataclass(frozen=True)
+class ReceiveArgs:
+    group: str
+    topic: str
+    batch: int
+    invisible_ms: int
+    tag_codes: list[int] | None
+    fifo: bool
+    max_attempts: int
+    client_id: str = ""  # auto-renew: invisible while this client lives
+
+
+class PopService:
+    def __init__(self, broker: Broker, pops: PopStore, alive: Callable[[str], bool]) -> None:
+        self._broker = broker
+        self._pops = pops
+        self._alive = alive
+        self._rotation = itertools.count()
+        self._rotation_lock = threading.Lock()
+
+    # -- receive ---------------------------------------------------------------------------
+
+    def readable_queues(self, topic: str) -> list[int]:
+        config = self._broker.store.topics.find(topic)
+        if config is None:
+            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this broker")
+        if not config.is_readable or not self._broker.config.broker_perm & 4:
+            raise V2Error(Code.FORBIDDEN, f"topic {topic} is not readable on this broker")
+        return list(range(config.read_queue_nums))
+
+    def receive(self, args: ReceiveArgs) -> list[Delivery]:
+        """Take up to ``args.batch`` messages from the topic's queues (starting at a
+        different queue each time, so every queue gets its turn)."""
+        queue_ids = self.readable_queues(args.topic)
+        with self._rotation_lock:
+            start = next(self._rotation) % len(queue_ids)
+        out: list[Delivery] = []
+        for queue_id in queue_ids[start:] + queue_ids[:start]:
+            room = args.batch - len(out)
+            if room <= 0:
+                break
+            out.extend(self._receive_queue(args, queue_id, room))
+        return out
+
+    def _receive_queue(self, args: ReceiveArgs, queue_id: int, room: int) -> list[Delivery]:
+        key: Key = (args.group, args.topic, queue_id)
+        store = self._broker.store
+        with self._pops.queue(key, self._start_offset(key)) as state:
+            base_before = state.base
+            self._follow_committed(key, state)
+            now = now_ms()
+            if args.fifo and state.blocked_for_fifo(now, self._alive):
+                return []
+            again, dead = attempts_exhausted(state.due(now, self._alive), args.max_attempts)
+            if dead:
+                self._dead_letter(key, state, dead)
+            out: list[Delivery] = []
+            redelivered = []
+            for offset in again[:room]:
+                record = self._read_one(args.topic, queue_id, offset)
+                if record is None:  # gone (retention): nothing to deliver again
+                    state.drop(offset)
+                    self._pops.record_acks(key, [offset])
+                    continue
+                entry = state.redeliver(
+                    offset,
+                    now_ms=now,
+                    invisible_ms=args.invisible_ms,
+                    token=_token(),
+                    client_id=args.client_id,
+                )
+                redelivered.append(offset)
+                out.append(
+                    self._delivery(record, queue_id, offset, entry.token, entry.attempt, args)
+                )
+            room -= len(out)
+            new_offsets: list[int] = []
+            if room > 0 and not (args.fifo and again):
+                result = store.get_messages(
+                    args.topic, queue_id, state.next, room, MAX_RECEIVE_BYTES, args.tag_codes
+                )
+                if result.status == PullStatus.FOUND:
+                    records = list(iter_records(result.data))
+                    tokens = [_token() for _ in records]
+                    new_offsets = [r.queue_offset for r in records]
+                    state.deliver_new(
+                        new_offsets,
+                        next_offset=result.next_begin_offset,
+                        now_ms=now,
+                        invisible_ms=args.invisible_ms,
+                        tokens=tokens,
+                        client_id=args.client_id,
+                    )
+                    out.extend(
+                        self._delivery(r, queue_id, r.queue_offset, t, 1, args)
+                        for r, t in zip(records, tokens, strict=True)
+                    )
+                elif result.status == PullStatus.NO_MATCHED_MSG:
+                    state.deliver_new(
+                        [], next_offset=result.next_begin_offset, now_ms=now,
+                        invisible_ms=0, tokens=[],
+                    )  # fmt: skip
+                elif result.status == PullStatus.OFFSET_ILLEGAL and not state.inflight:
+                    state.reset(result.next_begin_offset)
+            if redelivered or new_offsets or state.base != base_before:
+                self._pops.record_delivery(key, state, redelivered + new_offsets)
+            self._commit(key, state, base_before)
+            return out
+
+    def _delivery(
+        self, record: Record, queue_id: int, offset: int, token: int, attempt: int, args
+    ) -> Delivery:
+        return Delivery(record, Handle(queue_id, offset, token), attempt, args.invisible_ms)
+
+    def _read_one(self, topic: str, queue_id: int, offset: int) -> Record | None:
+        result = self._broker.store.get_messages(topic, queue_id, offset, 1)
+        if result.status != PullStatus.FOUND or result.queue_offsets is None:
+            return None
+        if int(result.queue_offsets[0]) != offset:
+            return None
+        return decode_record(result.data)
+
+    def _start_offset(self, key: Key) -> int:
+        group, topic, queue_id = key
+        committed = self._broker.store.offsets.query_one(group, topic, queue_id)
+        if committed is not None:
+            return committed
+        return self._broker.store.min_offset(topic, queue_id)
+
+    def _follow_committed(self, key: Key, state: PopQueue) -> None:
+        """An offset set by other means (an admin reset, a pull consumer of the same group)
+        is taken over when nothing is in flight."""
+        if state.inflight:
+            return
+        committed = self._broker.store.offsets.query_one(*key)
+        if committed is not None and committed != state.base:
+            state.reset(committed)
+            self._pops.record_snapshot(key, state)
+
+    def _commit(self, key: Key, state: PopQueue, base_before: int) -> None:
+        if state.base != base_before or self._broker.store.offsets.query_one(*key) is None:
+            group, topic, queue_id = key
+            self._broker.store.offsets.commit(group, topic, {queue_id: state.base})
+
+    def _dead_letter(self, key: Key, state: PopQueue, offsets: list[int]) -> None:
+        group, topic, queue_id = key
+        for offset in offsets:
+            record = self._read_one(topic, queue_id, offset)
+            if record is not None:
+                self._forward_to_dlq(group, record)
+            state.drop(offset)
+        self._pops.record_acks(key, offsets)
+
+    def _forward_to_dlq(self, group: str, record: Record) -> None:
+        msg_id = offset_msg_id(record.store_host, record.physical_offset)
+        plan = plan_send_back(record, group=group, record_msg_id=msg_id, dead_letter_now=True)
+        write_send_back(self._broker, record, plan)
+        log.info(
+            "message %s of %s queue %d offset %d moved to %s",
+            msg_id, record.topic, record.queue_id, record.queue_offset, plan.topic,
+        )  # fmt: skip
+
+    def is_ready(self, group: str, topic: str, queue_ids: list[int], fifo: bool) -> bool:
+        """Quick check (event loop): may a receive find something now?"""
+        store = self._broker.store
+        now = now_ms()
+        for queue_id in queue_ids:
+            state = self._pops.find((group, topic, queue_id))
+            if state is None:
+                if store.max_offset(topic, queue_id) > 0:
+                    return True
+                continue
+            if fifo and state.blocked_for_fifo(now, self._alive):
+                continue
+            if store.max_offset(topic, queue_id) > state.next:
+                return True
+            due = state.next_due_ms()
+            if due is not None and due <= now:
+                return True
+        return False
+
+    def next_due_ms(self, group: str, topic: str, queue_ids: list[int]) -> int | None:
+        times = []
+        for queue_id in queue_ids:
+            state = self._pops.find((group, topic, queue_id))
+            if state is not None and (due := state.next_due_ms()) is not None:
+                times.append(due)
+        return min(times) if times else None
+
+    # -- ack, change, forward ----------------------------------------------------------
+
+    def ack(self, group: str, topic: str, handle: Handle) -> None:
+        key: Key = (group, topic, handle.queue_id)
+        with self._pops.queue(key, self._start_offset(key)) as state:
+            before = state.base
+            if not state.ack(handle.offset, handle.token):
+                raise _stale(handle)
+            self._pops.record_acks(key, [handle.offset])
+            self._commit(key, state, before)
+        self._broker.notifier.notify(topic, handle.queue_id)  # a FIFO queue may be free now
+
+    def change_invisible(self, group: str, topic: str, handle: Handle, invisible_ms: int) -> Handle:
+        key: Key = (group, topic, handle.queue_id)
+        with self._pops.queue(key, self._start_offset(key)) as state:
+            new_token = _token()
+            entry = state.change_invisible(
+                handle.offset, handle.token, now_ms=now_ms(), invisible_ms=invisible_ms,
+                new_token=new_token,
+            )  # fmt: skip
+            if entry is None:
+                raise _stale(handle)
+            self._pops.record_change(key, handle.offset, entry)
+        self._broker.notifier.notify(topic, handle.queue_id)  # waiting receives re-plan
+        return Handle(handle.queue_id, handle.offset, new_token)
+
+    def forward_to_dlq(self, group: str, topic: str, handle: Handle) -> None:
+        key: Key = (group, topic, handle.queue_id)
+        with self._pops.queue(key, self._start_offset(key)) as state:
+            entry = state.inflight.get(handle.offset)
+            if entry is None or entry.token != handle.token:
+                raise _stale(handle)
+            before = state.base
+            record = self._read_one(topic, handle.queue_id, handle.offset)
+            if record is not None:
+                self._forward_to_dlq(group, record)
+            state.drop(handle.offset)
+            self._pops.record_acks(key, [handle.offset])
+            self._commit(key, state, before)
+        self._broker.notifier.notify(topic, handle.queue_id)
+
+    def release_client(self, client_id: str) -> int:
+        """A client left: its auto-renewed messages come back to the group soon."""
+        released = 0
+        now = now_ms()
+        for key in self._pops.queue_keys():
+            with self._pops.queue(key, 0) as state:
+                count = state.release_client(client_id, now, RELEASE_DELAY_MS)
+                if count:
+                    released += count
+                    self._pops.record_snapshot(key, state)
+            if count:
+                self._broker.notifier.notify(key[1], key[2])
+        return released
+
+
+def _token() -> int:
+    return secrets.randbits(63)
+
+
+def _stale(handle: Handle) -> V2Error:
+    return V2Error(
+        Code.INVALID_RECEIPT_HANDLE,
+        f"receipt handle {handle.encode()} is not the latest delivery of queue "
+        f"{handle.queue_id} offset {handle.offset}: it was acked already, expired and "
+        "delivered again, or was never issued; use the handle of the latest delivery",
+    )
