@@ -325,7 +325,7 @@ class ConsumerOffsetTable:
                 # Keep the thread alive: the table stays dirty and the next tick retries
                 # (e.g. after an operator frees disk space). The journal holds every change.
                 if not failing:
-                    log.warning(
+                    log.error(
                         "compacting consumer offsets into %s failed (%s); retrying "
                         "every %s s, the journal keeps every change",
                         self._path,
