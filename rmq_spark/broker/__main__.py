@@ -35,6 +35,7 @@ _STORE_FLAGS = (
     "sync_flush_timeout_ms",
     "checkpoint_interval_ms",
     "file_reserved_ms",
+    "cleanup_interval_ms",
     "disk_max_used_ratio",
     "offsets_persist_interval_ms",
     "force_empty_offsets",
@@ -148,6 +149,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     store.add_argument("--sync-flush-timeout-ms", type=int, metavar="MS")
     store.add_argument("--checkpoint-interval-ms", type=int, metavar="MS")
     store.add_argument("--file-reserved-ms", type=int, metavar="MS")
+    store.add_argument(
+        "--cleanup-interval-ms",
+        type=int,
+        metavar="MS",
+        help="how often housekeeping checks the free space and deletes expired segments",
+    )
     store.add_argument("--disk-max-used-ratio", type=float, metavar="RATIO")
     store.add_argument("--offsets-persist-interval-ms", type=int, metavar="MS")
     store.add_argument(

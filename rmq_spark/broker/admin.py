@@ -109,6 +109,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 max_pull_messages=config.max_pull_messages,
                 max_pull_bytes=config.max_pull_bytes,
                 max_suspend_timeout_ms=config.max_suspend_timeout_ms,
+                commitlog_segment_bytes=broker.store.config.commitlog_segment_bytes,
             ),
             store_stats=store_stats_pb(broker.store.stats()),
             server_stats=admin_pb2.ServerStats(

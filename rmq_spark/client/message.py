@@ -235,12 +235,13 @@ class SendResult(NamedTuple):
 
 
 def split_by_size(
-    messages: Sequence[messaging_pb2.Message], max_bytes: int
+    messages: Sequence[messaging_pb2.Message], max_bytes: int, per_message_bytes: int = 6
 ) -> Iterator[Sequence[messaging_pb2.Message]]:
     """Split encoded messages into runs whose encoded size stays under ``max_bytes``.
 
     A message larger than ``max_bytes`` alone makes a run of its own (the broker then refuses
-    it with a clear error rather than the client guessing its limit).
+    it with a clear error rather than the client guessing its limit). Each message counts
+    ``per_message_bytes`` besides its encoding (default: its field tag and length prefix).
 
     >>> small = [messaging_pb2.Message(body=b"x" * 10)] * 5
     >>> [len(run) for run in split_by_size(small, 40)]
@@ -248,8 +249,7 @@ def split_by_size(
     """
     start, size = 0, 0
     for i, message in enumerate(messages):
-        # Field tag + length prefix of each repeated entry: at most 6 bytes.
-        item = message.ByteSize() + 6
+        item = message.ByteSize() + per_message_bytes
         if i > start and size + item > max_bytes:
             yield messages[start:i]
             start, size = i, 0
@@ -293,9 +293,13 @@ def _plain_properties(properties: Mapping[str, str]) -> bool:
 
 
 def encode_columns(
-    messages: Sequence[Message], now_ms: int, max_bytes: int
+    messages: Sequence[Message],
+    now_ms: int,
+    max_bytes: int,
+    per_message_bytes: int = _COLUMN_OVERHEAD_BYTES,
 ) -> list[ColumnsChunk] | None:
-    """The messages as ``MessageColumns`` of at most about ``max_bytes`` each, in order.
+    """The messages as ``MessageColumns`` of at most about ``max_bytes`` each, in order;
+    each message counts ``per_message_bytes`` besides its body and properties.
 
     Each message's properties are encoded as the broker stores them (TAGS, KEYS, UNIQ_KEY,
     then user properties): the same bytes the per-message ``Message`` encoding makes the
@@ -349,7 +353,7 @@ def encode_columns(
     flags = [message.flag for message in messages]
     distinct = list(dict.fromkeys(tags))
     chunks = []
-    for start, stop in _chunk_bounds(body_sizes, properties_sizes, max_bytes):
+    for start, stop in _chunk_bounds(body_sizes, properties_sizes, max_bytes, per_message_bytes):
         columns = messaging_pb2.MessageColumns(
             body_sizes=body_sizes[start:stop],
             properties_sizes=properties_sizes[start:stop],
@@ -384,16 +388,16 @@ def encode_columns(
 
 
 def _chunk_bounds(
-    body_sizes: list[int], properties_sizes: list[int], max_bytes: int
+    body_sizes: list[int], properties_sizes: list[int], max_bytes: int, per_message_bytes: int
 ) -> list[tuple[int, int]]:
     """Runs of messages whose encoded size stays under ``max_bytes`` (one message at least)."""
     n = len(body_sizes)
-    if sum(body_sizes) + sum(properties_sizes) + _COLUMN_OVERHEAD_BYTES * n <= max_bytes:
+    if sum(body_sizes) + sum(properties_sizes) + per_message_bytes * n <= max_bytes:
         return [(0, n)]
     bounds = []
     start, size = 0, 0
     for i, item in enumerate(map(sum, zip(body_sizes, properties_sizes, strict=True))):
-        item += _COLUMN_OVERHEAD_BYTES
+        item += per_message_bytes
         if i > start and size + item > max_bytes:
             bounds.append((start, i))
             start, size = i, 0

@@ -47,7 +47,7 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.names import validate_group, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire import mq_from_pb
 
@@ -103,6 +103,11 @@ Chunk = Sequence[messaging_pb2.Message] | ColumnsChunk
 #: how a broker that predates MessageColumns refuses a columnar send (it sees no messages)
 _NO_COLUMNS_ERROR = "messages is empty"
 _new_result = functools.partial(tuple.__new__, SendResult)
+#: what a stored record takes besides its body, properties and topic name, counted high: the
+#: 91-byte header, the UNIQ_KEY and delay properties the broker adds, and some margin
+_RECORD_OVERHEAD_BYTES = 256
+#: a segment ends with an 8-byte marker that no batch may use
+_SEGMENT_END_MARKER_BYTES = 8
 
 
 class Producer:
@@ -126,6 +131,7 @@ class Producer:
         self._selector = RoundRobinSelector()
         self._faulty_until: dict[str, float] = {}
         self._no_columns: set[str] = set()  # endpoints of brokers without MessageColumns
+        self._segment_bytes: dict[str, int] = {}  # by endpoint; 0: the broker does not say
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
@@ -165,7 +171,8 @@ class Producer:
         """Send many messages to one queue, at consecutive offsets, in order.
 
         Items are Messages, bodies, or ``(body, tags, keys, properties)`` tuples. A batch
-        over ``max_batch_bytes`` goes as several requests to the same queue: each request is
+        over ``max_batch_bytes``, or whose records would not fit in one of the broker's
+        commit-log segments, goes as several requests to the same queue: each request is
         atomic on the broker, the whole batch is not.
         """
         items = [to_message(m) for m in messages]
@@ -344,6 +351,52 @@ class Producer:
     ) -> list[SendResult]:
         endpoint = self._cluster.endpoint_of(mq.broker_name)
         conn = self._cluster.connection(endpoint)
+        results: list[SendResult] = []
+        for part in self._fit_segment(conn, endpoint, mq.topic, chunk):
+            results += self._send_part(conn, endpoint, mq, part, delay_level, retry)
+        return results
+
+    def _fit_segment(self, conn: Connection, endpoint: str, topic: str, chunk: Chunk) -> list:
+        """``chunk`` as requests whose records fit in one of the broker's commit-log
+        segments (a broker refuses a batch that does not: it never splits one)."""
+        segment = self._segment_bytes_of(conn, endpoint)
+        if not segment:
+            return [chunk]
+        budget = segment - _SEGMENT_END_MARKER_BYTES
+        per_message = _RECORD_OVERHEAD_BYTES + 2 * len(topic.encode())
+        if isinstance(chunk, ColumnsChunk):
+            columns = chunk.columns
+            count = len(chunk.messages)
+            if len(columns.bodies) + len(columns.properties) + per_message * count <= budget:
+                return [chunk]
+            parts = encode_columns(chunk.messages, chunk.now_ms, budget, per_message)
+            assert parts is not None, "these messages were encoded in columns before"
+            return parts
+        if sum(m.ByteSize() for m in chunk) + per_message * len(chunk) <= budget:
+            return [chunk]
+        return list(split_by_size(chunk, budget, per_message))
+
+    def _segment_bytes_of(self, conn: Connection, endpoint: str) -> int:
+        known = self._segment_bytes.get(endpoint)
+        if known is None:
+            try:
+                info = conn.call(conn.admin.GetBrokerInfo, admin_pb2.GetBrokerInfoRequest())
+            except RocketliteError:
+                return 0  # the send itself will say what is wrong; ask again next time
+            known = info.limits.commitlog_segment_bytes
+            with self._lock:
+                self._segment_bytes[endpoint] = known
+        return known
+
+    def _send_part(
+        self,
+        conn: Connection,
+        endpoint: str,
+        mq: MessageQueue,
+        chunk: Chunk,
+        delay_level: int,
+        retry: RetryPolicy,
+    ) -> list[SendResult]:
         if not isinstance(chunk, ColumnsChunk):
             return self._send_messages(conn, mq, chunk, delay_level, retry)
         if endpoint not in self._no_columns:

@@ -273,7 +273,11 @@ class ConsumerOffsetTable:
         self._stop.set()
         if self._flusher is not None:
             self._flusher.join()
-        self.persist()
+        try:
+            self.persist()
+        except OSError as exc:
+            # Nothing is lost: the journal holds every change, and the next open replays it.
+            log.warning("consumer offsets not compacted into %s (%s)", self._path, exc)
         if self._journal is not None:
             self._journal.close()
 
@@ -313,13 +317,26 @@ class ConsumerOffsetTable:
         self._flusher.start()
 
     def _run_flusher(self) -> None:
+        failing = False
         while not self._stop.wait(self._interval_s):
             try:
                 self.persist()
-            except Exception:
+            except OSError as exc:
                 # Keep the thread alive: the table stays dirty and the next tick retries
-                # (e.g. after an operator frees disk space).
+                # (e.g. after an operator frees disk space). The journal holds every change.
+                if not failing:
+                    log.error(
+                        "compacting consumer offsets into %s failed (%s); retrying "
+                        "every %s s, the journal keeps every change",
+                        self._path,
+                        exc,
+                        self._interval_s,
+                    )
+                failing = True
+            except Exception:
                 log.exception("persisting consumer offsets to %s failed; retrying", self._path)
+            else:
+                failing = False
 
 
 def _apply(table: OffsetTable, change: tuple) -> None:

@@ -52,7 +52,12 @@ class CheckpointFile:
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size < _FILE_BYTES:
-            os.ftruncate(self._fd, _FILE_BYTES)
+            # Allocated now, so writing a checkpoint never needs free space later.
+            try:
+                os.posix_fallocate(self._fd, 0, _FILE_BYTES)
+            except OSError:
+                os.close(self._fd)
+                raise
         self.last = self.read()
 
     def read(self) -> Checkpoint | None:

@@ -43,7 +43,9 @@ class CommitLog:
             last = i == len(paths) - 1
             if last:
                 size = max(size, segment_bytes)
-            segments.append(MappedFile(path, int(path.name), size, create=False, grow=last))
+            segments.append(
+                MappedFile(path, int(path.name), size, create=False, grow=last, preallocate=True)
+            )
         # Readers take no lock: they read this (starts, segments) pair, which writers
         # replace as a whole, never mutate.
         self._index: tuple[list[int], list[MappedFile]] = ([], [])
@@ -168,7 +170,13 @@ class CommitLog:
             return seg
         start = self.segments[-1].end_offset if self.segments else 0
         assert start == global_pos, "commit log roll out of order"
-        seg = MappedFile(self.directory / file_name(start), start, self.segment_bytes, create=True)
+        seg = MappedFile(
+            self.directory / file_name(start),
+            start,
+            self.segment_bytes,
+            create=True,
+            preallocate=True,
+        )
         fsync_dir(self.directory)
         self._publish([*self.segments, seg])
         return seg

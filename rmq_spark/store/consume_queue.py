@@ -59,7 +59,9 @@ class ConsumeQueue:
             return
         self.min_offset = self.files[0].start_offset // ENTRY_SIZE
         for seg in reversed(self.files):
-            sizes = np.frombuffer(seg.view(), dtype=">i4").reshape(-1, 5)[:, 2]
+            # pread, not the map: the unwritten tail is a hole (see MappedFile.read_copy)
+            data = seg.read_copy(0, seg.size)
+            sizes = np.frombuffer(data, dtype=">i4").reshape(-1, 5)[:, 2]
             written = np.flatnonzero(sizes)
             if len(written):
                 seg.write_pos = seg.flushed_pos = (int(written[-1]) + 1) * ENTRY_SIZE

@@ -22,8 +22,12 @@ class DirectoryLock:
                 f"store directory {store_dir} is in use by another process (pid {holder}); "
                 "stop that broker first or choose another --store directory"
             ) from None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        # Overwritten in place, padded: on a full disk the file keeps its block (a new
+        # file may get none; the pid is only a hint for the message above).
+        try:
+            os.pwrite(self._fd, f"{os.getpid()}\n".ljust(16).encode(), 0)
+        except OSError:
+            pass
 
     def release(self) -> None:
         if self._fd >= 0:

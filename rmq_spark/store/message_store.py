@@ -13,7 +13,6 @@ Directory layout (RocketMQ's, plus a lock file)::
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
@@ -34,10 +33,7 @@ from rmq_spark.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
-    ResourceExhaustedError,
-    RocketliteError,
     StoreError,
-    StoreFailedError,
 )
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
 from rmq_spark.store import geometry
@@ -46,6 +42,7 @@ from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.consume_queue import ConsumeQueue
 from rmq_spark.store.dir_lock import DirectoryLock
+from rmq_spark.store.failure import StoreHealth, is_no_space
 from rmq_spark.store.flush import FlushService
 from rmq_spark.store.recovery import RecoveryReport, recover
 from rmq_spark.store.sizes import MAX_SCANNED_ENTRIES, RangeSize, measure
@@ -114,10 +111,17 @@ class MessageStore:
         self._write_lock = threading.Lock()
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queues_lock = threading.Lock()
-        self._disk_full = False
         self._closed = False
-        self._failure: BaseException | None = None
-        self._failure_listeners: list[Callable[[BaseException], None]] = []
+        cq_file_bytes = config.consumequeue_entries_per_file * 20
+        self.health = StoreHealth(
+            Path(config.store_dir),
+            needed_bytes=config.commitlog_segment_bytes + cq_file_bytes,
+            needed_what=(
+                f"one commit-log segment of {config.commitlog_segment_bytes:,} bytes and one "
+                f"consume-queue file of {cq_file_bytes:,} bytes"
+            ),
+            max_used_ratio=config.disk_max_used_ratio,
+        )
         self._last_store_ts = 0
         self.recovery: RecoveryReport | None = None
 
@@ -149,11 +153,16 @@ class MessageStore:
         abort_file = root / "abort"
         abnormal = abort_file.exists()
         # Before any file is opened: a store opened with other file sizes reads garbage.
-        geometry.load_or_record(
-            cfg.config_dir,
-            geometry.Geometry(cfg.commitlog_segment_bytes, cfg.consumequeue_entries_per_file),
-            lambda: geometry.sizes_in_files(cfg.commitlog_dir, cfg.consumequeue_dir),
-        )
+        try:
+            geometry.load_or_record(
+                cfg.config_dir,
+                geometry.Geometry(cfg.commitlog_segment_bytes, cfg.consumequeue_entries_per_file),
+                lambda: geometry.sizes_in_files(cfg.commitlog_dir, cfg.consumequeue_dir),
+            )
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            log.warning("disk full: the store's file sizes are recorded at a later start")
         self.topics = TopicTable.open(cfg.config_dir)
         self.offsets = ConsumerOffsetTable.open(
             cfg.config_dir,
@@ -163,21 +172,37 @@ class MessageStore:
         )
         self.commitlog = CommitLog(cfg.commitlog_dir, cfg.commitlog_segment_bytes)
         self._load_queues()
-        self._checkpoint = CheckpointFile(root / "checkpoint")
+        try:
+            self._checkpoint = CheckpointFile(root / "checkpoint")
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            raise self.health.no_space_at_open(exc, "creating the checkpoint file") from exc
         last = self._checkpoint.last
         if abnormal:
             log.warning("store %s was not shut down cleanly; recovering from the commit log", root)
-        self.recovery = recover(
-            self.commitlog,
-            self._queue,
-            list(self._queues.values()),
-            last.safe_offset if last else None,
-            abnormal=abnormal or last is None,
-            schedule_delays_ms=cfg.schedule_delays_ms,
-        )
-        for cq in self._queues.values():
-            cq.drop_below_physical(self.commitlog.min_offset)
-        abort_file.touch()
+        try:
+            self.recovery = recover(
+                self.commitlog,
+                self._queue,
+                list(self._queues.values()),
+                last.safe_offset if last else None,
+                abnormal=abnormal or last is None,
+                schedule_delays_ms=cfg.schedule_delays_ms,
+            )
+            for cq in self._queues.values():
+                cq.drop_below_physical(self.commitlog.min_offset)
+            doing = "creating the abort marker"
+            abort_file.touch()
+            doing = "writing the checkpoint"
+            self.checkpoint()
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            if self.recovery is None:
+                doing = "recovery (it rebuilds consume queues from the commit log)"
+            raise self.health.no_space_at_open(exc, doing) from exc
+        self.health.check_at_open()
         warm_up()
         self.flush_service = FlushService(
             sync=cfg.flush_mode == "SYNC",
@@ -185,9 +210,8 @@ class MessageStore:
             checkpoint_interval_ms=cfg.checkpoint_interval_ms,
             flush_commitlog=self._flush_commitlog,
             checkpoint=self.checkpoint,
-            on_failure=self._fail,
+            on_failure=self.health.fail,
         )
-        self.checkpoint()
         self.flush_service.start(self.commitlog.max_offset)
         self._stop_cleaner = threading.Event()
         self._cleaner = threading.Thread(target=self._run_cleaner, name="rmq-clean", daemon=True)
@@ -219,7 +243,7 @@ class MessageStore:
         self._stop_cleaner.set()
         self._cleaner.join()
         self.flush_service.stop()  # its last round covers SYNC appenders still waiting
-        failed = self._failure is not None
+        failed = self.health.failure is not None
         if not failed:
             self.checkpoint()
         with self._write_lock:
@@ -320,12 +344,7 @@ class MessageStore:
                 f"queue id {queue_id!r} is out of range for topic {topic!r}: "
                 f"it has {config.write_queue_nums} write queues (0..{config.write_queue_nums - 1})"
             )
-        if self._disk_full:
-            raise ResourceExhaustedError(
-                f"disk holding {self.config.store_dir} is over "
-                f"{self.config.disk_max_used_ratio:.0%} full; writes are refused until space "
-                "is freed"
-            )
+        self.health.check_writable()
         batch = prepare_batch(
             topic,
             queue_id,
@@ -365,7 +384,7 @@ class MessageStore:
                 cq.put(first, plan.positions, batch.sizes, tag_codes)
             except OSError as exc:
                 self._undo_append(cq, first, log_end)
-                raise self._write_failed(exc) from exc
+                raise self.health.write_failed(exc) from exc
             self._last_store_ts = store_ts
             end = self.commitlog.max_offset
         if self.config.flush_mode == "SYNC":
@@ -381,22 +400,8 @@ class MessageStore:
             cq.truncate(first, erase_beyond=True)
         except OSError as exc:
             # Cannot even erase it: stop rather than risk serving half a batch later.
-            self._fail(exc)
+            self.health.fail(exc)
             raise
-
-    def _write_failed(self, exc: OSError) -> RocketliteError:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            self._disk_full = True  # refuse at once until housekeeping sees free space
-            free = shutil.disk_usage(self.config.store_dir).free
-            return ResourceExhaustedError(
-                f"the disk holding {self.config.store_dir} is full ({free:,} bytes free); "
-                "the batch was not stored (nothing of it is kept). Free space or delete "
-                "expired segments, then send again"
-            )
-        return StoreError(
-            f"writing to the store {self.config.store_dir} failed: {exc}; the batch was not "
-            "stored (nothing of it is kept)"
-        )
 
     def _check_sizes(self, batch) -> None:
         limit = self.config.max_message_bytes
@@ -558,17 +563,10 @@ class MessageStore:
         interval = self.config.cleanup_interval_ms / 1000
         while not self._stop_cleaner.wait(interval):
             try:
-                self._check_disk()
+                self.health.check_disk()
                 self.delete_expired_files()
             except Exception:
                 log.exception("housekeeping failed")
-
-    def _check_disk(self) -> None:
-        usage = shutil.disk_usage(self.config.store_dir)
-        full = usage.used / usage.total > self.config.disk_max_used_ratio
-        if full != self._disk_full:
-            log.warning("disk %s: writes %s", "full" if full else "ok", "off" if full else "on")
-        self._disk_full = full
 
     def delete_expired_files(self, max_age_ms: int | None = None) -> int:
         """Delete commit-log segments not written for ``max_age_ms`` (default
@@ -607,40 +605,18 @@ class MessageStore:
     # -- misc ------------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._failure is not None:
-            raise StoreFailedError(
-                f"store {self.config.store_dir} stopped after a failed disk write or sync "
-                f"({self._failure}); it serves nothing until the broker is restarted, when "
-                "recovery keeps exactly what was durable"
-            )
+        self.health.check_not_failed()
         if self._closed:
             raise StoreError(f"store {self.config.store_dir} is closed")
 
     @property
     def failure(self) -> BaseException | None:
         """Why the store stopped (fail-stop), or None while it is healthy."""
-        return self._failure
+        return self.health.failure
 
     def add_failure_listener(self, listener: Callable[[BaseException], None]) -> None:
         """Call ``listener(error)`` once if the store fails (e.g. to stop the broker)."""
-        self._failure_listeners.append(listener)
-
-    def _fail(self, exc: BaseException) -> None:
-        if self._failure is not None:
-            return
-        self._failure = exc
-        log.critical(
-            "store %s FAILED: %s. Nothing past the last good sync is trusted: the store "
-            "stops accepting writes and serving reads. Restart the broker; crash recovery "
-            "keeps exactly the records that reached the disk",
-            self.config.store_dir,
-            exc,
-        )
-        for listener in list(self._failure_listeners):
-            try:
-                listener(exc)
-            except Exception:
-                log.exception("a store failure listener failed")
+        self.health.add_failure_listener(listener)
 
     def stats(self) -> dict:
         return {
@@ -651,5 +627,5 @@ class MessageStore:
             "queues": len(self._queues),
             "topics": len(self.topics.list()),
             "flush_mode": self.config.flush_mode,
-            "disk_full": self._disk_full,
+            "disk_full": self.health.disk_full,
         }

@@ -169,6 +169,29 @@ def test_send_batch_goes_to_one_queue_in_order_and_splits_by_size(endpoints):
     assert table.column("tags").to_pylist()[-1] == "TagT"
 
 
+@pytest.mark.parametrize("columns_min_batch", [16, 0], ids=["columns", "messages"])
+def test_send_batch_larger_than_a_commit_log_segment_is_split_to_fit(
+    in_process_broker_factory, columns_min_batch
+):
+    segment = 64 * 1024  # the broker refuses a request whose records do not fit in one
+    broker = in_process_broker_factory(
+        store_options={"commitlog_segment_bytes": segment, "consumequeue_entries_per_file": 64}
+    )
+    with Admin(broker.endpoint, ClientConfig(retry=FAST_RETRY)) as admin:
+        admin.create_topic("Big", queues=2)
+        assert admin.broker_info()["broker-t"].limits["commitlog_segment_bytes"] == segment
+    items = [Message(b"%04d" % i + b"." * 996, tags="T", keys=[f"k{i}"]) for i in range(300)]
+    config = producer_config(columns_min_batch=columns_min_batch)
+    with Producer(broker.endpoint, config=config) as producer:
+        results = producer.send_batch("Big", items)  # ~330 KB: five segments' worth
+    assert len({r.message_queue for r in results}) == 1
+    assert [r.queue_offset for r in results] == list(range(300))
+    assert [r.msg_id for r in results] == [m.unique_key for m in items]
+    with PullConsumer(broker.endpoint, config=consumer_config(pull_batch_size=100)) as consumer:
+        table = read_all(consumer, [results[0].message_queue], 300)
+    assert table.column("body").to_pylist() == [m.body for m in items]
+
+
 def test_send_async_futures_and_callbacks(producer):
     done = []
     lock = threading.Lock()

@@ -56,10 +56,13 @@ def test_a_failed_write_leaves_nothing_behind(store_factory, monkeypatch, part, 
     store.append("t", 0, bodies("before", 10))
     log_end = store.commitlog.max_offset
     faults.arm(nth)
-    with pytest.raises(ResourceExhaustedError, match=r"disk holding .* is full"):
+    with pytest.raises(
+        ResourceExhaustedError,
+        match=r"disk holding .* has [0-9,]+ bytes free; the store needs .* the disk is full",
+    ):
         store.append("t", 0, bodies("failed", 10))
     assert store.max_offset("t", 0) == 10 and store.commitlog.max_offset == log_end
-    store._disk_full = False  # space was freed (housekeeping would notice it)
+    store.health.set_disk_full(False)  # space was freed (housekeeping would notice it)
     again = store.append("t", 0, bodies("after", 3))
     assert again.first_queue_offset == 10  # the failed batch's offsets are reused
     assert verify_store(store).ok
@@ -80,7 +83,10 @@ def test_after_a_full_disk_writes_are_refused_at_once_until_space_is_back(
     faults.arm(1)
     with pytest.raises(ResourceExhaustedError):
         store.append("t", 0, bodies("a", 2))
-    with pytest.raises(ResourceExhaustedError, match="writes are refused until space"):
+    with pytest.raises(
+        ResourceExhaustedError,
+        match=r"needs 66,816 bytes free .*writes are refused until that much space is freed",
+    ):
         store.append("t", 0, bodies("b", 2))
     assert store.get_messages("t", 0, 0).count == 0  # reads go on
 

@@ -128,20 +128,22 @@ class GetBrokerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerLimits(_message.Message):
-    __slots__ = ("max_message_bytes", "max_request_bytes", "max_response_bytes", "max_pull_messages", "max_pull_bytes", "max_suspend_timeout_ms")
+    __slots__ = ("max_message_bytes", "max_request_bytes", "max_response_bytes", "max_pull_messages", "max_pull_bytes", "max_suspend_timeout_ms", "commitlog_segment_bytes")
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_RESPONSE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_PULL_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     MAX_PULL_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_SUSPEND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_SEGMENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     max_message_bytes: int
     max_request_bytes: int
     max_response_bytes: int
     max_pull_messages: int
     max_pull_bytes: int
     max_suspend_timeout_ms: int
-    def __init__(self, max_message_bytes: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., max_response_bytes: _Optional[int] = ..., max_pull_messages: _Optional[int] = ..., max_pull_bytes: _Optional[int] = ..., max_suspend_timeout_ms: _Optional[int] = ...) -> None: ...
+    commitlog_segment_bytes: int
+    def __init__(self, max_message_bytes: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., max_response_bytes: _Optional[int] = ..., max_pull_messages: _Optional[int] = ..., max_pull_bytes: _Optional[int] = ..., max_suspend_timeout_ms: _Optional[int] = ..., commitlog_segment_bytes: _Optional[int] = ...) -> None: ...
 
 class StoreStats(_message.Message):
     __slots__ = ("commitlog_min_offset", "commitlog_max_offset", "flushed_offset", "commitlog_segments", "topic_count", "queue_count", "disk_full")
