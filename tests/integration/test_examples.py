@@ -91,3 +91,21 @@ def test_rebalance_demo_hands_queues_over_without_loss_or_duplicates():
     for member in ("member-1", "member-2", "member-3"):
         count = re.search(rf"^  {member}\s+([\d,]+)$", out, re.MULTILINE)
         assert count and int(count[1].replace(",", "")) > 0, out
+
+
+def test_rocketmq5_client_example_mixes_official_clients_with_rocketlite():
+    out = run_example("rocketmq5_client.py").stdout
+
+    assert "official producer sent 6 orders" in out, out
+    # the order asked for again comes back as attempt 2; the others are attempt 1
+    later = re.search(r"2\. (order-\d): asked to see it again", out)
+    assert later, out
+    assert f"received {later[1]} tag Paid attempt 2" in out, out
+    assert len(re.findall(r"received order-\d tag Paid attempt 1", out)) == 3, out
+    # each customer's FIFO events in order
+    assert "customer ann: steps [0, 1, 2, 3, 4]" in out, out
+    assert "customer bob: steps [0, 1, 2, 3, 4]" in out, out
+    # rocketlite's own reader sees the official client's id, keys and tag
+    assert "PullConsumer read 6 orders" in out and "keys=order-0 tags=Refunded" in out, out
+    assert "group billing on orders: lag 0" in out, out
+    assert "group shipping on customer-events: lag 0" in out, out
