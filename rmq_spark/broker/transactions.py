@@ -41,6 +41,7 @@ from rmq_spark.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     RocketliteError,
 )
 from rmq_spark.store import AppendResult
@@ -176,6 +177,12 @@ class TransactionService:
                 self._append_op(half, ts.ROLLBACK)
                 self._resolve(half, ts.ROLLBACK)
                 return True
+            # Refuse before the op is recorded when the copy could not be written now.
+            if not self.broker.topic_for_write(half.real_topic).is_writable:
+                raise PermissionDeniedError(
+                    f"topic {half.real_topic!r} is not writable; transaction "
+                    f"{transaction_id!r} stays pending until it is"
+                )
             floor = self._max_offset(half.real_topic, half.real_queue_id)
             op_offset = self._append_op(half, ts.COMMIT, real_floor=floor)
             self._resolve(half, ts.COMMIT)
@@ -198,7 +205,10 @@ class TransactionService:
                 max_checks=self.max_checks,
             )
             for half in discard:
-                self._discard(half)
+                try:
+                    self._discard(half)
+                except (OSError, RocketliteError) as exc:
+                    log.error("transaction %s not discarded yet: %s", half.transaction_id, exc)
             out = []
             if check:
                 self.store.append(

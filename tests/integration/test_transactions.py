@@ -20,7 +20,12 @@ from rmq_spark.broker import transaction_state as ts
 from rmq_spark.broker.core import Broker
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.properties import decode_properties, encode_properties
-from rmq_spark.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from rmq_spark.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 
 TOPIC = "Orders"
 
@@ -246,3 +251,14 @@ def test_restart_keeps_pending_and_never_redelivers(tmp_path, how):
         assert sorted(delivered(broker, tx_broker_process.TOPIC)) == ["committed-1", "pending-1"]
     finally:
         broker.close()
+
+
+def test_commit_to_an_unwritable_topic_records_nothing(broker):
+    prepare(broker, "T1")
+    broker.store.topics.update(TOPIC, perm=4)
+    with pytest.raises(PermissionDeniedError):
+        broker.transactions.end("T1", True)
+    assert broker.transactions.status("T1") == ts.PENDING
+    broker.store.topics.update(TOPIC, perm=6)
+    assert broker.transactions.end("T1", True) is True
+    assert delivered(broker) == ["T1"]
