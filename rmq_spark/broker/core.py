@@ -15,6 +15,7 @@ from rmq_spark.broker.groups import ConsumerRegistry
 from rmq_spark.broker.locks import QueueLockManager
 from rmq_spark.broker.long_poll import PullNotifier
 from rmq_spark.broker.schedule import DelayScheduler
+from rmq_spark.broker.transactions import TransactionService
 from rmq_spark.errors import NotFoundError, PermissionDeniedError
 from rmq_spark.store import AppendResult, MessageStore
 from rmq_spark.store.topics import TopicConfig
@@ -42,6 +43,8 @@ class Broker:
         self.messages_pulled = 0
         self.delays = DelayScheduler(self, config.delay_levels_ms)
         self.delays.start()
+        #: half messages and their commit/rollback/check (the v2 service drives checks)
+        self.transactions = TransactionService(self)
 
     @property
     def name(self) -> str:
@@ -86,6 +89,7 @@ class Broker:
 
     def close(self) -> None:
         self.delays.stop()
+        self.transactions.close()
         self.consumers.close()
         self.notifier.close()
         self.store.close()

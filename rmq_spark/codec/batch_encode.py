@@ -83,6 +83,7 @@ def prepare_batch(
     flags: Sequence[int] | int | None = None,
     reconsume_times: Sequence[int] | int | None = None,
     sysflag: int = 0,
+    prepared_tx_offset: int = 0,
 ) -> PreparedBatch:
     """Validate and pre-encode ``bodies`` (with encoded ``properties``) for one queue."""
     n = len(bodies)
@@ -127,6 +128,7 @@ def prepare_batch(
     headers["born_host"] = born
     headers["store_host"] = store
     headers["reconsume_times"] = _per_message("reconsume_times", reconsume_times, n, 0)
+    headers["prepared_tx_offset"] = prepared_tx_offset
     headers["body_len"] = body_lens
     topic_part = (struct.pack(">H", len(topic_bytes)) if v2 else bytes([len(topic_bytes)])) + (
         topic_bytes

@@ -29,6 +29,11 @@ BLANK_MARKER_SIZE = 8
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_MULTI_TAGS = 0x2
 SYSFLAG_TRANSACTION_MASK = 0xC
+# The transaction type held in SYSFLAG_TRANSACTION_MASK (RocketMQ's MessageSysFlag):
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4  # a half message, waiting for commit or rollback
+TRANSACTION_COMMIT_TYPE = 0x8  # a committed transactional message in its real topic
+TRANSACTION_ROLLBACK_TYPE = 0xC
 SYSFLAG_BORNHOST_V6 = 0x10
 SYSFLAG_STOREHOST_V6 = 0x20
 SYSFLAG_INNER_BATCH = 0x80
@@ -85,6 +90,16 @@ def header_dtype(born_host_size: int, store_host_size: int, extra: tuple = ()) -
         for name, kind in _HEADER_FIELDS
     ]
     return np.dtype([*fields, *extra])
+
+
+def transaction_type(sysflag: int) -> int:
+    """The TRANSACTION_*_TYPE value of a SYSFLAG."""
+    return sysflag & SYSFLAG_TRANSACTION_MASK
+
+
+def with_transaction_type(sysflag: int, kind: int) -> int:
+    """``sysflag`` with its transaction type replaced by ``kind`` (resetTransactionValue)."""
+    return (sysflag & ~SYSFLAG_TRANSACTION_MASK) | (kind & SYSFLAG_TRANSACTION_MASK)
 
 
 def crc32_body(body: bytes) -> int:

@@ -318,6 +318,7 @@ class MessageStore:
         flags: Sequence[int] | int | None = None,
         reconsume_times: Sequence[int] | int | None = None,
         sysflag: int = 0,
+        prepared_tx_offset: int = 0,
         delivery_delay_ms: int | None = None,
     ) -> AppendResult:
         """Append a batch of messages to one queue; returns their offsets.
@@ -327,6 +328,8 @@ class MessageStore:
         ``properties`` when not given; written into the records as the TAGS property when
         ``properties`` is not given; callers passing both must keep them in agreement.
         In SYNC flush mode this returns once the batch is fsynced (group commit).
+        ``sysflag`` and ``prepared_tx_offset`` go into every record as they are (a
+        committed transactional message points at its half message this way).
         With ``delivery_delay_ms`` (delayed messages, in the schedule topic) the entries'
         tag-code slot holds each message's delivery time instead: the store time plus it.
         """
@@ -356,6 +359,7 @@ class MessageStore:
             flags=flags,
             reconsume_times=reconsume_times,
             sysflag=sysflag,
+            prepared_tx_offset=prepared_tx_offset,
         )
         self._check_sizes(batch)
         if tags is None:
