@@ -102,6 +102,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     broker.add_argument("--max-reconsume-times", type=int, default=16, metavar="N")
     broker.add_argument("--session-timeout-ms", type=int, default=120_000, metavar="MS")
     broker.add_argument("--lock-lease-ms", type=int, default=60_000, metavar="MS")
+    broker.add_argument(
+        "--transaction-check-after-ms",
+        type=int,
+        default=6_000,
+        metavar="MS",
+        help="ask a producer about a pending transaction once it is this old",
+    )
+    broker.add_argument(
+        "--transaction-check-interval-ms",
+        type=int,
+        default=30_000,
+        metavar="MS",
+        help="time between two checks of one pending transaction",
+    )
+    broker.add_argument(
+        "--transaction-max-checks",
+        type=int,
+        default=15,
+        metavar="N",
+        help="checks before a pending transaction is discarded",
+    )
 
     limits = parser.add_argument_group("limits (sizes take KiB/MiB/GiB suffixes)")
     limits.add_argument("--max-message-bytes", type=byte_size, default=4 << 20, metavar="SIZE")
@@ -200,6 +221,9 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         max_reconsume_times=args.max_reconsume_times,
         delay_levels=args.delay_levels,
         worker_threads=args.worker_threads,
+        transaction_check_after_ms=args.transaction_check_after_ms,
+        transaction_check_interval_ms=args.transaction_check_interval_ms,
+        transaction_max_checks=args.transaction_max_checks,
         store_options={
             name: getattr(args, name) for name in _STORE_FLAGS if getattr(args, name) is not None
         },

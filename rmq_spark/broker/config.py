@@ -71,6 +71,12 @@ class BrokerConfig:
     delay_levels: str = DEFAULT_DELAY_LEVELS
     #: threads that run store work; waiting calls (held pulls, watch streams) use none
     worker_threads: int = 16
+    #: a pending transaction is first checked once this old, then every interval; after
+    #: max checks it is discarded (RocketMQ's transactionTimeOut, transactionCheckInterval,
+    #: transactionCheckMax)
+    transaction_check_after_ms: int = 6_000
+    transaction_check_interval_ms: int = 30_000
+    transaction_max_checks: int = 15
     store_options: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -95,6 +101,9 @@ class BrokerConfig:
                 "queue_lock_lease_ms",
                 "max_reconsume_times",
                 "worker_threads",
+                "transaction_check_after_ms",
+                "transaction_check_interval_ms",
+                "transaction_max_checks",
             ),
             1,
         )

@@ -44,7 +44,12 @@ class Broker:
         self.delays = DelayScheduler(self, config.delay_levels_ms)
         self.delays.start()
         #: half messages and their commit/rollback/check (the v2 service drives checks)
-        self.transactions = TransactionService(self)
+        self.transactions = TransactionService(
+            self,
+            check_interval_ms=config.transaction_check_interval_ms,
+            check_after_ms=config.transaction_check_after_ms,
+            max_checks=config.transaction_max_checks,
+        )
 
     @property
     def name(self) -> str:

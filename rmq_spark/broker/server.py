@@ -106,6 +106,8 @@ class BrokerServer:
         with self._stop_lock:
             if self._stopped.is_set():
                 return
+            if self.v2 is not None:
+                self._loop_thread.call(self.v2.stop())
             self.broker.notifier.close()  # release held pulls so the grace period is short
             self.broker.consumers.close()  # end watch streams
             self._loop_thread.call(self._server.stop(grace_s))

@@ -4,6 +4,7 @@ while it is)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,8 +24,8 @@ class ClientInfo:
     client_id: str
     settings: pb.Settings
     last_seen_ms: int
-    streams: int = 0  # open Telemetry streams
-    topics: set[str] = field(default_factory=set)
+    #: open Telemetry streams: what the broker writes to the client goes in these
+    outboxes: list[asyncio.Queue] = field(default_factory=list)
 
 
 class ClientRegistry:
@@ -55,26 +56,38 @@ class ClientRegistry:
             info.last_seen_ms = monotonic_ms()
             return True
 
-    def stream_opened(self, client_id: str) -> None:
+    def stream_opened(self, client_id: str, outbox: asyncio.Queue) -> None:
         with self._lock:
             info = self._clients.get(client_id)
             if info is None:
                 info = self._clients[client_id] = ClientInfo(client_id, pb.Settings(), 0)
-            info.streams += 1
+            info.outboxes.append(outbox)
             info.last_seen_ms = monotonic_ms()
 
-    def stream_closed(self, client_id: str) -> None:
+    def stream_closed(self, client_id: str, outbox: asyncio.Queue) -> None:
         with self._lock:
             info = self._clients.get(client_id)
-            if info is not None:
-                info.streams = max(0, info.streams - 1)
+            if info is not None and outbox in info.outboxes:
+                info.outboxes.remove(outbox)
 
     def alive(self, client_id: str) -> bool:
         with self._lock:
             info = self._clients.get(client_id)
             if info is None:
                 return False
-            return info.streams > 0 or monotonic_ms() - info.last_seen_ms < self._timeout_ms
+            return bool(info.outboxes) or monotonic_ms() - info.last_seen_ms < self._timeout_ms
+
+    def producer_outboxes(self, topic: str) -> list[asyncio.Queue]:
+        """Telemetry streams of live producers that publish to ``topic`` (who can be asked
+        about an orphaned transaction of it)."""
+        with self._lock:
+            return [
+                outbox
+                for info in self._clients.values()
+                if info.settings.HasField("publishing")
+                and any(t.name == topic for t in info.settings.publishing.topics)
+                for outbox in info.outboxes
+            ]
 
     def remove(self, client_id: str) -> None:
         with self._lock:

@@ -10,8 +10,10 @@ there without holding a thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import random
 import time
 
 import grpc
@@ -29,13 +31,18 @@ from rmq_spark.broker.v2.convert import Handle
 from rmq_spark.broker.v2.offsets_api import OffsetsApi
 from rmq_spark.broker.v2.pop_store import PopStore
 from rmq_spark.broker.v2.receive import AUTO_RENEW_MS, PopService, ReceiveArgs
+from rmq_spark.codec.properties import REAL_TOPIC, decode_properties
 from rmq_spark.codec.subscription import parse_subscription
-from rmq_spark.errors import InvalidArgumentError, RocketliteError, shown
+from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError, shown
 from rmq_spark.names import validate_group, validate_topic
 
 log = logging.getLogger("rmq_spark.broker")
 
 CLIENT_ID_HEADER = "x-mq-client-id"
+#: how often pending transactions are looked at (each has its own check times)
+CHECK_LOOP_S = 1.0
+_STREAM_END = object()
+_BAD_SETTINGS = object()
 MIN_INVISIBLE_MS = 10_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_POLLING_MS = 20_000
@@ -122,6 +129,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         self.pop = PopService(broker, self.pops, self.clients.alive)
         self._offsets = OffsetsApi(broker)
         self._round_robin: dict[str, int] = {}
+        self._checks: asyncio.Task | None = None
 
     def close(self) -> None:
         self.pops.close()
@@ -191,23 +199,84 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         return spb.NotifyClientTerminationResponse(status=status())
 
     async def Telemetry(self, request_iterator, context):
+        """The client's settings in, the broker's answers and its own commands (checks of
+        orphaned transactions) out, over one long-lived stream."""
         client_id = client_id_of(context)
         if not client_id.strip():
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "x-mq-client-id is required")
-        self.clients.stream_opened(client_id)
+        self._start_transaction_checks()
+        outbox: asyncio.Queue = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                async for command in request_iterator:
+                    if command.WhichOneof("command") != "settings":
+                        continue  # thread stack traces, verify results: nothing to do here
+                    answer = await self._workers.run(self._settings, client_id, command.settings)
+                    if answer is None:
+                        await outbox.put(_BAD_SETTINGS)
+                        return
+                    await outbox.put(spb.TelemetryCommand(status=status(), settings=answer))
+            finally:
+                await outbox.put(_STREAM_END)
+
+        reader = asyncio.create_task(read())
+        self.clients.stream_opened(client_id, outbox)
         try:
-            async for command in request_iterator:
-                if command.WhichOneof("command") != "settings":
-                    continue  # thread stack traces, verify results: nothing to do here
-                answer = await self._workers.run(self._settings, client_id, command.settings)
-                if answer is None:
+            while (item := await outbox.get()) is not _STREAM_END:
+                if item is _BAD_SETTINGS:
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT,
                         "settings carry neither publishing nor subscription",
                     )
-                yield spb.TelemetryCommand(status=status(), settings=answer)
+                yield item
         finally:
-            self.clients.stream_closed(client_id)
+            reader.cancel()
+            self.clients.stream_closed(client_id, outbox)
+
+    def _start_transaction_checks(self) -> None:
+        if self._checks is None:  # on the event loop, started by the first client stream
+            self._checks = asyncio.create_task(self._check_transactions())
+
+    async def stop(self) -> None:
+        """Stop the transaction checks (on the event loop, before the server stops)."""
+        if self._checks is not None:
+            self._checks.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checks
+
+    async def _check_transactions(self) -> None:
+        """Ask a live producer of the topic about each pending transaction that is due, as
+        a RocketMQ broker does; the producer answers with EndTransaction."""
+        while True:
+            await asyncio.sleep(CHECK_LOOP_S)
+            try:
+                due = await self._workers.run(self._broker.transactions.due_checks)
+            except Exception as exc:  # the store failed or is full: try again later
+                log.warning("transaction checks skipped: %s", exc)
+                continue
+            for transaction_id, record in due:
+                self._ask_producer(transaction_id, record)
+
+    def _ask_producer(self, transaction_id: str, record) -> None:
+        fields = decode_properties(record.properties)
+        topic = fields.get(REAL_TOPIC, record.topic)
+        outboxes = self.clients.producer_outboxes(topic)
+        if not outboxes:
+            log.info(
+                "transaction %s of topic %s is pending and no producer of it is connected "
+                "to be asked",
+                transaction_id,
+                topic,
+            )
+            return
+        message = convert.incoming(record, topic=topic)
+        command = spb.TelemetryCommand(
+            recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+                message=message, transaction_id=transaction_id
+            )
+        )
+        random.choice(outboxes).put_nowait(command)
 
     def _settings(self, client_id: str, client: pb.Settings) -> pb.Settings | None:
         kind = client.WhichOneof("pub_sub")
@@ -270,11 +339,11 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         now = time.time_ns() // 1_000_000
         out = convert.outgoing(message, self._broker.config.max_message_bytes, now)
         convert.check_type(topic, config.message_type, out.message_type)
-        if out.message_type in ("DELAY", "TRANSACTION"):
+        if out.message_type == "DELAY":
             raise V2Error(
                 Code.NOT_IMPLEMENTED,
-                f"{out.message_type} messages are not served by this broker yet; send "
-                "NORMAL or FIFO messages",
+                "DELAY messages are not served by this broker yet; send NORMAL, FIFO or "
+                "TRANSACTION messages",
             )
         queues = config.write_queue_nums
         if out.message_group:
@@ -283,6 +352,8 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             count = self._round_robin.get(topic, 0)
             self._round_robin[topic] = count + 1
             queue_id = count % queues
+        if out.message_type == "TRANSACTION":
+            return self._prepare(message, out, topic, queue_id, peer)
         result = self._broker.put_messages(
             topic,
             queue_id,
@@ -298,9 +369,59 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             offset=result.first_queue_offset,
         )
 
+    def _prepare(self, message, out, topic: str, queue_id: int, peer: str):
+        """A transaction's half message: stored, invisible until EndTransaction commits."""
+        sp = message.system_properties
+        check_after = None
+        if sp.HasField("orphaned_transaction_recovery_duration"):
+            check_after = sp.orphaned_transaction_recovery_duration.ToMilliseconds()
+        result = self._broker.transactions.prepare(
+            topic,
+            queue_id,
+            out.body,
+            out.properties,
+            out.tag,
+            transaction_id=out.message_id,
+            born_host=peer,
+            born_timestamp_ms=out.born_timestamp_ms,
+            check_after_ms=check_after,
+        )
+        return spb.SendResultEntry(
+            status=status(),
+            message_id=out.message_id,
+            transaction_id=out.message_id,
+            offset=result.first_queue_offset,
+        )
+
     @answered(spb.EndTransactionResponse)
     async def EndTransaction(self, request, context):
-        raise V2Error(Code.NOT_IMPLEMENTED, "transactions are not served by this broker yet")
+        required_client_id(context)
+        topic = topic_name(request.topic)
+        transaction_id = request.transaction_id
+        if not transaction_id.strip():
+            raise V2Error(Code.INVALID_TRANSACTION_ID, "transaction_id is empty")
+        if request.resolution == pb.COMMIT:
+            commit = True
+        elif request.resolution == pb.ROLLBACK:
+            commit = False
+        else:
+            raise V2Error(Code.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+        transactions = self._broker.transactions
+        try:
+            end = functools.partial(transactions.end, transaction_id, commit, topic=topic)
+            resolved = await self._workers.run(end)
+        except NotFoundError as exc:
+            raise V2Error(Code.INVALID_TRANSACTION_ID, str(exc)) from None
+        if not resolved:
+            outcome = transactions.status(transaction_id)
+            wanted = "COMMIT" if commit else "ROLLBACK"
+            if outcome != wanted:
+                raise V2Error(
+                    Code.BAD_REQUEST,
+                    f"transaction {shown(transaction_id)} was already ended as {outcome}; "
+                    f"it cannot be changed to {wanted}",
+                )
+        return spb.EndTransactionResponse(status=status())
 
     @answered(spb.RecallMessageResponse)
     async def RecallMessage(self, request, context):
