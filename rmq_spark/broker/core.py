@@ -15,6 +15,7 @@ from rmq_spark.broker.groups import ConsumerRegistry
 from rmq_spark.broker.locks import QueueLockManager
 from rmq_spark.broker.long_poll import PullNotifier
 from rmq_spark.broker.schedule import DelayScheduler
+from rmq_spark.broker.timer import TimerService
 from rmq_spark.errors import NotFoundError, PermissionDeniedError
 from rmq_spark.store import AppendResult, MessageStore
 from rmq_spark.store.topics import TopicConfig
@@ -42,6 +43,14 @@ class Broker:
         self.messages_pulled = 0
         self.delays = DelayScheduler(self, config.delay_levels_ms)
         self.delays.start()
+        #: RocketMQ 5 timer (delay) messages with a delivery time in ms
+        self.timers = TimerService(self)
+        try:
+            self.timers.start()
+        except BaseException:
+            self.delays.stop()
+            self.store.close()
+            raise
 
     @property
     def name(self) -> str:
@@ -85,6 +94,7 @@ class Broker:
         return result
 
     def close(self) -> None:
+        self.timers.stop()
         self.delays.stop()
         self.consumers.close()
         self.notifier.close()
