@@ -122,12 +122,14 @@ class TimerService:
         self._journal: OffsetJournal | None = None
         self._unjournaled: list[int] = []  # done, but the journal write failed
         self._failing = False  # the last delivery was refused
+        self._dirty = False  # progress moved since the JSON file was written
 
     # -- public ------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Load the progress, rebuild the waiting set from the timer queue, start delivering."""
         self._progress, journal_bytes = self._load_progress()
+        self._dirty = journal_bytes > 0  # fold a journal left by a crash at the next stop
         self._journal = OffsetJournal(self._journal_path, sync=self._sync, keep_bytes=journal_bytes)
         self._rebuild()
         self._thread = threading.Thread(target=self._run, name="rmq-timer", daemon=True)
@@ -294,6 +296,7 @@ class TimerService:
 
     def _mark_done(self, offsets: list[int]) -> None:
         self._progress.mark(offsets)
+        self._dirty = True
         self._unjournaled += offsets
         self._journal_unjournaled()
 
@@ -385,6 +388,8 @@ class TimerService:
     def _compact(self) -> None:
         """Write the progress to the JSON file, then empty the journal it covers (a crash
         in between replays the journal over the newer file, which changes nothing)."""
+        if not self._dirty:
+            return
         try:
             write_json_atomic(
                 self._progress_path, self._progress.to_json(), validate=progress_from_json
@@ -393,6 +398,7 @@ class TimerService:
             log.exception("cannot write the timer progress %s; trying again", self._progress_path)
             return
         self._unjournaled = []
+        self._dirty = False
         if self._journal is not None:
             try:
                 self._journal.truncate()

@@ -3,8 +3,8 @@
 Run as ``python timer_broker.py STORE_DIR TOPIC BODY@MS...``: it starts a broker on the
 store (port 0, the test store settings), creates ``TOPIC`` (one queue) if needed, schedules
 each ``BODY`` for delivery ``MS`` milliseconds from now (one message per argument; a
-comma-separated ``A,B@MS`` is one batch), prints ``SCHEDULED <endpoint>`` and runs until it
-is killed.
+comma-separated ``A,B@MS`` is one batch), prints ``SCHEDULED <endpoint> <now>`` (``now``:
+the epoch ms the times count from) and runs until it is killed.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main(store_dir: str, topic: str, *specs: str) -> None:
             [None] * len(names),
             now + int(ms),
         )
-    print(f"SCHEDULED {local.endpoint}", flush=True)
+    print(f"SCHEDULED {local.endpoint} {now}", flush=True)
     while True:
         time.sleep(60)
 
