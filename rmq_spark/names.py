@@ -16,6 +16,8 @@ SYSTEM_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX)
 #: where delayed messages wait (RocketMQ's name): queue ``level - 1`` per delay level, and
 #: each entry's tag-code slot holds the message's delivery time, not a tag hash
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: where RocketMQ 5 timer (delay) messages wait until their delivery time (RocketMQ's name)
+TIMER_TOPIC = "rmq_sys_wheel_timer"
 
 
 def _check(kind: str, name: object, max_length: int) -> str:

@@ -15,6 +15,7 @@ from rmq_spark.broker.groups import ConsumerRegistry
 from rmq_spark.broker.locks import QueueLockManager
 from rmq_spark.broker.long_poll import PullNotifier
 from rmq_spark.broker.schedule import DelayScheduler
+from rmq_spark.broker.timer import TimerService
 from rmq_spark.broker.transactions import TransactionService
 from rmq_spark.errors import NotFoundError, PermissionDeniedError
 from rmq_spark.store import AppendResult, MessageStore
@@ -43,13 +44,21 @@ class Broker:
         self.messages_pulled = 0
         self.delays = DelayScheduler(self, config.delay_levels_ms)
         self.delays.start()
-        #: half messages and their commit/rollback/check (the v2 service drives checks)
-        self.transactions = TransactionService(
-            self,
-            check_interval_ms=config.transaction_check_interval_ms,
-            check_after_ms=config.transaction_check_after_ms,
-            max_checks=config.transaction_max_checks,
-        )
+        try:
+            #: half messages and their commit/rollback/check (the v2 service drives checks)
+            self.transactions = TransactionService(
+                self,
+                check_interval_ms=config.transaction_check_interval_ms,
+                check_after_ms=config.transaction_check_after_ms,
+                max_checks=config.transaction_max_checks,
+            )
+            #: RocketMQ 5 timer (delay) messages with a delivery time in ms
+            self.timers = TimerService(self)
+            self.timers.start()
+        except BaseException:
+            self.delays.stop()
+            self.store.close()
+            raise
 
     @property
     def name(self) -> str:
@@ -93,6 +102,7 @@ class Broker:
         return result
 
     def close(self) -> None:
+        self.timers.stop()
         self.delays.stop()
         self.transactions.close()
         self.consumers.close()

@@ -24,7 +24,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby, takewhile
 from pathlib import Path
@@ -52,6 +52,7 @@ from rmq_spark.structs import PullStatus
 if TYPE_CHECKING:
     from rmq_spark.broker.core import Broker
     from rmq_spark.store import AppendResult
+    from rmq_spark.store.topics import TopicConfig
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -73,8 +74,9 @@ def wall_ms() -> int:
 
 
 @dataclass(frozen=True)
-class _Due:
-    """A due schedule record, decoded into what its delivery needs."""
+class Due:
+    """A due record of a waiting topic (schedule or timer), decoded into what its delivery
+    needs: the real topic and queue, and the properties it is delivered with."""
 
     record: Record
     topic: str
@@ -174,13 +176,9 @@ class DelayScheduler:
             return self._broker.put_messages(topic, queue_id, bodies, properties, tags, **fields)
         level = self.clamp_level(delay_level)
         config = self._broker.topic_for_write(topic)
-        if not isinstance(queue_id, int) or not 0 <= queue_id < config.write_queue_nums:
-            raise InvalidArgumentError(
-                f"queue id {queue_id!r} is out of range for topic {topic!r}: it has "
-                f"{config.write_queue_nums} write queues"
-            )
+        check_queue_id(config, queue_id)
         marks = encode_properties({DELAY: str(level), REAL_TOPIC: topic, REAL_QID: str(queue_id)})
-        marked = [_with_marks(blob, marks) for blob in properties]
+        marked = [with_marks(blob, marks, _SCHEDULE_MARKS) for blob in properties]
         # The entries hold the delivery time (store time + the level's delay), as RocketMQ's.
         result = self._broker.put_messages(
             SCHEDULE_TOPIC,
@@ -254,7 +252,8 @@ class DelayScheduler:
             return math.inf
         records = list(iter_records(got.data, check_crc=False))
         due = list(takewhile(lambda r: r.store_timestamp + delay <= now, records))
-        for _, run in groupby(filter(None, map(self._decode_due, due)), key=lambda d: d.batch_key):
+        decoded = (decode_due(r, drop=(DELAY,), what="schedule") for r in due)
+        for _, run in groupby(filter(None, decoded), key=lambda d: d.batch_key):
             batch = list(run)
             if not self._put(qid, batch):
                 return now + RETRY_BACKOFF_MS
@@ -265,54 +264,17 @@ class DelayScheduler:
             return records[len(due)].store_timestamp + delay
         return now if got.next_begin_offset < got.max_offset else math.inf
 
-    def _decode_due(self, record: Record) -> _Due | None:
-        props = decode_properties(record.properties)
-        topic = props.get(REAL_TOPIC)
-        qid_text = props.get(REAL_QID, "")
-        if not topic or not qid_text.isdigit():
-            log.error(
-                "schedule record at physical offset %d has no valid %s/%s; skipping it",
-                record.physical_offset,
-                REAL_TOPIC,
-                REAL_QID,
-            )
-            return None
-        props.pop(DELAY, None)
-        return _Due(record, topic, int(qid_text), encode_properties(props), props.get(TAGS))
-
-    def _put(self, qid: int, batch: list[_Due]) -> bool:
+    def _put(self, qid: int, batch: list[Due]) -> bool:
         """Append one run of due messages to their real queue. False: try again later."""
-        first = batch[0]
-        try:
-            self._broker.put_messages(
-                first.topic,
-                first.queue_id,
-                [d.record.body for d in batch],
-                [d.properties for d in batch],
-                [d.tag for d in batch],
-                born_host=first.record.born_host,
-                born_timestamps=[d.record.born_timestamp for d in batch],
-                flags=[d.record.flag for d in batch],
-                reconsume_times=[d.record.reconsume_times for d in batch],
-                sysflag=first.record.sysflag,
-            )
-        except (NotFoundError, InvalidArgumentError) as exc:
-            # The destination is gone (topic deleted, queues shrunk): waiting will not help.
-            log.error(
-                "dropping %d delayed message(s) for %s queue %d: %s",
-                len(batch),
-                first.topic,
-                first.queue_id,
-                exc,
-            )
-        except RocketliteError as exc:
+        error = put_due(self._broker, batch)
+        if error is not None:
             if qid not in self._failing:
                 log.warning(
                     "delay level %d: cannot deliver to %s queue %d yet (%s); retrying every %d ms",
                     qid + 1,
-                    first.topic,
-                    first.queue_id,
-                    exc,
+                    batch[0].topic,
+                    batch[0].queue_id,
+                    error,
                     RETRY_BACKOFF_MS,
                 )
                 self._failing.add(qid)
@@ -386,15 +348,85 @@ class DelayScheduler:
         self._persisted = snapshot
 
 
-def _with_marks(blob: bytes, marks: bytes) -> bytes:
-    """``blob`` with the schedule properties replaced by ``marks``."""
-    if any(name.encode() + b"\x01" in blob for name in _SCHEDULE_MARKS):
-        # A copy that went through the schedule queue before (a retried message).
+def check_queue_id(config: TopicConfig, queue_id: object) -> None:
+    """InvalidArgumentError unless ``queue_id`` is one of the topic's write queues."""
+    if not isinstance(queue_id, int) or not 0 <= queue_id < config.write_queue_nums:
+        raise InvalidArgumentError(
+            f"queue id {queue_id!r} is out of range for topic {config.name!r}: it has "
+            f"{config.write_queue_nums} write queues"
+        )
+
+
+def with_marks(blob: bytes, marks: bytes, names: Collection[str]) -> bytes:
+    """``blob`` with the properties ``names`` replaced by ``marks`` (encoded properties)."""
+    if any(name.encode() + b"\x01" in blob for name in names):
+        # A copy that went through a waiting topic before (a retried message).
         props = decode_properties(blob)
-        for name in _SCHEDULE_MARKS:
+        for name in names:
             props.pop(name, None)
         blob = encode_properties(props)
     return blob + marks
+
+
+def decode_due(
+    record: Record,
+    *,
+    drop: Collection[str],
+    extra: Mapping[str, str] | None = None,
+    what: str,
+) -> Due | None:
+    """What delivering ``record`` (waiting in the ``what`` topic) needs: its real topic and
+    queue from ``REAL_TOPIC``/``REAL_QID``, its properties without ``drop`` and with
+    ``extra``. None (logged) when it names no valid destination."""
+    props = decode_properties(record.properties)
+    topic = props.get(REAL_TOPIC)
+    qid_text = props.get(REAL_QID, "")
+    if not topic or not qid_text.isdigit():
+        log.error(
+            "%s record at physical offset %d has no valid %s/%s; skipping it",
+            what,
+            record.physical_offset,
+            REAL_TOPIC,
+            REAL_QID,
+        )
+        return None
+    for name in drop:
+        props.pop(name, None)
+    if extra:
+        props.update(extra)
+    return Due(record, topic, int(qid_text), encode_properties(props), props.get(TAGS))
+
+
+def put_due(broker: Broker, batch: Sequence[Due]) -> RocketliteError | None:
+    """Append one run of due messages (one :attr:`Due.batch_key`) to their real queue with
+    their body, flag, born host and time and reconsume count. None when done, including
+    when the destination is gone (topic deleted, queues shrunk: logged and dropped, as
+    waiting will not help); else the error that refused it, to try again later."""
+    first = batch[0]
+    try:
+        broker.put_messages(
+            first.topic,
+            first.queue_id,
+            [d.record.body for d in batch],
+            [d.properties for d in batch],
+            [d.tag for d in batch],
+            born_host=first.record.born_host,
+            born_timestamps=[d.record.born_timestamp for d in batch],
+            flags=[d.record.flag for d in batch],
+            reconsume_times=[d.record.reconsume_times for d in batch],
+            sysflag=first.record.sysflag,
+        )
+    except (NotFoundError, InvalidArgumentError) as exc:
+        log.error(
+            "dropping %d delayed message(s) for %s queue %d: %s",
+            len(batch),
+            first.topic,
+            first.queue_id,
+            exc,
+        )
+    except RocketliteError as exc:
+        return exc
+    return None
 
 
 def delay_offsets_to_json(offsets: Sequence[int]) -> dict:

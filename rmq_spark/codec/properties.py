@@ -18,6 +18,11 @@ DELAY = "DELAY"
 RETRY_TOPIC = "RETRY_TOPIC"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
+#: RocketMQ 5 timer (delay) messages: the asked delivery time (kept on delivery, so a reader
+#: can tell a delay message), and when the timer stored and delivered the message
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 RECONSUME_TIME = "RECONSUME_TIME"
 MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"

@@ -156,5 +156,11 @@ class OffsetJournal:
             os.fdatasync(self._fd)
             self._synced = target
 
+    def truncate(self) -> None:
+        """Empty the journal (its records are saved elsewhere); appends start over."""
+        with self._write_lock, self._sync_lock:
+            os.ftruncate(self._fd, 0)
+            self._written = self._synced = 0
+
     def close(self) -> None:
         os.close(self._fd)
