@@ -20,6 +20,7 @@ import sys
 from rmq_spark.broker.config import DEFAULT_DELAY_LEVELS, DEFAULT_PORT, BrokerConfig
 from rmq_spark.broker.server import BrokerServer, serve
 from rmq_spark.errors import InvalidArgumentError, RocketliteError
+from rmq_spark.store import faults
 
 PROG = "python -m rmq_spark.broker"
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s [%(threadName)s] %(message)s"
@@ -254,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         config = config_from_args(args)
+        faults.install_from_environment()  # test-only fault injection, off unless set
     except InvalidArgumentError as exc:
         print(f"{PROG}: error: {exc} (see --help)", file=sys.stderr, flush=True)
         return 2

@@ -17,6 +17,7 @@ import numpy as np
 
 from rmq_spark.codec import record as rec
 from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.store import faults
 from rmq_spark.store.mapped_file import MappedFile, file_name, fsync_dir
 
 
@@ -221,6 +222,7 @@ class CommitLog:
         end = self.max_offset
         for seg in self.segments:
             if seg.write_pos > seg.flushed_pos:
+                faults.before_commitlog_sync(seg.path)  # test-only; nothing unless armed
                 seg.flush()
         return end
 

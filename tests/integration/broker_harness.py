@@ -75,7 +75,7 @@ class BrokerProcess:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def command(self) -> list[str]:
+    def command(self, extra_args: tuple[str, ...] = ()) -> list[str]:
         return [
             sys.executable,
             "-m",
@@ -89,14 +89,17 @@ class BrokerProcess:
             "--name",
             self.name,
             *self.args,
+            *extra_args,
         ]
 
-    def start(self) -> BrokerProcess:
+    def start(self, *extra_args: str, env: dict[str, str] | None = None) -> BrokerProcess:
+        """Start it; ``extra_args`` and ``env`` (added to this environment) for this start
+        only."""
         assert not self.running, f"broker {self.name} is already running"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                self.command(), stdout=subprocess.PIPE, stderr=log, env=env
+                self.command(extra_args), stdout=subprocess.PIPE, stderr=log, env=env
             )
         self.ready_line = self._read_ready_line()
         self.port = int(self.ready_line.split(" listening on ")[1].split()[0].rsplit(":", 1)[1])
@@ -126,6 +129,18 @@ class BrokerProcess:
     def kill(self) -> int:
         """SIGKILL: the broker gets no chance to flush or clean up."""
         return self._signal(signal.SIGKILL, STOP_TIMEOUT_S)
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """Wait for the broker to end by itself; its exit code (fails the test on timeout)."""
+        process = self.process
+        assert process is not None, f"broker {self.name} was never started"
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"broker {self.name} still runs after {timeout_s} s")
+        if process.stdout is not None:
+            process.stdout.close()
+        return process.returncode
 
     def clean_up(self) -> None:
         """After a test: stop it if it still runs, killing it if a clean stop fails."""

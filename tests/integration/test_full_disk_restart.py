@@ -1,24 +1,20 @@
 """A broker restarted on a full disk starts read-only: it serves reads, refuses sends with a
 message naming the space it needs, and takes sends again once housekeeping sees the space.
 
-The disk is real: a 4 MiB tmpfs mounted in a user and mount namespace (no privileges
-needed where unprivileged user namespaces are allowed), held by a sleeping process and
-reached from outside through ``/proc/<pid>/root``. A tmpfs is also where reading a hole of
-a sparse memory-mapped file on a full disk kills the process with SIGBUS.
+The disk is real: a 4 MiB tmpfs in a namespace of its own (``small_fs.py``). A tmpfs is also
+where reading a hole of a sparse memory-mapped file on a full disk kills the process with
+SIGBUS.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import shutil
-import subprocess
 import time
-from pathlib import Path
 
 import grpc
 import pytest
 from broker_harness import BrokerProcess
+from small_fs import SmallFilesystem
 
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
@@ -28,48 +24,6 @@ FS_BYTES = 4 << 20
 SEGMENT_BYTES = 256 << 10
 CQ_ENTRIES = 64
 NEEDED = SEGMENT_BYTES + CQ_ENTRIES * 20  # one segment and one consume-queue file
-
-
-class SmallFilesystem:
-    """A tmpfs of ``size`` bytes at ``path``, in a namespace of its own."""
-
-    def __init__(self, mount_point: Path, size: int) -> None:
-        mount_point.mkdir()
-        script = 'mount -t tmpfs -o size="$1" tmpfs "$2" && echo mounted && exec sleep 3600'
-        argv = ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"]
-        try:
-            self.holder = subprocess.Popen(
-                [*argv, "sh", "-c", script, "sh", str(size), str(mount_point)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-        except FileNotFoundError:
-            pytest.skip("needs unshare (util-linux) to mount a small tmpfs")
-        line = self.holder.stdout.readline()
-        if line.strip() != b"mounted":
-            error = self.holder.stderr.read().decode(errors="replace").strip()
-            self.holder.wait()
-            pytest.skip(f"cannot mount a tmpfs in a user namespace here: {error}")
-        self.path = Path(f"/proc/{self.holder.pid}/root") / mount_point.relative_to("/")
-        self.filler = self.path / "filler"
-
-    def fill(self) -> None:
-        """Write a file until the disk refuses more."""
-        chunk = b"\0" * 4096
-        with open(self.filler, "ab", buffering=0) as out:
-            try:
-                while True:
-                    out.write(chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
-        assert shutil.disk_usage(self.path).free < 8192
-
-    def free(self) -> None:
-        self.filler.unlink()
-
-    def close(self) -> None:
-        self.holder.kill()
-        self.holder.wait()
 
 
 @pytest.fixture
