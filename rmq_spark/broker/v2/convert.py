@@ -22,11 +22,12 @@ from rmq_spark.codec.record import Record, offset_msg_id
 from rmq_spark.errors import shown
 
 SHARDING_KEY = "__SHARDINGKEY"
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_DELIVER_MS = props.TIMER_DELIVER_MS
 TRAN_MSG = "TRAN_MSG"
 #: properties a v2 reader gets as system properties (or not at all), never as user ones
 SYSTEM_PROPERTIES = frozenset(
     {*props.RESERVED_PROPERTIES, SHARDING_KEY, TIMER_DELIVER_MS, TRAN_MSG, "MIN_OFFSET",
+     props.TIMER_ENQUEUE_MS, props.TIMER_DEQUEUE_MS,
      "MAX_OFFSET", "CONSUME_START_TIME", "FIRST_POP_TIME", "POP_CK", "TRACE_ON",
      "MSG_REGION", "PGROUP", "CLUSTER", "TRANSACTION_CHECK_TIMES",
      "CHECK_IMMUNITY_TIME_IN_SECONDS", "TX_ID", "TX_OUTCOME", "TX_REAL_FLOOR"}
@@ -121,7 +122,7 @@ def outgoing(message: pb.Message, max_body_bytes: int, now_ms: int) -> Outgoing:
         fields[SHARDING_KEY] = group
     delivery_ms = None
     if sp.HasField("delivery_timestamp"):
-        delivery_ms = sp.delivery_timestamp.ToMilliseconds()
+        delivery_ms = epoch_ms(sp.delivery_timestamp)
         fields[TIMER_DELIVER_MS] = str(delivery_ms)
     if message_type_of(message) == "TRANSACTION":
         fields[TRAN_MSG] = "true"
@@ -147,7 +148,9 @@ def outgoing(message: pb.Message, max_body_bytes: int, now_ms: int) -> Outgoing:
         encoded = props.encode_properties(fields)
     except ValueError as exc:
         raise V2Error(Code.MESSAGE_PROPERTIES_TOO_LARGE, str(exc)) from exc
-    born = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else now_ms
+    born = epoch_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else now_ms
+    if not 0 <= born <= now_ms + 86_400_000:
+        born = now_ms  # a clock far off (or a unit mix-up): the broker's time instead
     return Outgoing(
         message_id=sp.message_id,
         message_type=message_type_of(message),
@@ -158,6 +161,12 @@ def outgoing(message: pb.Message, max_body_bytes: int, now_ms: int) -> Outgoing:
         message_group=group,
         delivery_ms=delivery_ms,
     )
+
+
+def epoch_ms(stamp: Timestamp) -> int:
+    """A timestamp in ms, without protobuf's range check (a client that put milliseconds
+    in the seconds field gets a clear refusal later, not an internal error)."""
+    return stamp.seconds * 1000 + stamp.nanos // 1_000_000
 
 
 def _timestamp(ms: int) -> Timestamp:

@@ -339,12 +339,6 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         now = time.time_ns() // 1_000_000
         out = convert.outgoing(message, self._broker.config.max_message_bytes, now)
         convert.check_type(topic, config.message_type, out.message_type)
-        if out.message_type == "DELAY":
-            raise V2Error(
-                Code.NOT_IMPLEMENTED,
-                "DELAY messages are not served by this broker yet; send NORMAL, FIFO or "
-                "TRANSACTION messages",
-            )
         queues = config.write_queue_nums
         if out.message_group:
             queue_id = java_hash(out.message_group) % queues
@@ -354,6 +348,8 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             queue_id = count % queues
         if out.message_type == "TRANSACTION":
             return self._prepare(message, out, topic, queue_id, peer)
+        if out.delivery_ms is not None:
+            return self._schedule(out, topic, queue_id, peer, now)
         result = self._broker.put_messages(
             topic,
             queue_id,
@@ -367,6 +363,37 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             status=status(),
             message_id=out.message_id,
             offset=result.first_queue_offset,
+        )
+
+    def _schedule(self, out, topic: str, queue_id: int, peer: str, now_ms: int):
+        """A DELAY message: parked in the timer topic until its delivery time (at once when
+        that time is not in the future)."""
+        timers = self._broker.timers
+        if out.delivery_ms is None or out.delivery_ms > now_ms + timers.max_delay_ms:
+            hint = ""
+            if out.delivery_ms is not None and out.delivery_ms > now_ms * 100:
+                hint = (
+                    " (it looks like milliseconds in the seconds field: the Python client "
+                    "sends Message.delivery_timestamp as whole seconds since the epoch)"
+                )
+            raise V2Error(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"delivery time {out.delivery_ms} ms is more than "
+                f"{timers.max_delay_ms // 3_600_000} h ahead; the broker keeps delay "
+                f"messages for at most that long{hint}",
+            )
+        result = timers.schedule(
+            topic,
+            queue_id,
+            [out.body],
+            [out.properties],
+            [out.tag],
+            out.delivery_ms,
+            born_host=peer,
+            born_timestamps=[out.born_timestamp_ms],
+        )
+        return spb.SendResultEntry(
+            status=status(), message_id=out.message_id, offset=result.first_queue_offset
         )
 
     def _prepare(self, message, out, topic: str, queue_id: int, peer: str):
