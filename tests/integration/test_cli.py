@@ -158,7 +158,7 @@ def cli(broker) -> Cli:
 class CliBroker(BrokerProcess):
     """A broker started with ``rocketlite broker`` (the CLI) instead of the module."""
 
-    def command(self) -> list[str]:
+    def command(self, extra_args: tuple[str, ...] = ()) -> list[str]:
         return [
             *CLI,
             "broker",
@@ -171,6 +171,7 @@ class CliBroker(BrokerProcess):
             "--name",
             self.name,
             *self.args,
+            *extra_args,
         ]
 
 
