@@ -1,0 +1,180 @@
+"""Producing over v2: SendMessage (NORMAL, FIFO, DELAY and TRANSACTION messages) and
+EndTransaction. A message's queue is the broker's choice, as with RocketMQ's proxy: the
+Java hash of its message group for FIFO messages, else round robin."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from rmq_spark.broker.core import Broker
+from rmq_spark.broker.send import born_host
+from rmq_spark.broker.status import Workers
+from rmq_spark.broker.v2 import convert
+from rmq_spark.broker.v2.codes import Code, V2Error, status
+from rmq_spark.broker.v2.requests import (
+    answered,
+    failure_status,
+    java_hash,
+    required_client_id,
+    topic_name,
+)
+from rmq_spark.errors import NotFoundError, shown
+
+
+class Producing:
+    def __init__(self, broker: Broker, workers: Workers) -> None:
+        self._broker = broker
+        self._workers = workers
+        self._round_robin: dict[str, int] = {}
+
+    @answered(spb.SendMessageResponse)
+    async def SendMessage(self, request, context):
+        required_client_id(context)
+        if not request.messages:
+            raise V2Error(Code.BAD_REQUEST, "messages is empty; send at least one message")
+        peer = born_host(context.peer())
+        entries = []
+        for message in request.messages:
+            try:
+                entry = await self._workers.run(self._send_one, message, peer)
+            except Exception as exc:
+                entry = spb.SendResultEntry(
+                    status=failure_status(exc, "SendMessage"),
+                    message_id=message.system_properties.message_id,
+                )
+            entries.append(entry)
+        codes = {entry.status.code for entry in entries}
+        if len(codes) == 1:
+            top = entries[0].status
+        else:
+            top = status(Code.MULTIPLE_RESULTS, "the messages had different results")
+        return spb.SendMessageResponse(status=top, entries=entries)
+
+    def _send_one(self, message: pb.Message, peer: str) -> spb.SendResultEntry:
+        topic = topic_name(message.topic)
+        config = self._broker.store.topics.find(topic)
+        if config is None:
+            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this broker")
+        now = time.time_ns() // 1_000_000
+        out = convert.outgoing(message, self._broker.config.max_message_bytes, now)
+        convert.check_type(topic, config.message_type, out.message_type)
+        queues = config.write_queue_nums
+        if out.message_group:
+            queue_id = java_hash(out.message_group) % queues
+        else:
+            count = self._round_robin.get(topic, 0)
+            self._round_robin[topic] = count + 1
+            queue_id = count % queues
+        if out.message_type == "TRANSACTION":
+            return self._prepare(message, out, topic, queue_id, peer)
+        if out.delivery_ms is not None:
+            return self._schedule(out, topic, queue_id, peer, now)
+        result = self._broker.put_messages(
+            topic,
+            queue_id,
+            [out.body],
+            [out.properties],
+            [out.tag],
+            born_host=peer,
+            born_timestamps=[out.born_timestamp_ms],
+        )
+        return spb.SendResultEntry(
+            status=status(),
+            message_id=out.message_id,
+            offset=result.first_queue_offset,
+        )
+
+    def _schedule(self, out, topic: str, queue_id: int, peer: str, now_ms: int):
+        """A DELAY message: parked in the timer topic until its delivery time (at once when
+        that time is not in the future)."""
+        timers = self._broker.timers
+        if out.delivery_ms is None or out.delivery_ms > now_ms + timers.max_delay_ms:
+            hint = ""
+            if out.delivery_ms is not None and out.delivery_ms > now_ms * 100:
+                hint = (
+                    " (it looks like milliseconds in the seconds field: the Python client "
+                    "sends Message.delivery_timestamp as whole seconds since the epoch)"
+                )
+            raise V2Error(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"delivery time {out.delivery_ms} ms is more than "
+                f"{timers.max_delay_ms // 3_600_000} h ahead; the broker keeps delay "
+                f"messages for at most that long{hint}",
+            )
+        result = timers.schedule(
+            topic,
+            queue_id,
+            [out.body],
+            [out.properties],
+            [out.tag],
+            out.delivery_ms,
+            born_host=peer,
+            born_timestamps=[out.born_timestamp_ms],
+        )
+        return spb.SendResultEntry(
+            status=status(), message_id=out.message_id, offset=result.first_queue_offset
+        )
+
+    def _prepare(self, message, out, topic: str, queue_id: int, peer: str):
+        """A transaction's half message: stored, invisible until EndTransaction commits."""
+        sp = message.system_properties
+        check_after = None
+        if sp.HasField("orphaned_transaction_recovery_duration"):
+            check_after = sp.orphaned_transaction_recovery_duration.ToMilliseconds()
+        result = self._broker.transactions.prepare(
+            topic,
+            queue_id,
+            out.body,
+            out.properties,
+            out.tag,
+            transaction_id=out.message_id,
+            born_host=peer,
+            born_timestamp_ms=out.born_timestamp_ms,
+            check_after_ms=check_after,
+        )
+        return spb.SendResultEntry(
+            status=status(),
+            message_id=out.message_id,
+            transaction_id=out.message_id,
+            offset=result.first_queue_offset,
+        )
+
+    @answered(spb.EndTransactionResponse)
+    async def EndTransaction(self, request, context):
+        required_client_id(context)
+        topic = topic_name(request.topic)
+        transaction_id = request.transaction_id
+        if not transaction_id.strip():
+            raise V2Error(Code.INVALID_TRANSACTION_ID, "transaction_id is empty")
+        if request.resolution == pb.COMMIT:
+            commit = True
+        elif request.resolution == pb.ROLLBACK:
+            commit = False
+        else:
+            raise V2Error(Code.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+        transactions = self._broker.transactions
+        try:
+            end = functools.partial(transactions.end, transaction_id, commit, topic=topic)
+            resolved = await self._workers.run(end)
+        except NotFoundError as exc:
+            raise V2Error(Code.INVALID_TRANSACTION_ID, str(exc)) from None
+        if not resolved:
+            outcome = transactions.status(transaction_id)
+            wanted = "COMMIT" if commit else "ROLLBACK"
+            if outcome != wanted:
+                raise V2Error(
+                    Code.BAD_REQUEST,
+                    f"transaction {shown(transaction_id)} was already ended as {outcome}; "
+                    f"it cannot be changed to {wanted}",
+                )
+        return spb.EndTransactionResponse(status=status())
+
+    @answered(spb.RecallMessageResponse)
+    async def RecallMessage(self, request, context):
+        raise V2Error(Code.NOT_IMPLEMENTED, "delay messages are not served by this broker yet")
+
+    # -- consuming ---------------------------------------------------------------------

@@ -1,0 +1,111 @@
+"""What every v2 call shares: turning failures into statuses, reading the client id and
+checking names, and the broker facts several calls need (FIFO groups, attempts, the
+endpoints and message types a queue is announced with)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from rmq_spark.broker.core import Broker
+from rmq_spark.broker.v2.codes import Code, V2Error, code_of, status
+from rmq_spark.errors import InvalidArgumentError, RocketliteError
+from rmq_spark.names import validate_group, validate_topic
+
+log = logging.getLogger("rmq_spark.broker")
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+
+
+def answered(response_type):
+    """A unary method whose failures become ``response_type(status=...)``."""
+
+    def wrap(method):
+        @functools.wraps(method)
+        async def handler(self, request, context):
+            try:
+                return await method(self, request, context)
+            except Exception as exc:
+                return response_type(status=failure_status(exc, method.__name__))
+
+        return handler
+
+    return wrap
+
+
+def failure_status(exc: BaseException, rpc: str) -> pb.Status:
+    if not isinstance(exc, V2Error | RocketliteError):
+        log.error("internal error in v2 %s", rpc, exc_info=exc)
+    message = exc.message if isinstance(exc, V2Error) else str(exc)
+    if not isinstance(exc, V2Error | RocketliteError):
+        message = f"internal broker error: {type(exc).__name__}: {exc}"
+    return status(code_of(exc), message)
+
+
+def client_id_of(context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_HEADER:
+            return value
+    return ""
+
+
+def required_client_id(context) -> str:
+    client_id = client_id_of(context)
+    if not client_id.strip():
+        raise V2Error(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is missing or blank")
+    return client_id
+
+
+def topic_name(resource: pb.Resource) -> str:
+    try:
+        return validate_topic(resource.name)
+    except InvalidArgumentError as exc:
+        raise V2Error(Code.ILLEGAL_TOPIC, str(exc)) from None
+
+
+def group_name(resource: pb.Resource) -> str:
+    try:
+        return validate_group(resource.name)
+    except InvalidArgumentError as exc:
+        raise V2Error(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+
+
+def java_hash(text: str) -> int:
+    """Java's String.hashCode, so a message group maps to the queue a Java proxy picks."""
+    value = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        value = (31 * value + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def is_fifo_group(broker: Broker, topics: list[str]) -> bool:
+    """A group is FIFO when it subscribes to a FIFO topic (RocketMQ sets this on the
+    group; rocketlite has no group table, so the topic's type says it)."""
+    for topic in topics:
+        config = broker.store.topics.find(topic)
+        if config is not None and config.message_type == "FIFO":
+            return True
+    return False
+
+
+def max_attempts(broker: Broker) -> int:
+    """Deliveries of one message before it goes to the dead-letter queue."""
+    return broker.config.max_reconsume_times + 1
+
+
+def endpoints_for(broker: Broker, asked: pb.Endpoints) -> pb.Endpoints:
+    """The address clients should use: the one they reached us by (a single broker is
+    its own access point), else the advertised endpoint."""
+    if asked.addresses:
+        return asked
+    host, _, port = broker.endpoint.rpartition(":")
+    return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))])
+
+
+def accepted_types(message_type: str) -> list[int]:
+    if message_type == "MIXED":
+        return [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
+    return [getattr(pb, message_type)]
