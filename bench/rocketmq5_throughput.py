@@ -8,8 +8,11 @@ Cases, timed in interleaved rounds (A B, B A, ...), 100-byte bodies, one broker 
 * send, one message per call: the official ``Producer.send`` (apache.rocketmq.v2
   SendMessage) against rocketlite's ``Producer.send`` (rocketlite.v1 SendMessages);
 * consume: the official ``SimpleConsumer.receive(32)`` + one ``ack`` per message (pop:
-  every message is made invisible, then acknowledged, each step journaled) against
-  rocketlite's ``PullConsumer.pull(32)`` + one offset commit per batch.
+  every message is made invisible, then acknowledged, each step journaled; the Python
+  client acks one message per call, and its ``ack_async`` returns no future to wait on),
+  the same protocol with the 32 acks in one ``AckMessage`` (raw v2 stubs, as a client that
+  batches acks would send them), against rocketlite's ``PullConsumer.pull(32)`` + one
+  offset commit per batch.
 
 It prints each case's median and spread over the rounds and the ratio to its baseline
 (median of the per-round ratios). Both clients are pure-Python gRPC clients, so on a small
@@ -27,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import grpc
 from _common import (
     Table,
     Timing,
@@ -47,6 +51,9 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc
 
 from rmq_spark.client import Admin, PullConsumer
 from rmq_spark.client import Producer as RocketliteProducer
@@ -100,8 +107,9 @@ def run(endpoint: str, timing: Timing) -> int:
     rows = [
         ("send: official Producer.send", send_results[0], send_results[1]),
         ("send: rocketlite Producer.send", send_results[1], None),
-        ("consume: official receive(32) + ack", consume_results[0], consume_results[1]),
-        ("consume: rocketlite pull(32) + commit", consume_results[1], None),
+        ("consume: official receive(32) + ack", consume_results[0], consume_results[2]),
+        ("consume: v2 receive(32) + one 32-entry ack", consume_results[1], consume_results[2]),
+        ("consume: rocketlite pull(32) + commit", consume_results[2], None),
     ]
     for name, result, baseline in rows:
         ratio = fmt_ratio(paired_ratio(result, baseline)) if baseline is not None else "1.00x"
@@ -128,7 +136,7 @@ def send_cases(official: Producer, ours: RocketliteProducer):
 def fill(producer: RocketliteProducer, timing: Timing, sends) -> None:
     """Enough messages in both consume topics for every round of the faster consumer."""
     rounds = timing.rounds + 1
-    need = int(max(r.best for r in sends) * 20 * timing.round_s * rounds) + 10_000
+    need = int(max(r.best for r in sends) * 30 * timing.round_s * rounds) + 10_000
     need = min(need, 2_000_000)
     batch = [BODY] * 1000
     for topic in ("bench-v5-pop", "bench-v5-pull"):
@@ -148,6 +156,35 @@ def consume_cases(conf: ClientConfiguration, endpoint: str):
             simple.ack(message)
         return len(messages)
 
+    channel = grpc.insecure_channel(endpoint)
+    stub = service_pb2_grpc.MessagingServiceStub(channel)
+    metadata = (("x-mq-client-id", "bench-v5-batch-acker"),)
+    group = pb.Resource(name="bench-v5-pop")
+    topic = pb.Resource(name="bench-v5-pop")
+    receive = spb.ReceiveMessageRequest(
+        group=group,
+        message_queue=pb.MessageQueue(topic=topic, id=-1),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=32,
+    )
+    receive.invisible_duration.FromSeconds(60)
+    receive.long_polling_timeout.FromSeconds(5)
+
+    def batch_acks() -> int:
+        frames = stub.ReceiveMessage(receive, metadata=metadata, timeout=30)
+        entries = [
+            spb.AckMessageEntry(
+                message_id=f.message.system_properties.message_id,
+                receipt_handle=f.message.system_properties.receipt_handle,
+            )
+            for f in frames
+            if f.HasField("message")
+        ]
+        if entries:
+            ack = spb.AckMessageRequest(group=group, topic=topic, entries=entries)
+            stub.AckMessage(ack, metadata=metadata, timeout=30)
+        return len(entries)
+
     puller = PullConsumer(endpoint, group="bench-v5-pull")
     queues = [
         MessageQueue("bench-v5-pull", q.broker_name, q.queue_id)
@@ -165,6 +202,7 @@ def consume_cases(conf: ClientConfiguration, endpoint: str):
 
     return [
         (looped(official_receive), simple.shutdown),
+        (looped(batch_acks), channel.close),
         (looped(our_pull), puller.close),
     ]
 

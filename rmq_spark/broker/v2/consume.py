@@ -184,20 +184,22 @@ class Consuming:
     def _ack_all(self, group: str, topic: str, entries) -> list[spb.AckMessageResultEntry]:
         if not entries:
             raise V2Error(Code.BAD_REQUEST, "entries is empty; ack at least one message")
-        out = []
-        for entry in entries:
+        results: list[pb.Status | None] = [None] * len(entries)
+        handles, where = [], []
+        for i, entry in enumerate(entries):
             try:
-                self.pop.ack(group, topic, Handle.decode(entry.receipt_handle))
-                result = status()
-            except Exception as exc:
-                result = failure_status(exc, "AckMessage")
-            out.append(
-                spb.AckMessageResultEntry(
-                    message_id=entry.message_id, receipt_handle=entry.receipt_handle,
-                    status=result,
-                )
-            )  # fmt: skip
-        return out
+                handles.append(Handle.decode(entry.receipt_handle))
+                where.append(i)
+            except V2Error as exc:
+                results[i] = failure_status(exc, "AckMessage")
+        for i, error in zip(where, self.pop.ack_many(group, topic, handles), strict=True):
+            results[i] = status() if error is None else failure_status(error, "AckMessage")
+        return [
+            spb.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=result
+            )
+            for entry, result in zip(entries, results, strict=True)
+        ]
 
     @answered(spb.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request, context):

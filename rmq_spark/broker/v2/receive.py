@@ -241,14 +241,34 @@ class PopService:
     # -- ack, change, forward ----------------------------------------------------------
 
     def ack(self, group: str, topic: str, handle: Handle) -> None:
-        key: Key = (group, topic, handle.queue_id)
-        with self._pops.queue(key, self._start_offset(key)) as state:
-            before = state.base
-            if not state.ack(handle.offset, handle.token):
-                raise _stale(handle)
-            self._pops.record_acks(key, [handle.offset])
-            self._commit(key, state, before)
-        self._broker.notifier.notify(topic, handle.queue_id)  # a FIFO queue may be free now
+        error = self.ack_many(group, topic, [handle])[0]
+        if error is not None:
+            raise error
+
+    def ack_many(self, group: str, topic: str, handles: list[Handle]) -> list[V2Error | None]:
+        """Ack several deliveries; per handle None (acked) or the error. One journal record
+        and at most one offset commit per queue, however many handles it has."""
+        results: list[V2Error | None] = [None] * len(handles)
+        by_queue: dict[int, list[int]] = {}
+        for i, handle in enumerate(handles):
+            by_queue.setdefault(handle.queue_id, []).append(i)
+        for queue_id, indexes in by_queue.items():
+            key: Key = (group, topic, queue_id)
+            with self._pops.queue(key, self._start_offset(key)) as state:
+                before = state.base
+                acked = []
+                for i in indexes:
+                    handle = handles[i]
+                    if state.ack(handle.offset, handle.token):
+                        acked.append(handle.offset)
+                    else:
+                        results[i] = _stale(handle)
+                if acked:
+                    self._pops.record_acks(key, acked)
+                    self._commit(key, state, before)
+            if acked:
+                self._broker.notifier.notify(topic, queue_id)  # a FIFO queue may be free now
+        return results
 
     def change_invisible(self, group: str, topic: str, handle: Handle, invisible_ms: int) -> Handle:
         key: Key = (group, topic, handle.queue_id)
