@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -76,10 +77,40 @@ def cmd_broker(args) -> int:
     return run(args)
 
 
+def tls_settings(args) -> dict:
+    """The ClientConfig TLS fields from ``--tls``, ``--tls-ca-file``, ``--tls-cert-file`` and
+    ``--tls-key-file`` (checked: a file flag needs ``--tls``, cert and key go together)."""
+    given = [
+        flag
+        for flag, value in (
+            ("--tls-ca-file", args.tls_ca_file),
+            ("--tls-cert-file", args.tls_cert_file),
+            ("--tls-key-file", args.tls_key_file),
+        )
+        if value is not None
+    ]
+    if given and not args.tls:
+        raise RocketliteError(f"{given[0]} needs --tls")
+    if (args.tls_cert_file is None) != (args.tls_key_file is None):
+        raise RocketliteError("--tls-cert-file and --tls-key-file go together")
+    return {
+        "tls": args.tls,
+        "tls_ca_file": args.tls_ca_file,
+        "tls_cert_file": args.tls_cert_file,
+        "tls_key_file": args.tls_key_file,
+    }
+
+
+def _client_config(args):
+    from rmq_spark.client import ClientConfig
+
+    return ClientConfig(**tls_settings(args))
+
+
 def cmd_topic(args) -> int:
     from rmq_spark.client import Admin
 
-    with Admin(args.endpoints) as admin:
+    with Admin(args.endpoints, _client_config(args)) as admin:
         if args.action == "create":
             admin.create_topic(
                 args.topic,
@@ -140,7 +171,7 @@ def _emit(args, rows: list[dict], columns: list[str]) -> None:
 
 
 def cmd_send(args) -> int:
-    from rmq_spark.client import Message, Producer
+    from rmq_spark.client import Message, Producer, ProducerConfig
 
     properties = dict(_parse_property(p) for p in args.property)
     bodies: Iterable[bytes]
@@ -152,7 +183,7 @@ def cmd_send(args) -> int:
     sent = 0
     started = time.monotonic()
     rows = []
-    with Producer(args.endpoints) as producer:
+    with Producer(args.endpoints, config=ProducerConfig(**tls_settings(args))) as producer:
         for chunk in _chunks(bodies, 256 if from_stdin else len(args.body)):
             messages = [
                 Message(body, tags=args.tag, keys=args.key or None, properties=properties)
@@ -227,7 +258,7 @@ def cmd_consume(args) -> int:
     interrupted = False
     # Without --from, a group resumes at its committed offsets (queues it never committed
     # start at the beginning), like a RocketMQ consumer with CONSUME_FROM_FIRST_OFFSET.
-    config = ConsumerConfig(consume_from="FIRST_OFFSET")
+    config = ConsumerConfig(consume_from="FIRST_OFFSET", **tls_settings(args))
     with PullConsumer(
         args.endpoints, group=args.group, subscription=args.tag, config=config
     ) as consumer:
@@ -325,7 +356,7 @@ def _print_message(args, row: dict) -> None:
 def cmd_offsets(args) -> int:
     from rmq_spark.client import Admin
 
-    with Admin(args.endpoints) as admin:
+    with Admin(args.endpoints, _client_config(args)) as admin:
         progress = admin.consumer_progress(args.group, topic=args.topic)
     rows = [
         {
@@ -350,7 +381,7 @@ def cmd_offsets(args) -> int:
 def cmd_message(args) -> int:
     from rmq_spark.client import Admin
 
-    with Admin(args.endpoints) as admin:
+    with Admin(args.endpoints, _client_config(args)) as admin:
         batch, broker_name = admin.view_message(args.msg_id)
     row = _message_rows(batch, broker_name)[0]
     if args.json:
@@ -391,6 +422,18 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"comma-separated broker endpoints (default {DEFAULT_ENDPOINTS})",
         )
         p.add_argument("--json", action="store_true", help="JSON output (one object per line)")
+        tls = p.add_argument_group("TLS")
+        tls.add_argument("--tls", action="store_true", help="connect with TLS")
+        tls.add_argument(
+            "--tls-ca-file",
+            metavar="FILE",
+            help="PEM CA certificate(s) that signed the brokers' certificates (default: the "
+            "system's trusted CAs)",
+        )
+        tls.add_argument(
+            "--tls-cert-file", metavar="FILE", help="PEM client certificate (mutual TLS)"
+        )
+        tls.add_argument("--tls-key-file", metavar="FILE", help="PEM key of --tls-cert-file")
         return p
 
     topic = client_parser("topic", "create, update, list, describe or delete topics")
@@ -452,6 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC's own log lines (e.g. one per failed TLS handshake) would follow our one-line
+    # errors on stderr; keep its errors only, unless the user asked for more.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["send"]:

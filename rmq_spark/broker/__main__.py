@@ -5,9 +5,10 @@ with ``--port 0`` can read the bound port::
 
     rocketlite broker broker-a listening on 127.0.0.1:40123 store=/data/broker-a
 
-Logs go to stderr. SIGTERM or SIGINT shuts it down cleanly. Bad flags or settings print one
-error line and exit with 2; a broker that cannot start (port taken, store locked or
-unreadable) prints one error line and exits with 1.
+Logs go to stderr. SIGTERM or SIGINT shuts it down cleanly. Bad flags or settings (TLS files
+that cannot be read or do not match included) print one error line and exit with 2; a broker
+that cannot start (port taken, store locked or unreadable, a non-loopback ``--host`` without
+TLS and ``--acl`` or ``--insecure``) prints one error line and exits with 1.
 """
 
 from __future__ import annotations
@@ -73,6 +74,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=16,
         metavar="N",
         help="threads that run store work (held pulls and watch streams take none)",
+    )
+
+    security = parser.add_argument_group(
+        "security (a non-loopback --host needs TLS and --acl, or --insecure)"
+    )
+    security.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="PEM certificate (chain) of the broker; with --tls-key the port serves TLS only",
+    )
+    security.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+    security.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="PEM CA certificate(s): require client certificates signed by one (mutual TLS)",
+    )
+    security.add_argument("--acl", metavar="FILE", help="access-control list")
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --host without TLS and access control (logs a warning)",
     )
 
     broker = parser.add_argument_group("broker")
@@ -228,8 +250,14 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         store_options={
             name: getattr(args, name) for name in _STORE_FLAGS if getattr(args, name) is not None
         },
+        tls_cert_file=args.tls_cert,
+        tls_key_file=args.tls_key,
+        tls_client_ca_file=args.tls_client_ca,
+        acl_file=args.acl,
+        insecure=args.insecure,
     )
     config.store_config()  # the store's own checks, now rather than after binding the port
+    config.check_files()  # TLS files readable and matching, the ACL file there
     return config
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmq_spark import tls
 from rmq_spark.errors import InvalidArgumentError, check_whole_numbers
 from rmq_spark.store.config import MiB, StoreConfig
 
@@ -78,6 +79,15 @@ class BrokerConfig:
     transaction_check_interval_ms: int = 30_000
     transaction_max_checks: int = 15
     store_options: dict = field(default_factory=dict)
+    #: PEM certificate (chain) and private key: with both, the port serves TLS only
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    #: PEM CA certificate(s): clients must present a certificate signed by one (mutual TLS)
+    tls_client_ca_file: str | None = None
+    #: access-control list; checked to exist here, enforced by the access-control layer
+    acl_file: str | None = None
+    #: listen on a non-loopback address without TLS and access control (warns on every start)
+    insecure: bool = False
 
     def __post_init__(self) -> None:
         if self.broker_perm not in (2, 4, 6):
@@ -120,6 +130,71 @@ class BrokerConfig:
                 "admitted; raise it or lower max_request_bytes"
             )
         self.delay_levels_ms = parse_delay_levels(self.delay_levels)
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            given, missing = (
+                ("--tls-cert", "--tls-key")
+                if self.tls_key_file is None
+                else ("--tls-key", "--tls-cert")
+            )
+            raise InvalidArgumentError(
+                f"{given} needs {missing}: TLS takes a certificate and its private key"
+            )
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise InvalidArgumentError(
+                "--tls-client-ca needs --tls-cert and --tls-key: client certificates are "
+                "checked during the TLS handshake, which needs the broker's own certificate"
+            )
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
+
+    def tls_material(self) -> tuple[bytes, bytes, bytes | None] | None:
+        """``(certificate chain, private key, client CA or None)`` as PEM, checked; None
+        without TLS. InvalidArgumentError names the flag and the file of a problem."""
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        cert, key = tls.check_key_pair(
+            tls.Setting("--tls-cert", str(self.tls_cert_file)),
+            tls.Setting("--tls-key", str(self.tls_key_file)),
+        )
+        client_ca = None
+        if self.tls_client_ca_file is not None:
+            client_ca = tls.check_ca(tls.Setting("--tls-client-ca", str(self.tls_client_ca_file)))
+        return cert, key, client_ca
+
+    def check_files(self) -> None:
+        """Read the TLS files and look for the ACL file now, before anything is bound."""
+        self.tls_material()
+        if self.acl_file is not None and not Path(self.acl_file).is_file():
+            raise InvalidArgumentError(f"--acl {self.acl_file}: no such file")
+
+    @property
+    def exposed(self) -> bool:
+        """True when the broker listens on an address other machines may reach."""
+        return not tls.is_loopback(self.host)
+
+    def missing_protection(self) -> list[str]:
+        """What a broker on a non-loopback address lacks: "TLS", "access control"."""
+        missing = []
+        if not self.tls:
+            missing.append("TLS")
+        if self.acl_file is None:
+            missing.append("access control")
+        return missing
+
+    def check_exposure(self) -> None:
+        """Refuse a non-loopback address without TLS and access control, unless
+        ``insecure`` was asked for."""
+        missing = self.missing_protection()
+        if not self.exposed or not missing or self.insecure:
+            return
+        raise InvalidArgumentError(
+            f"refusing to listen on {self.host}: an address other machines can reach needs "
+            f"TLS (--tls-cert, --tls-key) and access control (--acl FILE), and this broker "
+            f"has no {' and no '.join(missing)}; add them, or pass --insecure to serve "
+            f"{self.host} unprotected (or listen on 127.0.0.1)"
+        )
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(

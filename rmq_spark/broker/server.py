@@ -92,13 +92,26 @@ class BrokerServer:
         if self._stopped.is_set():  # a signal stopped it before it started
             return self
         self._loop_thread.call(self._server.start())
+        config = self.broker.config
         log.info(
-            "broker %s listening on %s (store %s, flush %s)",
+            "broker %s listening on %s, %s (store %s, flush %s)",
             self.broker.name,
             self.broker.endpoint,
-            self.broker.config.store_dir,
-            self.broker.config.flush_mode,
+            transport_name(config),
+            config.store_dir,
+            config.flush_mode,
         )
+        missing = config.missing_protection()
+        if config.exposed and missing:
+            log.warning(
+                "broker %s listens on %s:%d, which other machines may reach, WITHOUT %s "
+                "(--insecure): %s",
+                self.broker.name,
+                config.host,
+                self.port,
+                " and WITHOUT ".join(missing),
+                _exposure(missing),
+            )
         return self
 
     def stop(self, grace_s: float = 2.0) -> None:
@@ -139,6 +152,21 @@ class BrokerServer:
         self.stop()
 
 
+def transport_name(config: BrokerConfig) -> str:
+    if not config.tls:
+        return "plaintext"
+    return "mutual TLS" if config.tls_client_ca_file is not None else "TLS"
+
+
+def _exposure(missing: list[str]) -> str:
+    what = []
+    if "access control" in missing:
+        what.append("anyone who can connect may read, write and delete every topic and group")
+    if "TLS" in missing:
+        what.append("messages and offsets cross the network unencrypted")
+    return "; ".join(what)
+
+
 def server_options(config: BrokerConfig) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", config.max_request_bytes),
@@ -156,10 +184,15 @@ def server_options(config: BrokerConfig) -> list[tuple[str, int]]:
 
 
 def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
-    """Bind the port, open (and recover) the store and register the services."""
+    """Bind the port, open (and recover) the store and register the services.
+
+    Refuses (InvalidArgumentError) a non-loopback address without TLS and access control
+    unless ``config.insecure``, and TLS files that cannot be used."""
+    config.check_exposure()
+    credentials = server_credentials(config)
     loop_thread = _LoopThread(f"rmq-loop-{config.name}")
     try:
-        server, port = loop_thread.call(_bind(config))
+        server, port = loop_thread.call(_bind(config, credentials))
     except BaseException:
         loop_thread.close()
         raise
@@ -190,12 +223,29 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     return broker_server, port
 
 
-async def _bind(config: BrokerConfig) -> tuple[grpc.aio.Server, int]:
+def server_credentials(config: BrokerConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials from the config's PEM files (checked), or None for plaintext. Every
+    service on the port (rocketlite.v1 and apache.rocketmq.v2) is served through them."""
+    material = config.tls_material()
+    if material is None:
+        return None
+    cert, key, client_ca = material
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+
+
+async def _bind(
+    config: BrokerConfig, credentials: grpc.ServerCredentials | None
+) -> tuple[grpc.aio.Server, int]:
     # Created on the loop that will run it: grpc.aio ties a server to its event loop.
     server = grpc.aio.server(options=server_options(config))
     address = f"{config.host}:{config.port}"
     try:
-        port = server.add_insecure_port(address)
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise UnavailableError(f"cannot listen on {address}: {exc}; is the port in use?") from exc
     if port == 0:

@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 
+from rmq_spark import tls as tls_files
 from rmq_spark.errors import (
     ERROR_CLASS_METADATA,
     InvalidArgumentError,
@@ -90,6 +91,13 @@ class ClientConfig:
     #: reconnect backoff cap after a broker went away (gRPC's default is 120 s): a restarted
     #: broker is found again within about this long
     max_reconnect_backoff_ms: int = 1_000
+    #: connect with TLS (the broker runs with --tls-cert/--tls-key)
+    tls: bool = False
+    #: PEM CA certificate(s) that signed the brokers' certificates (default: the system's)
+    tls_ca_file: str | None = None
+    #: PEM client certificate and its key, for brokers that require one (mutual TLS)
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
     def __post_init__(self) -> None:
         check_whole_numbers(
@@ -103,6 +111,33 @@ class ClientConfig:
             ),
             1,
         )
+        given = [
+            name
+            for name in ("tls_ca_file", "tls_cert_file", "tls_key_file")
+            if getattr(self, name) is not None
+        ]
+        if given and not self.tls:
+            raise InvalidArgumentError(f"{given[0]} is set but tls is False; set tls=True")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise InvalidArgumentError(
+                "tls_cert_file and tls_key_file go together (a client certificate and its key)"
+            )
+
+    def channel_credentials(self) -> grpc.ChannelCredentials | None:
+        """TLS credentials from the PEM files (read and checked now), or None (plaintext).
+        InvalidArgumentError names the setting and the file of a problem."""
+        if not self.tls:
+            return None
+        ca = None
+        if self.tls_ca_file is not None:
+            ca = tls_files.check_ca(tls_files.Setting("tls_ca_file", self.tls_ca_file))
+        cert = key = None
+        if self.tls_cert_file is not None and self.tls_key_file is not None:
+            cert, key = tls_files.check_key_pair(
+                tls_files.Setting("tls_cert_file", self.tls_cert_file),
+                tls_files.Setting("tls_key_file", self.tls_key_file),
+            )
+        return grpc.ssl_channel_credentials(ca, key, cert)
 
     @property
     def request_timeout_s(self) -> float:
@@ -121,13 +156,18 @@ class ClientConfig:
 
 
 def error_from_rpc(
-    exc: grpc.RpcError, endpoint: str, method: str, timeout_s: float | None = None
+    exc: grpc.RpcError,
+    endpoint: str,
+    method: str,
+    timeout_s: float | None = None,
+    tls: bool = False,
 ) -> RocketliteError:
     """The rocketlite exception for a failed call: the broker's class when it named one.
 
     Errors raised by the broker keep the broker's message (it names the bad value); errors
-    of the transport (connection refused, deadline) say which call to which endpoint failed.
-    The endpoint is also kept as the ``endpoint`` attribute.
+    of the transport (connection refused, deadline) say which call to which endpoint failed,
+    and what a failed TLS handshake most likely means (``tls``: the client used TLS). The
+    endpoint is also kept as the ``endpoint`` attribute.
     """
     code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN
     details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
@@ -143,6 +183,13 @@ def error_from_rpc(
         )
     else:
         message = f"{method} on broker {endpoint} failed: {code_name}: {details}"
+        hint = (
+            tls_files.describe_handshake_failure(details or "", tls)
+            if code == grpc.StatusCode.UNAVAILABLE
+            else None
+        )
+        if hint is not None:
+            message = f"{method} on broker {endpoint} failed: {hint} ({details})"
     error = error_from_status(code_name, message, class_name)
     error.endpoint = endpoint  # type: ignore[attr-defined]
     # No class named: the transport failed (no connection), not the broker's own answer.
@@ -153,9 +200,11 @@ def error_from_rpc(
 class PendingCall:
     """A call started with :meth:`Connection.start`; ``result()`` raises rocketlite errors."""
 
-    def __init__(self, future: grpc.Future, endpoint: str, method: str, timeout_s: float):
+    def __init__(
+        self, future: grpc.Future, endpoint: str, method: str, timeout_s: float, tls: bool = False
+    ):
         self.future = future
-        self._where = (endpoint, method, timeout_s)
+        self._where = (endpoint, method, timeout_s, tls)
 
     def done(self) -> bool:
         return self.future.done()
@@ -183,7 +232,13 @@ class Connection:
     def __init__(self, endpoint: str, config: ClientConfig) -> None:
         self.endpoint = endpoint
         self.config = config
-        self.channel = grpc.insecure_channel(endpoint, options=config.channel_options())
+        credentials = config.channel_credentials()
+        if credentials is None:
+            self.channel = grpc.insecure_channel(endpoint, options=config.channel_options())
+        else:
+            self.channel = grpc.secure_channel(
+                endpoint, credentials, options=config.channel_options()
+            )
         self.messaging = messaging_pb2_grpc.MessagingServiceStub(self.channel)
         self.offsets = offsets_pb2_grpc.OffsetServiceStub(self.channel)
         self.groups = groups_pb2_grpc.GroupServiceStub(self.channel)
@@ -221,7 +276,7 @@ class Connection:
             try:
                 return method(request, timeout=timeout)
             except grpc.RpcError as exc:
-                error = error_from_rpc(exc, self.endpoint, name, timeout)
+                error = error_from_rpc(exc, self.endpoint, name, timeout, self.config.tls)
                 cause: BaseException = exc
             if not isinstance(error, UnavailableError) or attempt == policy.attempts:
                 break
@@ -240,7 +295,11 @@ class Connection:
         name = self.method_name(method)
         self._check_open(name)
         return PendingCall(
-            method.future(request, timeout=timeout_s), self.endpoint, name, timeout_s
+            method.future(request, timeout=timeout_s),
+            self.endpoint,
+            name,
+            timeout_s,
+            self.config.tls,
         )
 
     def wait_ready(self, timeout_s: float) -> bool:

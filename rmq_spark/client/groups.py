@@ -110,6 +110,7 @@ class ConsumerWatch:
 
     def __init__(self, conn: Connection, group: str, client_id: str = "") -> None:
         self.endpoint = conn.endpoint
+        self._tls = conn.config.tls
         request = groups_pb2.WatchConsumerChangesRequest(consumer_group=group, client_id=client_id)
         self._call: Any = conn.groups.WatchConsumerChanges(request)
 
@@ -120,7 +121,7 @@ class ConsumerWatch:
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED:
                 return
-            raise error_from_rpc(exc, self.endpoint, "WatchConsumerChanges") from exc
+            raise error_from_rpc(exc, self.endpoint, "WatchConsumerChanges", tls=self._tls) from exc
 
     def cancel(self) -> None:
         self._call.cancel()

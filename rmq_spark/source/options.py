@@ -61,6 +61,10 @@ OPTION_NAMES: tuple[str, ...] = (
     "maxRetries",
     "retryBackoffMs",
     "filterPushdown",
+    "tls",
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
 )
 STREAMING_ONLY = frozenset(
     {
@@ -173,6 +177,12 @@ class SourceOptions:
     retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS
     #: take WHERE filters over from Spark (batch reads; see rmq_spark.source.pushdown)
     filter_pushdown: bool = False
+    #: connect with TLS; the files are read where the connections are made (the driver and
+    #: every executor), so they must be at the same path on each machine
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -209,9 +219,19 @@ class SourceOptions:
             max_retries=raw.setting("maxRetries", 1000, 0, DEFAULT_MAX_RETRIES),
             retry_backoff_ms=raw.setting("retryBackoffMs", _MAX_INT, 0, DEFAULT_RETRY_BACKOFF_MS),
             filter_pushdown=raw.flag("filterPushdown", False),
+            **_tls(raw),
         )
         _check_combinations(raw, parsed)
         return parsed
+
+    def tls_settings(self) -> dict:
+        """The ClientConfig TLS fields of these options."""
+        return {
+            "tls": self.tls,
+            "tls_ca_file": self.tls_ca_file,
+            "tls_cert_file": self.tls_cert_file,
+            "tls_key_file": self.tls_key_file,
+        }
 
     def subscribes(self, topic: str) -> bool:
         """True if ``topic`` is read by this source.
@@ -348,6 +368,40 @@ def _endpoints(raw: _Raw) -> tuple[str, ...]:
         return Endpoints.parse(text).addresses
     except InvalidArgumentError as exc:
         raise bad("endpoints", text, str(exc)) from None
+
+
+def _tls(raw: _Raw) -> dict:
+    """The TLS options, checked here on the driver: files readable and usable, a client
+    certificate with its key."""
+    from rmq_spark import tls
+
+    enabled = raw.flag("tls", False)
+    files = {name: raw.get(name) for name in ("tlsCaFile", "tlsCertFile", "tlsKeyFile")}
+    given = [name for name, path in files.items() if path is not None]
+    if given and not enabled:
+        raise InvalidArgumentError(
+            f"option {given[0]} only applies with tls=true; set tls=true or remove it"
+        )
+    ca, cert, key = files["tlsCaFile"], files["tlsCertFile"], files["tlsKeyFile"]
+    if (cert is None) != (key is None):
+        given_name, missing = (
+            ("tlsCertFile", "tlsKeyFile") if key is None else ("tlsKeyFile", "tlsCertFile")
+        )
+        raise InvalidArgumentError(
+            f"option {given_name} needs the option {missing} (a client certificate and its key)"
+        )
+    try:
+        if ca is not None:
+            tls.check_ca(tls.Setting("option tlsCaFile", ca))
+        if cert is not None and key is not None:
+            tls.check_key_pair(
+                tls.Setting("option tlsCertFile", cert), tls.Setting("option tlsKeyFile", key)
+            )
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(
+            f"{exc}; TLS files must be readable at the same path on the driver and every executor"
+        ) from None
+    return {"tls": enabled, "tls_ca_file": ca, "tls_cert_file": cert, "tls_key_file": key}
 
 
 def _subscription_target(raw: _Raw) -> tuple[tuple[str, ...], str | None]:
