@@ -63,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     net.add_argument("--name", default="broker-a", help="broker name (unique per cluster)")
     net.add_argument(
+        "--acl",
+        metavar="FILE",
+        default=None,
+        help="ACL file (JSON): require signed requests and authorize them (docs/security.md)",
+    )
+    net.add_argument(
         "--advertised-endpoint",
         metavar="HOST:PORT",
         help="address clients are told to use (default: host:bound port)",
@@ -225,6 +231,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         transaction_check_after_ms=args.transaction_check_after_ms,
         transaction_check_interval_ms=args.transaction_check_interval_ms,
         transaction_max_checks=args.transaction_max_checks,
+        acl_file=args.acl,
         store_options={
             name: getattr(args, name) for name in _STORE_FLAGS if getattr(args, name) is not None
         },

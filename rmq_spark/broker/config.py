@@ -78,6 +78,9 @@ class BrokerConfig:
     transaction_check_interval_ms: int = 30_000
     transaction_max_checks: int = 15
     store_options: dict = field(default_factory=dict)
+    #: ACL file (users, secrets, policies; see docs/security.md): when set, every call must
+    #: be signed and is authorized against it; the file is reloaded when it changes
+    acl_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.broker_perm not in (2, 4, 6):
