@@ -17,6 +17,7 @@ once when it opens (a Telemetry stream lives for days on its opening headers).
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
 import logging
 import threading
@@ -218,7 +219,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                     auth.check_request(user, rule, request, context)
                 except Refused as refusal:
                     return await refuse(refusal, context)
-                return await inner(request, context)
+                answer = inner(request, context)
+                return await answer if inspect.isawaitable(answer) else answer
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary, handler.request_deserializer, handler.response_serializer
@@ -262,7 +264,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 except Refused as refusal:
                     return await refuse(refusal, context)
                 refusals: list[Refused] = []
-                answer = await inner(checked(user, rule, requests, context, refusals), context)
+                answer = inner(checked(user, rule, requests, context, refusals), context)
+                answer = await answer if inspect.isawaitable(answer) else answer
                 if refusals:
                     return await refuse(refusals[0], context)
                 return answer
@@ -299,5 +302,8 @@ async def _responses(result):
     if hasattr(result, "__aiter__"):
         async for item in result:
             yield item
-    else:
+    elif inspect.isawaitable(result):
         await result
+    elif result is not None:  # a plain iterator (a synchronous handler)
+        for item in result:
+            yield item
