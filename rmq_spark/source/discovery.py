@@ -55,6 +55,7 @@ def client_config(options: SourceOptions, request_timeout_ms: int | None = None)
             backoff_ms=backoff,
             max_backoff_ms=max(backoff, MAX_RETRY_BACKOFF_MS),
         ),
+        **options.credentials(),
     )
 
 

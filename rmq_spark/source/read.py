@@ -87,7 +87,9 @@ def read_partition(
     partition: RocketlitePartition, options: SourceOptions
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of every range of ``partition`` as Arrow batches, in range order."""
-    config = ClientConfig(request_timeout_ms=options.pull_timeout_ms, retry=NO_RETRY)
+    config = ClientConfig(
+        request_timeout_ms=options.pull_timeout_ms, retry=NO_RETRY, **options.credentials()
+    )
     endpoints = dict(partition.endpoints)
     connections: dict[str, Connection] = {}
     try:
