@@ -17,6 +17,7 @@ once when it opens (a Telemetry stream lives for days on its opening headers).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import ipaddress
 import logging
@@ -162,6 +163,7 @@ class Authorizer:
             self.authorize(user, rule, rule.message_needs(message), context.peer())
 
 
+@functools.lru_cache(maxsize=64)
 def _v2_response(method: str):
     """The response class of a RocketMQ 5 method (all have a ``status`` field)."""
     from google.protobuf import descriptor_pool, message_factory

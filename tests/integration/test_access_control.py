@@ -299,3 +299,34 @@ def test_reload_grants_within_two_seconds(broker):
     with Producer(broker.endpoint, config=config) as producer:
         producer.send(TOPIC, b"still granted")
     assert "the previous ACL stays in force" in broker.log_tail()
+
+
+def test_a_bad_acl_file_stops_the_broker_at_start(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "acl.json"
+    write_acl(bad, {"users": [{"username": "a", "password": "x", "userType": "Root"}]})
+    result = subprocess.run(
+        [sys.executable, "-m", "rmq_spark.broker", "--store", str(tmp_path / "s"), "--port", "0",
+         "--acl", str(bad)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "users[0] (a): userType 'Root' must be Super or Normal" in result.stderr
+
+
+def test_signed_streams_of_the_rocketlite_client(broker):
+    from rmq_spark.client.connection import Connection
+    from rmq_spark.proto_gen.rocketlite.v1 import groups_pb2
+
+    conn = Connection(broker.endpoint, ClientConfig(**keys("good")))
+    try:
+        request = groups_pb2.WatchConsumerChangesRequest(consumer_group=GROUP)
+        stream = conn.groups.WatchConsumerChanges(request, timeout=5)
+        first = next(stream)
+        stream.cancel()
+        assert first.consumer_group == GROUP
+        assert conn.wait_ready(5)
+    finally:
+        conn.close()
