@@ -45,6 +45,13 @@ class PermissionDeniedError(RocketliteError):
     grpc_code = "PERMISSION_DENIED"
 
 
+class UnauthenticatedError(RocketliteError):
+    """The broker requires signed requests and could not authenticate this one (no, wrong or
+    stale credentials: see ClientConfig.access_key / secret_key)."""
+
+    grpc_code = "UNAUTHENTICATED"
+
+
 class ResourceExhaustedError(RocketliteError):
     """A size or count limit was exceeded, or the disk is (almost) full."""
 
@@ -121,6 +128,7 @@ _BY_CODE: dict[str, type[RocketliteError]] = {
     "NOT_FOUND": NotFoundError,
     "ALREADY_EXISTS": AlreadyExistsError,
     "PERMISSION_DENIED": PermissionDeniedError,
+    "UNAUTHENTICATED": UnauthenticatedError,
     "RESOURCE_EXHAUSTED": ResourceExhaustedError,
     "UNAVAILABLE": UnavailableError,
     "DEADLINE_EXCEEDED": RequestTimeoutError,

@@ -90,7 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="PEM CA certificate(s): require client certificates signed by one (mutual TLS)",
     )
-    security.add_argument("--acl", metavar="FILE", help="access-control list")
+    security.add_argument(
+        "--acl",
+        metavar="FILE",
+        help="ACL file (JSON): require signed requests and authorize them (docs/security.md)",
+    )
     security.add_argument(
         "--insecure",
         action="store_true",

@@ -84,7 +84,8 @@ class BrokerConfig:
     tls_key_file: str | None = None
     #: PEM CA certificate(s): clients must present a certificate signed by one (mutual TLS)
     tls_client_ca_file: str | None = None
-    #: access-control list; checked to exist here, enforced by the access-control layer
+    #: ACL file (users, secrets, policies; see docs/security.md): when set, every call must
+    #: be signed and is authorized against it; the file is reloaded when it changes
     acl_file: str | None = None
     #: listen on a non-loopback address without TLS and access control (warns on every start)
     insecure: bool = False

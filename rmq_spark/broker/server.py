@@ -73,8 +73,11 @@ class BrokerServer:
         loop_thread: _LoopThread,
         workers: Workers,
         v2_service=None,
+        acl=None,
     ) -> None:
         self.broker = broker
+        #: the ACL file in force (an rmq_spark.auth.acl_file.AclFile), or None
+        self.acl = acl
         #: the RocketMQ 5 service (None when its package is not installed)
         self.v2 = v2_service
         self.port = port
@@ -124,6 +127,8 @@ class BrokerServer:
             self.broker.notifier.close()  # release held pulls so the grace period is short
             self.broker.consumers.close()  # end watch streams
             self._loop_thread.call(self._server.stop(grace_s))
+            if self.acl is not None:
+                self.acl.stop()
             self._workers.shutdown()
             self._loop_thread.close()
             if self.v2 is not None:
@@ -190,9 +195,18 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     unless ``config.insecure``, and TLS files that cannot be used."""
     config.check_exposure()
     credentials = server_credentials(config)
+    acl = None
+    interceptors = []
+    if config.acl_file:
+        # Imported only when configured: a broker without an ACL runs no interceptor.
+        from rmq_spark.auth.acl_file import AclFile
+        from rmq_spark.auth.interceptor import AuthInterceptor, Authorizer
+
+        acl = AclFile(config.acl_file)  # a bad file stops the broker here
+        interceptors.append(AuthInterceptor(Authorizer(lambda: acl.current)))
     loop_thread = _LoopThread(f"rmq-loop-{config.name}")
     try:
-        server, port = loop_thread.call(_bind(config, credentials))
+        server, port = loop_thread.call(_bind(config, credentials, interceptors))
     except BaseException:
         loop_thread.close()
         raise
@@ -218,7 +232,10 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         loop_thread.close()
         broker.close()
         raise
-    broker_server = BrokerServer(broker, server, port, loop_thread, workers, v2_service)
+    broker_server = BrokerServer(broker, server, port, loop_thread, workers, v2_service, acl)
+    if acl is not None:
+        acl.start()
+        log.info("access control on: ACL file %s (reloaded when it changes)", config.acl_file)
     broker.store.add_failure_listener(broker_server.stop_after_failure)
     return broker_server, port
 
@@ -236,10 +253,12 @@ def server_credentials(config: BrokerConfig) -> grpc.ServerCredentials | None:
 
 
 async def _bind(
-    config: BrokerConfig, credentials: grpc.ServerCredentials | None
+    config: BrokerConfig, credentials: grpc.ServerCredentials | None, interceptors=()
 ) -> tuple[grpc.aio.Server, int]:
     # Created on the loop that will run it: grpc.aio ties a server to its event loop.
-    server = grpc.aio.server(options=server_options(config))
+    server = grpc.aio.server(
+        options=server_options(config), interceptors=list(interceptors) or None
+    )
     address = f"{config.host}:{config.port}"
     try:
         if credentials is None:

@@ -56,6 +56,7 @@ def client_config(options: SourceOptions, request_timeout_ms: int | None = None)
             max_backoff_ms=max(backoff, MAX_RETRY_BACKOFF_MS),
         ),
         **options.tls_settings(),
+        **options.credentials(),
     )
 
 

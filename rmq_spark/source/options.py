@@ -18,7 +18,8 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from rmq_spark.codec.subscription import Subscription, parse_subscription
@@ -65,6 +66,9 @@ OPTION_NAMES: tuple[str, ...] = (
     "tlsCaFile",
     "tlsCertFile",
     "tlsKeyFile",
+    "accessKey",
+    "secretKey",
+    "secretKeyFile",
 )
 STREAMING_ONLY = frozenset(
     {
@@ -183,6 +187,16 @@ class SourceOptions:
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    #: credentials for brokers with access control (``accessKey`` with ``secretKey`` or
+    #: ``secretKeyFile``); None = the client's default (ROCKETLITE_ACCESS_KEY / _SECRET_KEY)
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+
+    def credentials(self) -> dict[str, str]:
+        """``access_key``/``secret_key`` for ClientConfig, when the options give them."""
+        if self.access_key is None:
+            return {}
+        return {"access_key": self.access_key, "secret_key": self.secret_key or ""}
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -220,6 +234,7 @@ class SourceOptions:
             retry_backoff_ms=raw.setting("retryBackoffMs", _MAX_INT, 0, DEFAULT_RETRY_BACKOFF_MS),
             filter_pushdown=raw.flag("filterPushdown", False),
             **_tls(raw),
+            **_credentials(raw),
         )
         _check_combinations(raw, parsed)
         return parsed
@@ -594,6 +609,32 @@ def _check_mode(raw: _Raw) -> None:
         else:
             where = "streaming queries (spark.readStream); this is a batch query (spark.read)"
         raise InvalidArgumentError(f"option {wrong_mode[0]} only applies to {where}; remove it")
+
+
+def _credentials(raw: _Raw) -> dict[str, str]:
+    """accessKey with secretKey or secretKeyFile (read here, on the driver). Messages name
+    the options and the file, never the secret."""
+    access_key = raw.get("accessKey")
+    secret = raw.get("secretKey")
+    secret_file = raw.get("secretKeyFile")
+    if secret is not None and secret_file is not None:
+        raise InvalidArgumentError("give option secretKey or secretKeyFile, not both")
+    if secret_file is not None:
+        try:
+            secret = Path(secret_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"option secretKeyFile: cannot read {secret_file}: {exc.strerror}"
+            ) from None
+        if not secret:
+            raise InvalidArgumentError(f"option secretKeyFile: {secret_file} is empty")
+    if not access_key and not secret:
+        return {}
+    if not access_key or not secret:
+        raise InvalidArgumentError(
+            "option accessKey needs secretKey or secretKeyFile, and they need accessKey"
+        )
+    return {"access_key": access_key, "secret_key": secret}
 
 
 def _check_combinations(raw: _Raw, opts: SourceOptions) -> None:

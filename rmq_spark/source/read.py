@@ -88,7 +88,10 @@ def read_partition(
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of every range of ``partition`` as Arrow batches, in range order."""
     config = ClientConfig(
-        request_timeout_ms=options.pull_timeout_ms, retry=NO_RETRY, **options.tls_settings()
+        request_timeout_ms=options.pull_timeout_ms,
+        retry=NO_RETRY,
+        **options.tls_settings(),
+        **options.credentials(),
     )
     endpoints = dict(partition.endpoints)
     connections: dict[str, Connection] = {}

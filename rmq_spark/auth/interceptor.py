@@ -1,0 +1,311 @@
+"""The server side of access control: authenticate each call from its metadata, then
+authorize it with the permission table (:mod:`.permissions`) and the current ACL.
+
+:class:`Authorizer` holds the decisions (no gRPC); :class:`AuthInterceptor` is the
+``grpc.aio`` server interceptor that wraps every handler so the check sees the request
+message: before a unary call or a server stream, at the opening of a client stream and on
+each of its messages (RocketMQ's Telemetry settings).
+
+Refusals: rocketlite.v1 calls fail with UNAUTHENTICATED or PERMISSION_DENIED (the error
+class in the trailing metadata, as every rocketlite error). RocketMQ 5 calls answer in the
+response's status, as a RocketMQ proxy does: UNAUTHORIZED (40100) when the caller is not
+authenticated, FORBIDDEN (40300) when it lacks a permission.
+
+Signatures are checked for freshness when a call starts: every unary call, and a stream
+once when it opens (a Telemetry stream lives for days on its opening headers).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import ipaddress
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+
+import grpc
+
+from rmq_spark.auth import signature
+from rmq_spark.auth.acl import AccessControl, User
+from rmq_spark.auth.permissions import V2, Rule, rule_for
+from rmq_spark.errors import ERROR_CLASS_METADATA
+
+log = logging.getLogger("rmq_spark.auth")
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+#: RocketMQ 5 status codes (apache.rocketmq.v2.Code)
+V2_UNAUTHORIZED = 40100
+V2_FORBIDDEN = 40300
+#: every refusal's message starts with this
+REFUSED_PREFIX = "access control: "
+#: a client id is bound to its user until unused this long
+CLIENT_ID_TTL_S = 3600.0
+MAX_CLIENT_IDS = 200_000
+
+
+class Refused(Exception):
+    """A call refused; ``authenticated`` False = who the caller is is unknown."""
+
+    def __init__(self, message: str, authenticated: bool) -> None:
+        super().__init__(REFUSED_PREFIX + message)
+        self.authenticated = authenticated
+
+
+def peer_ip(peer: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address in a gRPC peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``)."""
+    if not peer:
+        return None
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        host = rest.rsplit(":", 1)[0]
+    elif kind == "ipv6":
+        host = rest.rsplit(":", 1)[0].strip("[]")
+    else:
+        return None
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None
+
+
+class ClientOwners:
+    """Which user a client id belongs to: the first one that used it, until it has been
+    unused for ``ttl_s``. Bounded: the least recently used ids go first."""
+
+    def __init__(self, ttl_s: float = CLIENT_ID_TTL_S, limit: int = MAX_CLIENT_IDS) -> None:
+        self._owners: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.ttl_s = ttl_s
+        self.limit = limit
+
+    def claim(self, client_id: str, user: str, now: float | None = None) -> str | None:
+        """None when ``user`` may act as ``client_id`` (now bound to it); else its owner."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            held = self._owners.get(client_id)
+            if held is not None and held[0] != user and now - held[1] < self.ttl_s:
+                return held[0]
+            self._owners[client_id] = (user, now)
+            self._owners.move_to_end(client_id)
+            while len(self._owners) > self.limit:
+                self._owners.popitem(last=False)
+        return None
+
+
+class Authorizer:
+    """Decides on calls; ``acl()`` gives the ACL in force (it may change between calls)."""
+
+    def __init__(self, acl: Callable[[], AccessControl], owners: ClientOwners | None = None):
+        self.acl = acl
+        self.owners = owners or ClientOwners()
+
+    def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> User:
+        access = self.acl()
+        try:
+            name = signature.verify(metadata, access.secret_of, window_s=access.replay_window_s)
+        except signature.AuthenticationError as exc:
+            raise Refused(str(exc), authenticated=False) from None
+        user = access.user(name)
+        if user is None:  # removed by a reload in between
+            raise Refused("invalid access key or signature", authenticated=False)
+        if not user.enabled:
+            raise Refused(f"user {name} is disabled", authenticated=False)
+        return user
+
+    def authorize(self, user: User, rule: Rule | None, needs, peer: str | None) -> None:
+        if rule is None:
+            raise Refused("this method is not in the permission table", authenticated=True)
+        if user.is_super:
+            return
+        if rule.super_only:
+            raise Refused(f"user {user.name} is not a super user", authenticated=True)
+        access = self.acl()
+        ip = peer_ip(peer)
+        for need in needs:
+            verdict = access.authorize(user, need.resource, need.actions, ip)
+            if not verdict.allowed:
+                raise Refused(f"user {user.name}: {verdict.reason}", authenticated=True)
+
+    def claim(self, user: User, client_ids: Iterable[str]) -> None:
+        if user.is_super:
+            return
+        for client_id in client_ids:
+            if client_id and self.owners.claim(client_id, user.name) is not None:
+                raise Refused(
+                    f"user {user.name} may not act as client {client_id[:128]!r}, which "
+                    "another user is using",
+                    authenticated=True,
+                )
+
+    def check_open(self, method: str, context) -> tuple[User, Rule | None]:
+        """Authenticate a call and check what its headers name."""
+        metadata = tuple(context.invocation_metadata() or ())
+        user = self.authenticate(metadata)
+        rule = rule_for(method)
+        self.authorize(user, rule, (), context.peer())
+        if rule is not None and rule.header_client_id:
+            self.claim(user, [v for k, v in metadata if k == CLIENT_ID_HEADER])
+        return user, rule
+
+    def check_request(self, user: User, rule: Rule | None, request, context) -> None:
+        if rule is None:
+            return
+        if rule.needs is not None:
+            self.authorize(user, rule, rule.needs(request), context.peer())
+        if rule.client_ids is not None:
+            self.claim(user, rule.client_ids(request))
+
+    def check_message(self, user: User, rule: Rule | None, message, context) -> None:
+        if rule is not None and rule.message_needs is not None:
+            self.authorize(user, rule, rule.message_needs(message), context.peer())
+
+
+@functools.lru_cache(maxsize=64)
+def _v2_response(method: str):
+    """The response class of a RocketMQ 5 method (all have a ``status`` field)."""
+    from google.protobuf import descriptor_pool, message_factory
+
+    service = descriptor_pool.Default().FindServiceByName("apache.rocketmq.v2.MessagingService")
+    output = service.FindMethodByName(method.rsplit("/", 1)[1]).output_type
+    return message_factory.GetMessageClass(output)
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, authorizer: Authorizer) -> None:
+        self.authorizer = authorizer
+        self._last_log: dict[tuple, float] = {}
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        return self._wrap(handler, handler_call_details.method)
+
+    def _note(self, method: str, refusal: Refused) -> None:
+        """Log refusals, each (method, reason) at most once a minute."""
+        key = (method, str(refusal))
+        now = time.monotonic()
+        if now - self._last_log.get(key, -1e9) >= 60:
+            if len(self._last_log) > 10_000:
+                self._last_log.clear()
+            self._last_log[key] = now
+            log.warning("refused %s: %s", method, refusal)
+
+    def _wrap(self, handler, method: str):
+        auth = self.authorizer
+        v2 = method.startswith(V2)
+
+        async def refuse(refusal: Refused, context):
+            """v1: abort; v2: the response to send (its status says why)."""
+            self._note(method, refusal)
+            if v2:
+                code = V2_FORBIDDEN if refusal.authenticated else V2_UNAUTHORIZED
+                return _v2_response(method)(status={"code": code, "message": str(refusal)})
+            if refusal.authenticated:
+                code, cls = grpc.StatusCode.PERMISSION_DENIED, "PermissionDeniedError"
+            else:
+                code, cls = grpc.StatusCode.UNAUTHENTICATED, "UnauthenticatedError"
+            await context.abort(
+                code, str(refusal), trailing_metadata=((ERROR_CLASS_METADATA, cls),)
+            )
+
+        if not handler.request_streaming and not handler.response_streaming:
+            inner = handler.unary_unary
+
+            async def unary_unary(request, context):
+                try:
+                    user, rule = auth.check_open(method, context)
+                    auth.check_request(user, rule, request, context)
+                except Refused as refusal:
+                    return await refuse(refusal, context)
+                answer = inner(request, context)
+                return await answer if inspect.isawaitable(answer) else answer
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary_unary, handler.request_deserializer, handler.response_serializer
+            )
+
+        if not handler.request_streaming:
+            inner = handler.unary_stream
+
+            async def unary_stream(request, context):
+                try:
+                    user, rule = auth.check_open(method, context)
+                    auth.check_request(user, rule, request, context)
+                except Refused as refusal:
+                    yield await refuse(refusal, context)
+                    return
+                async for item in _responses(inner(request, context)):
+                    yield item
+
+            return grpc.unary_stream_rpc_method_handler(
+                unary_stream, handler.request_deserializer, handler.response_serializer
+            )
+
+        def checked(user, rule, requests, context, refusals: list):
+            async def messages():
+                async for message in requests:
+                    try:
+                        auth.check_message(user, rule, message, context)
+                    except Refused as refusal:
+                        refusals.append(refusal)
+                        return
+                    yield message
+
+            return messages()
+
+        if not handler.response_streaming:
+            inner = handler.stream_unary
+
+            async def stream_unary(requests, context):
+                try:
+                    user, rule = auth.check_open(method, context)
+                except Refused as refusal:
+                    return await refuse(refusal, context)
+                refusals: list[Refused] = []
+                answer = inner(checked(user, rule, requests, context, refusals), context)
+                answer = await answer if inspect.isawaitable(answer) else answer
+                if refusals:
+                    return await refuse(refusals[0], context)
+                return answer
+
+            return grpc.stream_unary_rpc_method_handler(
+                stream_unary, handler.request_deserializer, handler.response_serializer
+            )
+
+        inner = handler.stream_stream
+
+        async def stream_stream(requests, context):
+            try:
+                user, rule = auth.check_open(method, context)
+            except Refused as refusal:
+                yield await refuse(refusal, context)
+                return
+            refusals: list[Refused] = []
+            # A refused message ends the request stream: the service winds down, then the
+            # caller gets the refusal.
+            stream = inner(checked(user, rule, requests, context, refusals), context)
+            async for item in _responses(stream):
+                yield item
+            if refusals:
+                yield await refuse(refusals[0], context)
+
+        return grpc.stream_stream_rpc_method_handler(
+            stream_stream, handler.request_deserializer, handler.response_serializer
+        )
+
+
+async def _responses(result):
+    """The items of a streaming behavior, whether an async generator or a coroutine that
+    writes with ``context.write``."""
+    if hasattr(result, "__aiter__"):
+        async for item in result:
+            yield item
+    elif inspect.isawaitable(result):
+        await result
+    elif result is not None:  # a plain iterator (a synchronous handler)
+        for item in result:
+            yield item

@@ -1,0 +1,230 @@
+"""What every RPC of both protocols needs: ONE table, ``RULES``, keyed by the full method
+name gRPC routes on (``/package.Service/Method``).
+
+A :class:`Rule` says whether the RPC is for super users only, and otherwise how to read
+the resources it touches from the request (:class:`Need`: a resource and the actions any
+of which suffices). A rule without needs asks only for an authenticated, enabled user.
+Rules read requests by field name only; they know nothing else of the messages.
+
+Client ids: ``client_ids`` names the request fields (or, for RocketMQ 5, the
+``x-mq-client-id`` header) that identify a client. The interceptor binds a client id to the
+first user that uses it, so one user cannot unregister, unlock or terminate another user's
+client (see docs/security.md for the limits of that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from rmq_spark.auth.acl import Action, Resource
+
+V1 = "/rocketlite.v1."
+V2 = "/apache.rocketmq.v2.MessagingService/"
+
+PUB = frozenset({Action.PUB})
+SUB = frozenset({Action.SUB})
+PUB_OR_SUB = frozenset({Action.PUB, Action.SUB})
+
+
+@dataclass(frozen=True)
+class Need:
+    resource: Resource
+    actions: frozenset[Action]
+
+
+Extract = Callable[[object], Iterable[Need]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    #: only super users may call it (changes or reveals broker-wide state)
+    super_only: bool = False
+    #: the needs of the request (unary or server-streaming calls), checked before the call
+    needs: Extract | None = None
+    #: the needs of each message of a client stream (RocketMQ's Telemetry settings)
+    message_needs: Extract | None = None
+    #: client ids the request names, bound to the caller (see the module doc)
+    client_ids: Callable[[object], Iterable[str]] | None = None
+    #: RocketMQ 5: the call acts as the client of the x-mq-client-id header
+    header_client_id: bool = False
+
+
+# -- extractors -------------------------------------------------------------------------
+
+
+def _path(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def topic(field: str, actions: frozenset[Action]) -> Extract:
+    def extract(request) -> Iterable[Need]:
+        name = _path(request, field)
+        return [Need(Resource.topic(name), actions)] if name else []
+
+    return extract
+
+
+def group(field: str, actions: frozenset[Action] = SUB) -> Extract:
+    def extract(request) -> Iterable[Need]:
+        name = _path(request, field)
+        return [Need(Resource.group(name), actions)] if name else []
+
+    return extract
+
+
+def each_topic(items: str, field: str, actions: frozenset[Action]) -> Extract:
+    def extract(request) -> Iterable[Need]:
+        names = {_path(item, field) for item in _path(request, items)}
+        return [Need(Resource.topic(n), actions) for n in sorted(names) if n]
+
+    return extract
+
+
+def every_topic(action: Action) -> Extract:
+    return lambda request: [Need(Resource("Topic", "*"), frozenset({action}))]
+
+
+def both(*extracts: Extract) -> Extract:
+    def extract(request) -> Iterable[Need]:
+        return [need for e in extracts for need in e(request)]
+
+    return extract
+
+
+def fields(*names: str) -> Callable[[object], Iterable[str]]:
+    return lambda request: [v for v in (getattr(request, n) for n in names) if v]
+
+
+def _telemetry(command) -> Iterable[Need]:
+    """Settings of a RocketMQ 5 client: Pub per publishing topic, or Sub on the group and
+    on each subscribed topic."""
+    if command.WhichOneof("command") != "settings":
+        return []
+    settings = command.settings
+    kind = settings.WhichOneof("pub_sub")
+    if kind == "publishing":
+        return each_topic("settings.publishing.topics", "name", PUB)(command)
+    if kind == "subscription":
+        return both(
+            group("settings.subscription.group.name"),
+            each_topic("settings.subscription.subscriptions", "topic.name", SUB),
+        )(command)
+    return []
+
+
+def _v2_heartbeat(request) -> Iterable[Need]:
+    # Producers send no group; a consumer's heartbeat needs its group's Sub.
+    return group("group.name")(request)
+
+
+_GROUP_AND_QUEUE = both(group("group.name"), topic("message_queue.topic.name", SUB))
+_GROUP_AND_TOPIC = both(group("group.name"), topic("topic.name", SUB))
+
+# -- the table --------------------------------------------------------------------------
+
+RULES: dict[str, Rule] = {
+    # rocketlite.v1 MessagingService
+    f"{V1}MessagingService/SendMessages": Rule(needs=topic("topic", PUB)),
+    f"{V1}MessagingService/PullMessages": Rule(
+        needs=both(topic("queue.topic", SUB), group("consumer_group"))
+    ),
+    f"{V1}MessagingService/QueryOffsets": Rule(needs=each_topic("queries", "queue.topic", SUB)),
+    # names a commit-log position, not a topic: any topic's record can be read
+    f"{V1}MessagingService/ViewMessage": Rule(super_only=True),
+    f"{V1}MessagingService/ConsumerSendBack": Rule(
+        needs=both(group("consumer_group"), topic("original_topic", SUB))
+    ),
+    # rocketlite.v1 OffsetService
+    f"{V1}OffsetService/UpdateConsumerOffsets": Rule(
+        needs=both(group("consumer_group"), each_topic("offsets", "queue.topic", SUB))
+    ),
+    f"{V1}OffsetService/QueryConsumerOffsets": Rule(
+        needs=both(group("consumer_group"), each_topic("queues", "topic", SUB))
+    ),
+    f"{V1}OffsetService/GetConsumerProgress": Rule(
+        needs=both(
+            group("consumer_group", frozenset({Action.SUB, Action.GET})),
+            topic("topic", frozenset({Action.SUB, Action.GET})),
+        )
+    ),
+    # rocketlite.v1 GroupService
+    f"{V1}GroupService/Heartbeat": Rule(
+        needs=both(group("consumer_group"), each_topic("subscriptions", "topic", SUB)),
+        client_ids=fields("client_id"),
+    ),
+    f"{V1}GroupService/Unregister": Rule(
+        needs=group("consumer_group"), client_ids=fields("client_id")
+    ),
+    f"{V1}GroupService/GetConsumerList": Rule(needs=group("consumer_group")),
+    f"{V1}GroupService/WatchConsumerChanges": Rule(
+        needs=group("consumer_group"), client_ids=fields("client_id")
+    ),
+    f"{V1}GroupService/LockQueues": Rule(
+        needs=both(group("consumer_group"), each_topic("queues", "topic", SUB)),
+        client_ids=fields("client_id"),
+    ),
+    f"{V1}GroupService/UnlockQueues": Rule(
+        needs=both(group("consumer_group"), each_topic("queues", "topic", SUB)),
+        client_ids=fields("client_id"),
+    ),
+    # rocketlite.v1 AdminService
+    f"{V1}AdminService/CreateTopic": Rule(needs=topic("topic", frozenset({Action.CREATE}))),
+    f"{V1}AdminService/UpdateTopic": Rule(needs=topic("topic", frozenset({Action.UPDATE}))),
+    f"{V1}AdminService/DeleteTopic": Rule(needs=topic("topic", frozenset({Action.DELETE}))),
+    f"{V1}AdminService/GetTopicRoute": Rule(needs=topic("topic", PUB_OR_SUB)),
+    # every topic name: List on Topic:* (or *), or a super user
+    f"{V1}AdminService/ListTopics": Rule(needs=every_topic(Action.LIST)),
+    # name, version, limits: every client needs it to find brokers
+    f"{V1}AdminService/GetBrokerInfo": Rule(),
+    # apache.rocketmq.v2 MessagingService
+    f"{V2}QueryRoute": Rule(needs=topic("topic.name", PUB_OR_SUB), header_client_id=True),
+    f"{V2}Heartbeat": Rule(needs=_v2_heartbeat, header_client_id=True),
+    f"{V2}SendMessage": Rule(
+        needs=each_topic("messages", "topic.name", PUB), header_client_id=True
+    ),
+    f"{V2}QueryAssignment": Rule(needs=_GROUP_AND_TOPIC, header_client_id=True),
+    f"{V2}ReceiveMessage": Rule(needs=_GROUP_AND_QUEUE, header_client_id=True),
+    f"{V2}AckMessage": Rule(needs=_GROUP_AND_TOPIC, header_client_id=True),
+    f"{V2}ForwardMessageToDeadLetterQueue": Rule(needs=_GROUP_AND_TOPIC, header_client_id=True),
+    f"{V2}PullMessage": Rule(needs=_GROUP_AND_QUEUE, header_client_id=True),
+    f"{V2}UpdateOffset": Rule(needs=_GROUP_AND_QUEUE, header_client_id=True),
+    f"{V2}GetOffset": Rule(needs=_GROUP_AND_QUEUE, header_client_id=True),
+    f"{V2}QueryOffset": Rule(needs=topic("message_queue.topic.name", SUB), header_client_id=True),
+    f"{V2}EndTransaction": Rule(needs=topic("topic.name", PUB), header_client_id=True),
+    f"{V2}Telemetry": Rule(message_needs=_telemetry, header_client_id=True),
+    f"{V2}NotifyClientTermination": Rule(needs=group("group.name"), header_client_id=True),
+    f"{V2}ChangeInvisibleDuration": Rule(needs=group("group.name"), header_client_id=True),
+    f"{V2}RecallMessage": Rule(needs=topic("topic.name", PUB), header_client_id=True),
+    f"{V2}SyncLiteSubscription": Rule(needs=_GROUP_AND_TOPIC, header_client_id=True),
+}
+
+
+def rule_for(method: str) -> Rule | None:
+    return RULES.get(method)
+
+
+def served_methods() -> list[str]:
+    """Full names of every RPC the broker serves, from the proto descriptors."""
+    from rmq_spark.proto_gen.rocketlite.v1 import (
+        admin_pb2,
+        groups_pb2,
+        messaging_pb2,
+        offsets_pb2,
+    )
+
+    files = [messaging_pb2, offsets_pb2, groups_pb2, admin_pb2]
+    try:
+        from rocketmq.grpc_protocol import service_pb2
+
+        files.append(service_pb2)
+    except ImportError:
+        pass
+    return [
+        f"/{service.full_name}/{method.name}"
+        for module in files
+        for service in module.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+    ]
