@@ -8,6 +8,7 @@ with Credentials, rocketlite's own clients with keys, and a reload of the file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -145,11 +146,15 @@ def signed(user: str | None, secret: str | None = None, when=None):
     return signature.signed_metadata(user, secret or SECRETS[user], when)
 
 
+_CALLS = itertools.count()
+
+
 def call(channel, method: str, metadata):
     """('refused-authn' | 'refused-authz' | 'passed', detail) for one call."""
     desc, request = sample(method)
     v2 = method.startswith("/apache.rocketmq.v2.")
-    metadata = [*metadata, ("x-mq-client-id", f"client-of-{id(metadata)}")]
+    # a client id of its own per call: ids are owned by the first user who uses them
+    metadata = [*metadata, ("x-mq-client-id", f"client-{next(_CALLS)}")]
     ser = type(request).SerializeToString
     from google.protobuf import message_factory
 

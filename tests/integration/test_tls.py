@@ -255,8 +255,11 @@ def test_insecure_non_loopback_broker_starts_and_warns(tmp_path):
 
 
 def test_non_loopback_broker_with_tls_and_acl_starts_without_warning(tmp_path, pki):
-    acl = tmp_path / "acl.yaml"
-    acl.write_text("# rules\n")
+    acl = tmp_path / "acl.json"
+    acl.write_text(
+        '{"users": [{"username": "admin", "password": "s3cret-admin", "userType": "Super"}],'
+        ' "acls": []}'
+    )
     process = _broker(
         tmp_path,
         "broker-safe",
@@ -270,7 +273,8 @@ def test_non_loopback_broker_with_tls_and_acl_starts_without_warning(tmp_path, p
         str(acl),
     ).start()
     try:
-        with Admin(process.endpoint, tls_config(pki)) as admin:
+        config = tls_config(pki, access_key="admin", secret_key="s3cret-admin")
+        with Admin(process.endpoint, config) as admin:
             admin.create_topic("SafeTopic", queues=1)
         assert " WARNING " not in process.log_text(), process.log_tail()
     finally:
