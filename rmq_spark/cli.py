@@ -392,6 +392,97 @@ def cmd_message(args) -> int:
     return 0
 
 
+def _read_secret(args) -> str:
+    """The new user's secret: ``--secret-file``, else a prompt without echo on a terminal,
+    else one line of stdin. Never printed."""
+    if args.secret_file:
+        try:
+            with open(args.secret_file, encoding="utf-8") as f:
+                secret = f.read().strip()
+        except OSError as exc:
+            raise RocketliteError(f"--secret-file {args.secret_file}: {exc.strerror}") from None
+    elif sys.stdin.isatty():
+        import getpass
+
+        secret = getpass.getpass(f"secret for {args.name}: ")
+        if getpass.getpass("again: ") != secret:
+            raise RocketliteError("the two secrets differ")
+    else:
+        secret = sys.stdin.readline().rstrip("\r\n")
+    if not secret:
+        raise RocketliteError("the secret is empty")
+    return secret
+
+
+def cmd_user(args) -> int:
+    from rmq_spark.client import Admin
+
+    with Admin(args.endpoints, _client_config(args)) as admin:
+        if args.action == "create":
+            if not args.name:
+                raise RocketliteError("user create needs a NAME")
+            brokers = admin.create_user(args.name, _read_secret(args), super_user=args.super)
+            kind = "super user" if args.super else "user"
+            print(f"created {kind} {args.name} on {', '.join(brokers)}")
+        elif args.action == "delete":
+            if not args.name:
+                raise RocketliteError("user delete needs a NAME")
+            brokers = admin.delete_user(args.name)
+            print(f"deleted user {args.name} on {', '.join(brokers)}")
+        else:
+            rows = [
+                {
+                    "user": u.username,
+                    "broker": u.broker_name,
+                    "type": u.user_type,
+                    "status": "enabled" if u.enabled else "disabled",
+                    "secretSource": u.secret_source,
+                }
+                for u in admin.list_users()
+            ]
+            _emit(args, rows, ["user", "broker", "type", "status", "secretSource"])
+    return 0
+
+
+def cmd_acl(args) -> int:
+    from rmq_spark.client import Admin
+
+    with Admin(args.endpoints, _client_config(args)) as admin:
+        if args.action in ("grant", "revoke") and not (args.user and args.resource):
+            raise RocketliteError(f"acl {args.action} needs USER and RESOURCE")
+        if args.action == "grant":
+            if not args.actions:
+                raise RocketliteError("acl grant needs --actions, e.g. --actions Pub,Sub")
+            actions = [a for a in args.actions.split(",") if a.strip()]
+            brokers = admin.grant(
+                args.user, args.resource, actions, deny=args.deny, source_ips=args.source_ip
+            )
+            verb = "denied" if args.deny else "granted"
+            print(
+                f"{verb} {','.join(actions)} on {args.resource} to {args.user} "
+                f"on {', '.join(brokers)}"
+            )
+        elif args.action == "revoke":
+            brokers = admin.revoke(args.user, args.resource)
+            print(f"revoked {args.resource} from {args.user} on {', '.join(brokers)}")
+        else:
+            rows = [
+                {
+                    "user": e.username,
+                    "broker": e.broker_name,
+                    "resource": e.resource,
+                    "actions": ",".join(e.actions) if not args.json else list(e.actions),
+                    "decision": e.decision,
+                    "sourceIps": (",".join(e.source_ips) or None)
+                    if not args.json
+                    else list(e.source_ips),
+                }
+                for e in admin.list_acls(args.user)
+            ]
+            _emit(args, rows, ["user", "broker", "resource", "actions", "decision", "sourceIps"])
+    return 0
+
+
 # -- parser -------------------------------------------------------------------------------
 
 
@@ -490,6 +581,44 @@ def build_parser() -> argparse.ArgumentParser:
     message = client_parser("message", "show one message by its offset message id")
     message.add_argument("msg_id")
     message.set_defaults(func=cmd_message)
+
+    user = client_parser(
+        "user", "create, delete or list the users of brokers run with --acl (super user)"
+    )
+    user.add_argument("action", choices=["create", "delete", "list"])
+    user.add_argument("name", nargs="?")
+    user.add_argument("--super", action="store_true", help="create: a super user")
+    user.add_argument(
+        "--secret-file",
+        metavar="FILE",
+        default=None,
+        help="create: read the secret from FILE (default: prompt without echo on a "
+        "terminal, else one line of stdin)",
+    )
+    user.set_defaults(func=cmd_user)
+
+    acl = client_parser(
+        "acl", "grant, revoke or list the ACL entries of users (brokers run with --acl)"
+    )
+    acl.add_argument("action", choices=["grant", "revoke", "list"])
+    acl.add_argument("user", nargs="?")
+    acl.add_argument(
+        "resource", nargs="?", help="Topic:NAME, Topic:PREFIX*, Topic:*, Group:..., or *"
+    )
+    acl.add_argument(
+        "--actions",
+        default=None,
+        help="grant: comma-separated, of Pub, Sub, Create, Update, Delete, Get, List, Any, All",
+    )
+    acl.add_argument("--deny", action="store_true", help="grant: deny instead of allow")
+    acl.add_argument(
+        "--source-ip",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="grant: only from this network (repeatable; default anywhere)",
+    )
+    acl.set_defaults(func=cmd_acl)
     parser.subcommands = sub.choices  # type: ignore[attr-defined]
     return parser
 

@@ -32,9 +32,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rmq_spark.auth.acl import (
     AccessControl,
@@ -46,7 +48,9 @@ from rmq_spark.auth.acl import (
     UserType,
     parse_networks,
 )
-from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.errors import InvalidArgumentError, StoreError
+
+T = TypeVar("T")
 
 log = logging.getLogger("rmq_spark.auth")
 
@@ -72,9 +76,17 @@ class AclFileError(InvalidArgumentError):
     """The ACL file is unreadable or invalid; the message names the file and the entry."""
 
 
+class AclFileBrokenError(StoreError):
+    """The ACL file on disk is invalid now, so it cannot be edited (FAILED_PRECONDITION)."""
+
+
+def _is_yaml(path: Path) -> bool:
+    return path.suffix.lower() in (".yaml", ".yml")
+
+
 def _read(path: Path) -> Any:
     text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() in (".yaml", ".yml"):
+    if _is_yaml(path):
         try:
             import yaml  # type: ignore[import-untyped]
         except ImportError:
@@ -222,6 +234,41 @@ def load(path: str | Path) -> tuple[AccessControl, list[Path]]:
         raise AclFileError(f"ACL file {path}: {exc}") from None
 
 
+def write_atomically(path: Path, data: Any) -> None:
+    """Replace ``path`` with ``data`` in its format (JSON, or YAML for .yaml/.yml): a temp
+    file in the same directory, with the old file's mode, fsynced, renamed over it, then
+    the directory fsynced. A crash leaves either the old file or the new one."""
+    if _is_yaml(path):
+        import yaml  # type: ignore[import-untyped]
+
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    else:
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except OSError:
+        mode = 0o600
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 def _stamp(paths: list[Path]) -> tuple:
     out = []
     for p in paths:
@@ -245,6 +292,7 @@ class AclFile:
         self._stamp = _stamp(self._watched)
         self._failed_stamp: tuple | None = None
         self._lock = threading.Lock()
+        self._edit_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -271,6 +319,39 @@ class AclFile:
             len(current.entries),
         )
         return True
+
+    def read(self, look: Callable[[dict], T]) -> T:
+        """``look`` at the file's content as it is on disk now (validated)."""
+        with self._edit_lock:
+            return look(self._valid_data())
+
+    def _valid_data(self) -> dict:
+        try:
+            data = _read(self.path)
+            parse(data, self.path.parent)
+        except (OSError, AclFileError, ValueError) as exc:
+            raise AclFileBrokenError(
+                f"the ACL file {self.path} cannot be used while it is invalid: {exc}; "
+                "fix it by hand first"
+            ) from None
+        return data
+
+    def edit(self, change: Callable[[dict], T]) -> T:
+        """Apply ``change`` to the file's content (a dict it edits in place; its result is
+        returned), validate the result, write it atomically and reload at once. Edits are
+        serialised; the file's own format and every field ``change`` leaves alone (secret
+        files, secret environment variables) are kept. AclFileBrokenError when the file on
+        disk is invalid now; ``change`` raises to refuse (nothing is written)."""
+        with self._edit_lock:
+            data = self._valid_data()
+            result = change(data)
+            try:
+                parse(data, self.path.parent)
+            except ValueError as exc:  # a bug of ``change``, or a secret file gone meanwhile
+                raise AclFileError(f"the change would make the ACL file invalid: {exc}") from None
+            write_atomically(self.path, data)
+            self.check()
+            return result
 
     def start(self) -> AclFile:
         if self._thread is None:

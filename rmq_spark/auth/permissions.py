@@ -179,6 +179,13 @@ RULES: dict[str, Rule] = {
     f"{V1}AdminService/ListTopics": Rule(needs=every_topic(Action.LIST)),
     # name, version, limits: every client needs it to find brokers
     f"{V1}AdminService/GetBrokerInfo": Rule(),
+    # users and grants: they edit the ACL file itself
+    f"{V1}AdminService/CreateUser": Rule(super_only=True),
+    f"{V1}AdminService/DeleteUser": Rule(super_only=True),
+    f"{V1}AdminService/ListUsers": Rule(super_only=True),
+    f"{V1}AdminService/GrantAcl": Rule(super_only=True),
+    f"{V1}AdminService/RevokeAcl": Rule(super_only=True),
+    f"{V1}AdminService/ListAcls": Rule(super_only=True),
     # apache.rocketmq.v2 MessagingService
     f"{V2}QueryRoute": Rule(needs=topic("topic.name", PUB_OR_SUB), header_client_id=True),
     f"{V2}Heartbeat": Rule(needs=_v2_heartbeat, header_client_id=True),

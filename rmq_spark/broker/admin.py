@@ -9,9 +9,11 @@ import time
 from typing import cast
 
 import rmq_spark
+from rmq_spark.auth import acl_admin
 from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.status import Workers, blocking
+from rmq_spark.errors import StoreError
 from rmq_spark.names import validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from rmq_spark.store.topics import TopicConfig
@@ -21,9 +23,11 @@ _FLUSH_MODES = {"ASYNC": admin_pb2.FLUSH_MODE_ASYNC, "SYNC": admin_pb2.FLUSH_MOD
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, broker: Broker, workers: Workers) -> None:
+    def __init__(self, broker: Broker, workers: Workers, acl=None) -> None:
         self._broker = broker
         self._workers = workers
+        #: the broker's AclFile (rmq_spark.auth.acl_file), None without --acl
+        self._acl = acl
 
     @blocking
     def CreateTopic(self, request, context):
@@ -119,6 +123,96 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 messages_pulled=broker.messages_pulled,
             ),
         )
+
+    # --- users and grants: edits of the ACL file ---------------------------------------
+
+    def _acl_file(self):
+        if self._acl is None:
+            raise StoreError(
+                "this broker runs without access control (no --acl FILE): there are no "
+                "users or grants to manage; restart it with --acl FILE"
+            )
+        return self._acl
+
+    @blocking
+    def CreateUser(self, request, context):
+        user_type = "Super" if request.user_type == admin_pb2.USER_TYPE_SUPER else "Normal"
+        row = self._acl_file().edit(
+            lambda data: acl_admin.create_user(data, request.username, request.secret, user_type)
+        )
+        return admin_pb2.CreateUserResponse(user=_user_pb(row))
+
+    @blocking
+    def DeleteUser(self, request, context):
+        acl_admin.check_username(request.username)
+        self._acl_file().edit(lambda data: acl_admin.delete_user(data, request.username))
+        return admin_pb2.DeleteUserResponse()
+
+    @blocking
+    def ListUsers(self, request, context):
+        rows = self._acl_file().read(acl_admin.list_users)
+        return admin_pb2.ListUsersResponse(users=[_user_pb(r) for r in rows])
+
+    @blocking
+    def GrantAcl(self, request, context):
+        acl_admin.check_username(request.username)
+        decision = "Deny" if request.decision == admin_pb2.ACL_DECISION_DENY else "Allow"
+        rows = self._acl_file().edit(
+            lambda data: acl_admin.grant(
+                data,
+                request.username,
+                request.resource,
+                list(request.actions),
+                decision,
+                list(request.source_ips),
+            )
+        )
+        return admin_pb2.GrantAclResponse(acl=_user_acl_pb(request.username, rows))
+
+    @blocking
+    def RevokeAcl(self, request, context):
+        acl_admin.check_username(request.username)
+        rows = self._acl_file().edit(
+            lambda data: acl_admin.revoke(data, request.username, request.resource)
+        )
+        return admin_pb2.RevokeAclResponse(acl=_user_acl_pb(request.username, rows))
+
+    @blocking
+    def ListAcls(self, request, context):
+        found = self._acl_file().read(lambda data: acl_admin.list_acls(data, request.username))
+        return admin_pb2.ListAclsResponse(
+            acls=[_user_acl_pb(name, rows) for name, rows in found.items()]
+        )
+
+
+def _user_pb(row: acl_admin.UserRow) -> admin_pb2.UserInfo:
+    return admin_pb2.UserInfo(
+        username=row.username,
+        user_type=(
+            admin_pb2.USER_TYPE_SUPER if row.user_type == "Super" else admin_pb2.USER_TYPE_NORMAL
+        ),
+        enabled=row.enabled,
+        secret_source=row.secret_source,
+    )
+
+
+def _user_acl_pb(name: str, rows: list[acl_admin.EntryRow]) -> admin_pb2.UserAcl:
+    return admin_pb2.UserAcl(
+        username=name,
+        entries=[
+            admin_pb2.AclEntry(
+                resource=r.resource,
+                actions=r.actions,
+                decision=(
+                    admin_pb2.ACL_DECISION_DENY
+                    if r.decision == "Deny"
+                    else admin_pb2.ACL_DECISION_ALLOW
+                ),
+                source_ips=r.source_ips,
+            )
+            for r in rows
+        ],
+    )
 
 
 def queue_perm(config: TopicConfig, queue_id: int, broker_perm: int) -> int:

@@ -223,7 +223,7 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     )
     offsets_pb2_grpc.add_OffsetServiceServicer_to_server(OffsetServicer(broker, workers), server)
     groups_pb2_grpc.add_GroupServiceServicer_to_server(GroupServicer(broker, workers), server)
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(broker, workers), server)
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(broker, workers, acl), server)
     try:
         v2_service = v2.add_to_server(server, broker, workers)
     except BaseException:

@@ -11,7 +11,7 @@ the brokers say about each topic.
 >>> consumer.assign(consumer.queues("orders")); consumer.poll(timeout_ms=1000)  # doctest: +SKIP
 """
 
-from rmq_spark.client.admin import Admin, BrokerInfo, TopicInfo
+from rmq_spark.client.admin import AclEntryInfo, Admin, BrokerInfo, TopicInfo, UserInfo
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.connection import ClientConfig, Connection, RetryPolicy, error_from_rpc
 from rmq_spark.client.consumer import ConsumeFrom, ConsumerConfig, PullConsumer, PullResult
@@ -32,6 +32,7 @@ from rmq_spark.client.route import BrokerRoute, RouteTable, TopicRoute, merge_ro
 from rmq_spark.client.selector import RoundRobinSelector, select_by_sharding_key
 
 __all__ = [
+    "AclEntryInfo",
     "Admin",
     "BrokerInfo",
     "BrokerRoute",
@@ -62,6 +63,7 @@ __all__ = [
     "SendResult",
     "TopicInfo",
     "TopicRoute",
+    "UserInfo",
     "error_from_rpc",
     "merge_route",
     "new_unique_key",

@@ -21,7 +21,7 @@ from rmq_spark.names import check_message_type, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, messaging_pb2
 from rmq_spark.structs import MessageQueue, Permission
 
-__all__ = ["Admin", "BrokerInfo", "TopicInfo"]
+__all__ = ["AclEntryInfo", "Admin", "BrokerInfo", "TopicInfo", "UserInfo"]
 
 _FLUSH_MODE_NAMES = {admin_pb2.FLUSH_MODE_ASYNC: "ASYNC", admin_pb2.FLUSH_MODE_SYNC: "SYNC"}
 
@@ -84,6 +84,30 @@ class BrokerInfo:
             store_stats=_fields(pb.store_stats),
             server_stats=_fields(pb.server_stats),
         )
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """A user of one broker's ACL file (never its secret)."""
+
+    username: str
+    broker_name: str
+    user_type: str  # "Super" | "Normal"
+    enabled: bool
+    #: where the secret comes from: "password" (inline), "secretFile" or "secretEnv"
+    secret_source: str
+
+
+@dataclass(frozen=True)
+class AclEntryInfo:
+    """One entry of a user's ACL on one broker."""
+
+    username: str
+    broker_name: str
+    resource: str
+    actions: tuple[str, ...]
+    decision: str  # "Allow" | "Deny"
+    source_ips: tuple[str, ...] = ()
 
 
 def _fields(pb: Any) -> dict[str, Any]:
@@ -244,6 +268,110 @@ class Admin:
         found = self._cluster.discover_brokers()
         infos = [BrokerInfo.from_pb(ep, pb) for ep, pb in found.items()]
         return {info.broker_name: info for info in sorted(infos, key=lambda i: i.broker_name)}
+
+    # --- users and grants (brokers started with --acl; super users only) -----------------
+
+    def create_user(self, username: str, secret: str, *, super_user: bool = False) -> list[str]:
+        """Add a user to every broker's ACL file; returns the broker names."""
+        request = admin_pb2.CreateUserRequest(
+            username=username,
+            secret=secret,
+            user_type=admin_pb2.USER_TYPE_SUPER if super_user else admin_pb2.USER_TYPE_NORMAL,
+        )
+        answers = self._on_brokers(
+            None,
+            lambda conn: conn.call(conn.admin.CreateUser, request),
+            f"create user {username!r}",
+        )
+        return sorted(answers)
+
+    def delete_user(self, username: str) -> list[str]:
+        """Remove a user and its grants from every broker's ACL file."""
+        request = admin_pb2.DeleteUserRequest(username=username)
+        answers = self._on_brokers(
+            None,
+            lambda conn: conn.call(conn.admin.DeleteUser, request),
+            f"delete user {username!r}",
+        )
+        return sorted(answers)
+
+    def list_users(self) -> list[UserInfo]:
+        """Every user of every broker, sorted by name then broker (no secrets)."""
+        answers = self._on_brokers(
+            None,
+            lambda conn: conn.call(conn.admin.ListUsers, admin_pb2.ListUsersRequest()),
+            "list users",
+        )
+        rows = [
+            UserInfo(
+                u.username,
+                name,
+                "Super" if u.user_type == admin_pb2.USER_TYPE_SUPER else "Normal",
+                u.enabled,
+                u.secret_source,
+            )
+            for name, answer in answers.items()
+            for u in answer.users
+        ]
+        return sorted(rows, key=lambda r: (r.username, r.broker_name))
+
+    def grant(
+        self,
+        username: str,
+        resource: str,
+        actions: Iterable[str],
+        *,
+        deny: bool = False,
+        source_ips: Iterable[str] = (),
+    ) -> list[str]:
+        """Set the user's entry for ``resource`` (``Topic:orders``, ``Group:billing``,
+        ``Topic:orders-*``, ...) on every broker: ``actions`` (Pub, Sub, Create, Update,
+        Delete, Get, List, Any, All) allowed, or denied with ``deny``, from ``source_ips``
+        (CIDRs; empty = anywhere). An earlier entry for the same resource is replaced."""
+        request = admin_pb2.GrantAclRequest(
+            username=username,
+            resource=resource,
+            actions=list(actions),
+            decision=admin_pb2.ACL_DECISION_DENY if deny else admin_pb2.ACL_DECISION_ALLOW,
+            source_ips=list(source_ips),
+        )
+        answers = self._on_brokers(
+            None,
+            lambda conn: conn.call(conn.admin.GrantAcl, request),
+            f"grant {resource} to {username!r}",
+        )
+        return sorted(answers)
+
+    def revoke(self, username: str, resource: str) -> list[str]:
+        """Remove the user's entries for ``resource`` on every broker."""
+        request = admin_pb2.RevokeAclRequest(username=username, resource=resource)
+        answers = self._on_brokers(
+            None,
+            lambda conn: conn.call(conn.admin.RevokeAcl, request),
+            f"revoke {resource} from {username!r}",
+        )
+        return sorted(answers)
+
+    def list_acls(self, username: str | None = None) -> list[AclEntryInfo]:
+        """The entries of ``username`` (or of every user) on every broker."""
+        request = admin_pb2.ListAclsRequest(username=username or "")
+        answers = self._on_brokers(
+            None, lambda conn: conn.call(conn.admin.ListAcls, request), "list ACLs"
+        )
+        rows = [
+            AclEntryInfo(
+                acl.username,
+                name,
+                e.resource,
+                tuple(e.actions),
+                "Deny" if e.decision == admin_pb2.ACL_DECISION_DENY else "Allow",
+                tuple(e.source_ips),
+            )
+            for name, answer in answers.items()
+            for acl in answer.acls
+            for e in acl.entries
+        ]
+        return sorted(rows, key=lambda r: (r.username, r.broker_name))
 
     # --- offsets -------------------------------------------------------------------------
 

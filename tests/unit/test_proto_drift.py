@@ -71,6 +71,12 @@ EXPECTED_RPCS = {
             "GetTopicRoute",
             "ListTopics",
             "GetBrokerInfo",
+            "CreateUser",
+            "DeleteUser",
+            "ListUsers",
+            "GrantAcl",
+            "RevokeAcl",
+            "ListAcls",
         },
     ),
 }

@@ -13,9 +13,27 @@ class FlushMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FLUSH_MODE_UNSPECIFIED: _ClassVar[FlushMode]
     FLUSH_MODE_ASYNC: _ClassVar[FlushMode]
     FLUSH_MODE_SYNC: _ClassVar[FlushMode]
+
+class UserType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    USER_TYPE_UNSPECIFIED: _ClassVar[UserType]
+    USER_TYPE_SUPER: _ClassVar[UserType]
+    USER_TYPE_NORMAL: _ClassVar[UserType]
+
+class AclDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACL_DECISION_UNSPECIFIED: _ClassVar[AclDecision]
+    ACL_DECISION_ALLOW: _ClassVar[AclDecision]
+    ACL_DECISION_DENY: _ClassVar[AclDecision]
 FLUSH_MODE_UNSPECIFIED: FlushMode
 FLUSH_MODE_ASYNC: FlushMode
 FLUSH_MODE_SYNC: FlushMode
+USER_TYPE_UNSPECIFIED: UserType
+USER_TYPE_SUPER: UserType
+USER_TYPE_NORMAL: UserType
+ACL_DECISION_UNSPECIFIED: AclDecision
+ACL_DECISION_ALLOW: AclDecision
+ACL_DECISION_DENY: AclDecision
 
 class TopicConfig(_message.Message):
     __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "message_type")
@@ -200,3 +218,117 @@ class ServerStats(_message.Message):
     pull_calls: int
     messages_pulled: int
     def __init__(self, held_pulls: _Optional[int] = ..., watch_streams: _Optional[int] = ..., pull_calls: _Optional[int] = ..., messages_pulled: _Optional[int] = ...) -> None: ...
+
+class UserInfo(_message.Message):
+    __slots__ = ("username", "user_type", "enabled", "secret_source")
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    USER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    SECRET_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    user_type: UserType
+    enabled: bool
+    secret_source: str
+    def __init__(self, username: _Optional[str] = ..., user_type: _Optional[_Union[UserType, str]] = ..., enabled: _Optional[bool] = ..., secret_source: _Optional[str] = ...) -> None: ...
+
+class CreateUserRequest(_message.Message):
+    __slots__ = ("username", "secret", "user_type")
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    USER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    secret: str
+    user_type: UserType
+    def __init__(self, username: _Optional[str] = ..., secret: _Optional[str] = ..., user_type: _Optional[_Union[UserType, str]] = ...) -> None: ...
+
+class CreateUserResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: UserInfo
+    def __init__(self, user: _Optional[_Union[UserInfo, _Mapping]] = ...) -> None: ...
+
+class DeleteUserRequest(_message.Message):
+    __slots__ = ("username",)
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    def __init__(self, username: _Optional[str] = ...) -> None: ...
+
+class DeleteUserResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[UserInfo]
+    def __init__(self, users: _Optional[_Iterable[_Union[UserInfo, _Mapping]]] = ...) -> None: ...
+
+class AclEntry(_message.Message):
+    __slots__ = ("resource", "actions", "decision", "source_ips")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_IPS_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    decision: AclDecision
+    source_ips: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, resource: _Optional[str] = ..., actions: _Optional[_Iterable[str]] = ..., decision: _Optional[_Union[AclDecision, str]] = ..., source_ips: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UserAcl(_message.Message):
+    __slots__ = ("username", "entries")
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    entries: _containers.RepeatedCompositeFieldContainer[AclEntry]
+    def __init__(self, username: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[AclEntry, _Mapping]]] = ...) -> None: ...
+
+class GrantAclRequest(_message.Message):
+    __slots__ = ("username", "resource", "actions", "decision", "source_ips")
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_IPS_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    resource: str
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    decision: AclDecision
+    source_ips: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, username: _Optional[str] = ..., resource: _Optional[str] = ..., actions: _Optional[_Iterable[str]] = ..., decision: _Optional[_Union[AclDecision, str]] = ..., source_ips: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GrantAclResponse(_message.Message):
+    __slots__ = ("acl",)
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    acl: UserAcl
+    def __init__(self, acl: _Optional[_Union[UserAcl, _Mapping]] = ...) -> None: ...
+
+class RevokeAclRequest(_message.Message):
+    __slots__ = ("username", "resource")
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    resource: str
+    def __init__(self, username: _Optional[str] = ..., resource: _Optional[str] = ...) -> None: ...
+
+class RevokeAclResponse(_message.Message):
+    __slots__ = ("acl",)
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    acl: UserAcl
+    def __init__(self, acl: _Optional[_Union[UserAcl, _Mapping]] = ...) -> None: ...
+
+class ListAclsRequest(_message.Message):
+    __slots__ = ("username",)
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    def __init__(self, username: _Optional[str] = ...) -> None: ...
+
+class ListAclsResponse(_message.Message):
+    __slots__ = ("acls",)
+    ACLS_FIELD_NUMBER: _ClassVar[int]
+    acls: _containers.RepeatedCompositeFieldContainer[UserAcl]
+    def __init__(self, acls: _Optional[_Iterable[_Union[UserAcl, _Mapping]]] = ...) -> None: ...

@@ -65,6 +65,36 @@ class AdminServiceStub:
                 request_serializer=rocketlite_dot_v1_dot_admin__pb2.GetBrokerInfoRequest.SerializeToString,
                 response_deserializer=rocketlite_dot_v1_dot_admin__pb2.GetBrokerInfoResponse.FromString,
                 _registered_method=True)
+        self.CreateUser = channel.unary_unary(
+                '/rocketlite.v1.AdminService/CreateUser',
+                request_serializer=rocketlite_dot_v1_dot_admin__pb2.CreateUserRequest.SerializeToString,
+                response_deserializer=rocketlite_dot_v1_dot_admin__pb2.CreateUserResponse.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/rocketlite.v1.AdminService/DeleteUser',
+                request_serializer=rocketlite_dot_v1_dot_admin__pb2.DeleteUserRequest.SerializeToString,
+                response_deserializer=rocketlite_dot_v1_dot_admin__pb2.DeleteUserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/rocketlite.v1.AdminService/ListUsers',
+                request_serializer=rocketlite_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=rocketlite_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.GrantAcl = channel.unary_unary(
+                '/rocketlite.v1.AdminService/GrantAcl',
+                request_serializer=rocketlite_dot_v1_dot_admin__pb2.GrantAclRequest.SerializeToString,
+                response_deserializer=rocketlite_dot_v1_dot_admin__pb2.GrantAclResponse.FromString,
+                _registered_method=True)
+        self.RevokeAcl = channel.unary_unary(
+                '/rocketlite.v1.AdminService/RevokeAcl',
+                request_serializer=rocketlite_dot_v1_dot_admin__pb2.RevokeAclRequest.SerializeToString,
+                response_deserializer=rocketlite_dot_v1_dot_admin__pb2.RevokeAclResponse.FromString,
+                _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/rocketlite.v1.AdminService/ListAcls',
+                request_serializer=rocketlite_dot_v1_dot_admin__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=rocketlite_dot_v1_dot_admin__pb2.ListAclsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -114,6 +144,54 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateUser(self, request, context):
+        """Users and grants: they edit the broker's ACL file (`--acl FILE`) atomically and take
+        effect at once. Super users only. FAILED_PRECONDITION when the broker runs without an
+        ACL file, or when its file on disk is currently invalid.
+
+        Add a user; ALREADY_EXISTS if the name is taken.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Remove a user and its grants; NOT_FOUND if there is no such user. The last enabled
+        super user cannot be removed (FAILED_PRECONDITION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Every user: names, types and status, never secrets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GrantAcl(self, request, context):
+        """Set a user's entry for one resource pattern (an earlier entry for the same pattern is
+        replaced); NOT_FOUND if there is no such user.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeAcl(self, request, context):
+        """Remove a user's entries for one resource pattern; NOT_FOUND if there are none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAcls(self, request, context):
+        """The entries of one user, or of every user.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +224,36 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetBrokerInfo,
                     request_deserializer=rocketlite_dot_v1_dot_admin__pb2.GetBrokerInfoRequest.FromString,
                     response_serializer=rocketlite_dot_v1_dot_admin__pb2.GetBrokerInfoResponse.SerializeToString,
+            ),
+            'CreateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateUser,
+                    request_deserializer=rocketlite_dot_v1_dot_admin__pb2.CreateUserRequest.FromString,
+                    response_serializer=rocketlite_dot_v1_dot_admin__pb2.CreateUserResponse.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=rocketlite_dot_v1_dot_admin__pb2.DeleteUserRequest.FromString,
+                    response_serializer=rocketlite_dot_v1_dot_admin__pb2.DeleteUserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=rocketlite_dot_v1_dot_admin__pb2.ListUsersRequest.FromString,
+                    response_serializer=rocketlite_dot_v1_dot_admin__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'GrantAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantAcl,
+                    request_deserializer=rocketlite_dot_v1_dot_admin__pb2.GrantAclRequest.FromString,
+                    response_serializer=rocketlite_dot_v1_dot_admin__pb2.GrantAclResponse.SerializeToString,
+            ),
+            'RevokeAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeAcl,
+                    request_deserializer=rocketlite_dot_v1_dot_admin__pb2.RevokeAclRequest.FromString,
+                    response_serializer=rocketlite_dot_v1_dot_admin__pb2.RevokeAclResponse.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=rocketlite_dot_v1_dot_admin__pb2.ListAclsRequest.FromString,
+                    response_serializer=rocketlite_dot_v1_dot_admin__pb2.ListAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +419,168 @@ class AdminService:
             '/rocketlite.v1.AdminService/GetBrokerInfo',
             rocketlite_dot_v1_dot_admin__pb2.GetBrokerInfoRequest.SerializeToString,
             rocketlite_dot_v1_dot_admin__pb2.GetBrokerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketlite.v1.AdminService/CreateUser',
+            rocketlite_dot_v1_dot_admin__pb2.CreateUserRequest.SerializeToString,
+            rocketlite_dot_v1_dot_admin__pb2.CreateUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketlite.v1.AdminService/DeleteUser',
+            rocketlite_dot_v1_dot_admin__pb2.DeleteUserRequest.SerializeToString,
+            rocketlite_dot_v1_dot_admin__pb2.DeleteUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketlite.v1.AdminService/ListUsers',
+            rocketlite_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+            rocketlite_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GrantAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketlite.v1.AdminService/GrantAcl',
+            rocketlite_dot_v1_dot_admin__pb2.GrantAclRequest.SerializeToString,
+            rocketlite_dot_v1_dot_admin__pb2.GrantAclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketlite.v1.AdminService/RevokeAcl',
+            rocketlite_dot_v1_dot_admin__pb2.RevokeAclRequest.SerializeToString,
+            rocketlite_dot_v1_dot_admin__pb2.RevokeAclResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketlite.v1.AdminService/ListAcls',
+            rocketlite_dot_v1_dot_admin__pb2.ListAclsRequest.SerializeToString,
+            rocketlite_dot_v1_dot_admin__pb2.ListAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,
