@@ -144,8 +144,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @blocking
     def DeleteUser(self, request, context):
+        acl = self._acl_file()
         acl_admin.check_username(request.username)
-        self._acl_file().edit(lambda data: acl_admin.delete_user(data, request.username))
+        acl.edit(lambda data: acl_admin.delete_user(data, request.username))
         return admin_pb2.DeleteUserResponse()
 
     @blocking
@@ -155,9 +156,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @blocking
     def GrantAcl(self, request, context):
+        acl = self._acl_file()
         acl_admin.check_username(request.username)
         decision = "Deny" if request.decision == admin_pb2.ACL_DECISION_DENY else "Allow"
-        rows = self._acl_file().edit(
+        rows = acl.edit(
             lambda data: acl_admin.grant(
                 data,
                 request.username,
@@ -171,10 +173,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @blocking
     def RevokeAcl(self, request, context):
+        acl = self._acl_file()
         acl_admin.check_username(request.username)
-        rows = self._acl_file().edit(
-            lambda data: acl_admin.revoke(data, request.username, request.resource)
-        )
+        rows = acl.edit(lambda data: acl_admin.revoke(data, request.username, request.resource))
         return admin_pb2.RevokeAclResponse(acl=_user_acl_pb(request.username, rows))
 
     @blocking
