@@ -103,6 +103,13 @@ def send_back(broker: Broker, request, context=None) -> messaging_pb2.ConsumerSe
     if request.original_topic:
         validate_topic(request.original_topic, allow_system=True)
     record, msg_id = find_record(broker, request.message)
+    if request.original_topic and record.topic not in (request.original_topic, retry_topic(group)):
+        # Access to a group and its topic must not reach records of other topics.
+        raise InvalidArgumentError(
+            f"the message at that position belongs to topic {record.topic!r}, not to "
+            f"original_topic {request.original_topic!r} or {retry_topic(group)!r}; send back "
+            "a message this group received from that topic"
+        )
     plan = plan_send_back(
         record,
         group=group,

@@ -242,6 +242,25 @@ def test_send_back_to_a_read_only_broker_is_denied(start_broker):
     assert broker.store.topics.find(f"%RETRY%{GROUP}") is None
 
 
+def test_send_back_of_another_topics_record_is_refused(start_broker):
+    """Access to a group and its topic must not reach records of other topics: a send-back
+    naming TopicA may copy records of TopicA (or of the group's retry topic) only."""
+    broker = start_broker()
+    broker.store.topics.create("TopicA", 1)
+    broker.store.topics.create("Secret", 1)
+    broker.send("Secret", [b"not yours"])
+    with pytest.raises(grpc.RpcError) as err:
+        broker.send_back(broker.pull("Secret", 0)[0])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "belongs to topic 'Secret'" in err.value.details()
+    assert broker.store.topics.find(f"%RETRY%{GROUP}") is None
+    # a retried copy (in the group's retry topic) may be sent back again under TopicA
+    broker.send("TopicA", [b"mine"])
+    broker.send_back(broker.pull("TopicA", 0)[0], dead_letter_now=False)
+    retry = broker.pull_until(f"%RETRY%{GROUP}", 0, 1)[0]
+    assert broker.send_back(retry).reconsume_times == 2
+
+
 def test_send_back_of_an_unknown_record_is_not_found(start_broker):
     broker = start_broker()
     broker.store.topics.create("TopicA", 1)
