@@ -335,3 +335,33 @@ def test_signed_streams_of_the_rocketlite_client(broker):
         assert conn.wait_ready(5)
     finally:
         conn.close()
+
+
+def test_push_consumer_with_keys_consumes_and_commits(broker):
+    from rmq_spark.client import ConsumeStatus, PushConsumer
+    from rmq_spark.client.push import PushConsumerConfig
+
+    got: list[bytes] = []
+
+    def listener(messages, context):
+        got.extend(m.body for m in messages)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    config = PushConsumerConfig(consume_from="FIRST_OFFSET", **keys("good"))
+    consumer = PushConsumer(GROUP, broker.endpoint, config=config)
+    consumer.subscribe(TOPIC, "*")
+    consumer.register_listener(listener)
+    consumer.start()
+    try:
+        wanted = [f"push-{i}".encode() for i in range(20)]
+        with Producer(broker.endpoint, config=ProducerConfig(**keys("good"))) as producer:
+            producer.send_batch(TOPIC, wanted)
+        deadline = time.monotonic() + 20
+        while not set(wanted) <= set(got) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(wanted) <= set(got)
+    finally:
+        consumer.shutdown()
+    # the consumer's commits (signed, Sub on the group) reached the broker: nothing left
+    with Admin(broker.endpoint, ClientConfig(**keys("root"))) as admin:
+        assert sum(p.lag for p in admin.consumer_progress(GROUP, TOPIC)) == 0
