@@ -11,17 +11,17 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from rmq_spark.broker.core import Broker
-from rmq_spark.broker.send import born_host
+from rmq_spark.broker.send import RoundRobin, born_host
 from rmq_spark.broker.status import Workers
 from rmq_spark.broker.v2 import convert
 from rmq_spark.broker.v2.codes import Code, V2Error, status
 from rmq_spark.broker.v2.requests import (
     answered,
     failure_status,
-    java_hash,
     required_client_id,
     topic_name,
 )
+from rmq_spark.codec.taghash import java_string_hash
 from rmq_spark.errors import NotFoundError, shown
 
 
@@ -29,7 +29,7 @@ class Producing:
     def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
         self._workers = workers
-        self._round_robin: dict[str, int] = {}
+        self._round_robin = RoundRobin()
 
     @answered(spb.SendMessageResponse)
     async def SendMessage(self, request, context):
@@ -63,12 +63,11 @@ class Producing:
         out = convert.outgoing(message, self._broker.config.max_message_bytes, now)
         convert.check_type(topic, config.message_type, out.message_type)
         queues = config.write_queue_nums
+        # as rocketlite.v1 sends with a sharding key: one group, one queue
         if out.message_group:
-            queue_id = java_hash(out.message_group) % queues
+            queue_id = abs(java_string_hash(out.message_group)) % queues
         else:
-            count = self._round_robin.get(topic, 0)
-            self._round_robin[topic] = count + 1
-            queue_id = count % queues
+            queue_id = self._round_robin.next(topic) % queues
         if out.message_type == "TRANSACTION":
             return self._prepare(message, out, topic, queue_id, peer)
         if out.delivery_ms is not None:

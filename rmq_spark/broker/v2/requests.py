@@ -72,15 +72,6 @@ def group_name(resource: pb.Resource) -> str:
         raise V2Error(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
 
 
-def java_hash(text: str) -> int:
-    """Java's String.hashCode, so a message group maps to the queue a Java proxy picks."""
-    value = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        value = (31 * value + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
-
-
 def is_fifo_group(broker: Broker, topics: list[str]) -> bool:
     """A group is FIFO when it subscribes to a FIFO topic (RocketMQ sets this on the
     group; rocketlite has no group table, so the topic's type says it)."""
