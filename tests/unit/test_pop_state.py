@@ -131,7 +131,7 @@ def test_attempts_exhausted_splits_due_messages(attempts, max_attempts, again, d
 def test_pop_store_replays_deliveries_acks_and_changes(tmp_path):
     store = PopStore(tmp_path, sync=False)
     key = ("g", "t", 0)
-    with store.queue(key, 0) as q:
+    with store.queue(key, lambda: 0) as q:
         q.deliver_new([0, 1, 2], next_offset=3, now_ms=0, invisible_ms=1000, tokens=[1, 2, 3])
         store.record_delivery(key, q, [0, 1, 2])
         q.ack(1, 2)
@@ -156,7 +156,7 @@ def test_pop_store_replays_deliveries_acks_and_changes(tmp_path):
 def test_pop_store_cuts_a_torn_tail(tmp_path):
     store = PopStore(tmp_path, sync=False)
     key = ("g", "t", 1)
-    with store.queue(key, 7) as q:
+    with store.queue(key, lambda: 7) as q:
         q.deliver_new([7], next_offset=8, now_ms=0, invisible_ms=10, tokens=[1])
         store.record_delivery(key, q, [7])
     store.close()

@@ -99,7 +99,7 @@ class PopQueue:
         for offset, token in zip(offsets, tokens, strict=True):
             self.inflight[offset] = InFlight(1, now_ms + invisible_ms, token, client_id)
         self.next = max(self.next, next_offset)
-        self._advance()
+        self.advance()
 
     def redeliver(
         self,
@@ -124,13 +124,13 @@ class PopQueue:
         if entry is None or entry.token != token:
             return False
         del self.inflight[offset]
-        self._advance()
+        self.advance()
         return True
 
     def drop(self, offset: int) -> None:
         """Take a message out of flight for good (moved to the dead-letter queue)."""
         self.inflight.pop(offset, None)
-        self._advance()
+        self.advance()
 
     def change_invisible(
         self, offset: int, token: int, *, now_ms: int, invisible_ms: int, new_token: int
@@ -160,7 +160,8 @@ class PopQueue:
         self.base = self.next = offset
         self.inflight.clear()
 
-    def _advance(self) -> None:
+    def advance(self) -> None:
+        """Move ``base`` to the first offset still in flight (or ``next``)."""
         self.base = min(self.inflight) if self.inflight else self.next
 
     # -- durable form ------------------------------------------------------------------

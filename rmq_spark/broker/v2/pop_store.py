@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -62,14 +62,16 @@ class PopStore:
     # -- access ------------------------------------------------------------------------
 
     @contextmanager
-    def queue(self, key: Key, start: int) -> Iterator[PopQueue]:
-        """The queue's state under its lock; a new one starts at ``start``."""
+    def queue(self, key: Key, start: Callable[[], int]) -> Iterator[PopQueue]:
+        """The queue's state under its lock; a new one starts at ``start()`` (asked only
+        then: it may cost a look-up)."""
         with self._table_lock:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
             state = self._queues.get(key)
             if state is None:
-                state = PopQueue(start, start)
+                offset = start()
+                state = PopQueue(offset, offset)
                 self.record_snapshot(key, state)
                 self._queues[key] = state
             yield state
@@ -134,7 +136,7 @@ class PopStore:
                 state.next = max(state.next, int(body[3]))
                 for offset, attempt, visible_at, token in body[4]:
                     state.inflight[int(offset)] = InFlight(attempt, visible_at, token)
-                state.base = min(state.inflight) if state.inflight else state.next
+                state.advance()
             elif kind == "a":
                 for offset in body[3]:
                     state.drop(int(offset))

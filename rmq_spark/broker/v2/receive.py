@@ -9,6 +9,7 @@ and moves the group's committed offset (the consumer-offset table) as acks come 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import secrets
@@ -96,9 +97,10 @@ class PopService:
     def _receive_queue(self, args: ReceiveArgs, queue_id: int, room: int) -> list[Delivery]:
         key: Key = (args.group, args.topic, queue_id)
         store = self._broker.store
-        with self._pops.queue(key, self._start_offset(key)) as state:
+        with self._pops.queue(key, functools.partial(self._start_offset, key)) as state:
             base_before = state.base
-            self._follow_committed(key, state)
+            committed = self._broker.store.offsets.query_one(*key)
+            self._follow_committed(key, state, committed)
             now = now_ms()
             if args.fifo and state.blocked_for_fifo(now, self._alive):
                 return []
@@ -155,7 +157,8 @@ class PopService:
                     state.reset(result.next_begin_offset)
             if redelivered or new_offsets or state.base != base_before:
                 self._pops.record_delivery(key, state, redelivered + new_offsets)
-            self._commit(key, state, base_before)
+            # a group seen here for the first time shows in `rocketlite offsets` at once
+            self._commit(key, state, base_before, first_seen=committed is None)
             return out
 
     def _delivery(
@@ -178,18 +181,19 @@ class PopService:
             return committed
         return self._broker.store.min_offset(topic, queue_id)
 
-    def _follow_committed(self, key: Key, state: PopQueue) -> None:
+    def _follow_committed(self, key: Key, state: PopQueue, committed: int | None) -> None:
         """An offset set by other means (an admin reset, a pull consumer of the same group)
         is taken over when nothing is in flight."""
         if state.inflight:
             return
-        committed = self._broker.store.offsets.query_one(*key)
         if committed is not None and committed != state.base:
             state.reset(committed)
             self._pops.record_snapshot(key, state)
 
-    def _commit(self, key: Key, state: PopQueue, base_before: int) -> None:
-        if state.base != base_before or self._broker.store.offsets.query_one(*key) is None:
+    def _commit(
+        self, key: Key, state: PopQueue, base_before: int, *, first_seen: bool = False
+    ) -> None:
+        if state.base != base_before or first_seen:
             group, topic, queue_id = key
             self._broker.store.offsets.commit(group, topic, {queue_id: state.base})
 
@@ -254,7 +258,7 @@ class PopService:
             by_queue.setdefault(handle.queue_id, []).append(i)
         for queue_id, indexes in by_queue.items():
             key: Key = (group, topic, queue_id)
-            with self._pops.queue(key, self._start_offset(key)) as state:
+            with self._pops.queue(key, functools.partial(self._start_offset, key)) as state:
                 before = state.base
                 acked = []
                 for i in indexes:
@@ -272,7 +276,7 @@ class PopService:
 
     def change_invisible(self, group: str, topic: str, handle: Handle, invisible_ms: int) -> Handle:
         key: Key = (group, topic, handle.queue_id)
-        with self._pops.queue(key, self._start_offset(key)) as state:
+        with self._pops.queue(key, functools.partial(self._start_offset, key)) as state:
             new_token = _token()
             entry = state.change_invisible(
                 handle.offset, handle.token, now_ms=now_ms(), invisible_ms=invisible_ms,
@@ -286,7 +290,7 @@ class PopService:
 
     def forward_to_dlq(self, group: str, topic: str, handle: Handle) -> None:
         key: Key = (group, topic, handle.queue_id)
-        with self._pops.queue(key, self._start_offset(key)) as state:
+        with self._pops.queue(key, functools.partial(self._start_offset, key)) as state:
             entry = state.inflight.get(handle.offset)
             if entry is None or entry.token != handle.token:
                 raise _stale(handle)
@@ -304,7 +308,7 @@ class PopService:
         released = 0
         now = now_ms()
         for key in self._pops.queue_keys():
-            with self._pops.queue(key, 0) as state:
+            with self._pops.queue(key, lambda: 0) as state:
                 count = state.release_client(client_id, now, RELEASE_DELAY_MS)
                 if count:
                     released += count
