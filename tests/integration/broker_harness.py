@@ -19,12 +19,14 @@ import grpc
 import pytest
 
 from rmq_spark.broker import BrokerConfig, create_server
+from rmq_spark.client import PullConsumer
 from rmq_spark.proto_gen.rocketlite.v1 import (
     admin_pb2_grpc,
     groups_pb2_grpc,
     messaging_pb2_grpc,
     offsets_pb2_grpc,
 )
+from rmq_spark.structs import MessageQueue
 
 STARTUP_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 30
@@ -182,6 +184,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def read_queue(endpoint: str, topic: str, queue_id: int, broker_name: str) -> list[dict]:
+    """Every stored message of one queue, read with a PullConsumer."""
+    with PullConsumer(endpoint) as puller:
+        mq = MessageQueue(topic, broker_name, queue_id)
+        puller.assign([mq])
+        puller.seek(mq, 0)
+        rows: list[dict] = []
+        while True:
+            result = puller.pull(mq, max_messages=64)
+            if result.message_count == 0:
+                return rows
+            rows += result.batch.to_pylist()
 
 
 def wait_until(predicate, timeout_s: float = 5.0) -> None:

@@ -17,8 +17,6 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from rmq_spark.broker.v2.codes import Code  # noqa: F401 (tests import it from here)
-from rmq_spark.client import PullConsumer
-from rmq_spark.structs import MessageQueue
 
 
 def config(endpoint: str) -> ClientConfiguration:
@@ -96,20 +94,6 @@ class RawV2:
 
     def close(self) -> None:
         self.channel.close()
-
-
-def read_queue(endpoint: str, topic: str, queue_id: int, broker_name: str) -> list[dict]:
-    """Every stored message of one queue, read with rocketlite's own PullConsumer."""
-    with PullConsumer(endpoint) as puller:
-        mq = MessageQueue(topic, broker_name, queue_id)
-        puller.assign([mq])
-        puller.seek(mq, 0)
-        rows: list[dict] = []
-        while True:
-            result = puller.pull(mq, max_messages=64)
-            if result.message_count == 0:
-                return rows
-            rows += result.batch.to_pylist()
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> None:

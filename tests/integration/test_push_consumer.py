@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from broker_harness import TEST_STORE_FLAGS, BrokerProcess, read_queue
 
-from rmq_spark.client import Admin, Producer, PullConsumer
+from rmq_spark.client import Admin, Producer
 from rmq_spark.client.push import (
     ConsumeContext,
     ConsumeStatus,
@@ -154,16 +154,7 @@ def committed(endpoint: str, group: str, topic: str) -> dict[MessageQueue, int]:
 
 def read_all(endpoint: str, topic: str, queue_id: int = 0) -> list[dict]:
     """Every stored message of one queue (offset 0 to the end) as row dicts."""
-    with PullConsumer(endpoint) as puller:
-        mq = MessageQueue(topic, BROKER_NAME, queue_id)
-        puller.assign([mq])
-        puller.seek(mq, 0)
-        rows: list[dict] = []
-        while True:
-            result = puller.pull(mq, max_messages=64)
-            if result.message_count == 0:
-                return rows
-            rows += result.batch.to_pylist()
+    return read_queue(endpoint, topic, queue_id, BROKER_NAME)
 
 
 def push_threads(group: str) -> list[threading.Thread]:

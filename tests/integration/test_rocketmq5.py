@@ -23,11 +23,11 @@ from rocketmq.v5.exception import IllegalArgumentException
 
 from rmq_spark.client import Admin
 from rmq_spark.client import Producer as RocketliteProducer
+from tests.integration.broker_harness import read_queue
 from tests.integration.rocketmq5_harness import (
     Code,
     RawV2,
     config,
-    read_queue,
     running,
     wait_for,
 )
