@@ -1,7 +1,7 @@
 """The two ways a push consumer runs its listener: concurrently and orderly.
 
 Both take messages the pull side put into a queue's :class:`ProcessQueue` and report the
-offsets that are done back to the consumer (:meth:`PushConsumer._consumed`), which turns
+offsets that are done back to the consumer (:meth:`MemberState.consumed`), which turns
 them into the queue's committable offset.
 
 Concurrent (RocketMQ's ConsumeMessageConcurrentlyService): batches of up to
@@ -38,7 +38,7 @@ from rmq_spark.client.push.message import ReceivedMessage
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
 
 if TYPE_CHECKING:
-    from rmq_spark.client.push.consumer import PushConsumer, _QueueState
+    from rmq_spark.client.push.state import MemberState, QueueState
 
 log = logging.getLogger("rmq_spark.client.push")
 
@@ -51,16 +51,16 @@ REPORT_EVERY_S = 0.02
 
 
 class _ConsumeService:
-    def __init__(self, consumer: PushConsumer, listener) -> None:
-        self.consumer = consumer
-        self.config = consumer.config
+    def __init__(self, member: MemberState, listener) -> None:
+        self.member = member
+        self.config = member.config
         self.listener = listener
         self.pool = ThreadPoolExecutor(
-            self.config.consume_thread_count, thread_name_prefix=f"rmq-consume-{consumer.group}"
+            self.config.consume_thread_count, thread_name_prefix=f"rmq-consume-{member.group}"
         )
 
     def submit(self, fn, *args) -> None:
-        if self.consumer._pool_closed:
+        if self.member.pool_closed:
             return
         try:
             self.pool.submit(fn, *args)
@@ -71,7 +71,7 @@ class _ConsumeService:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _give_back(
-        self, st: _QueueState, msg: ReceivedMessage, delay_level: int, dead_letter_now: bool
+        self, st: QueueState, msg: ReceivedMessage, delay_level: int, dead_letter_now: bool
     ) -> bool:
         """Send ``msg`` to the retry topic (or the DLQ); False when it must be retried here.
 
@@ -81,11 +81,11 @@ class _ConsumeService:
         given back at all: it is retried locally up to ``max_reconsume_times``, then
         dropped with an error naming it, instead of holding the queue forever.
         """
-        consumer = self.consumer
+        member = self.member
         try:
             result = send_back(
-                consumer._cluster,
-                consumer.group,
+                member.cluster,
+                member.group,
                 msg.message_queue.broker_name,
                 msg.commit_log_offset,
                 msg.topic,
@@ -100,50 +100,50 @@ class _ConsumeService:
                 log.error(
                     "group %r: message %s (offset %d of %s) failed %d times and cannot be "
                     "given back to the broker (%s); it is dropped",
-                    consumer.group,
+                    member.group,
                     msg.msg_id,
                     msg.queue_offset,
                     st.mq,
                     msg.reconsume_times + 1,
                     exc,
                 )
-                consumer._count("dropped")
+                member.count("dropped")
                 return True
             log.warning(
                 "group %r: cannot give message %s (offset %d of %s) back to the broker: %s; "
                 "consuming it again here in %d ms",
-                consumer.group,
+                member.group,
                 msg.msg_id,
                 msg.queue_offset,
                 st.mq,
                 exc,
                 self.config.send_back_retry_delay_ms,
             )
-            consumer._count("send_back_failed")
+            member.count("send_back_failed")
             return False
         if result.dead_lettered:
             log.warning(
                 "group %r: message %s went to the dead-letter queue %s after %d deliveries",
-                consumer.group,
+                member.group,
                 msg.msg_id,
                 result.queue.topic,
                 msg.reconsume_times + 1,
             )
-            consumer._count("dead_lettered")
+            member.count("dead_lettered")
         else:
-            consumer._count("sent_back")
+            member.count("sent_back")
         return True
 
 
 class ConcurrentService(_ConsumeService):
     """Runs a concurrent listener on a thread pool."""
 
-    def __init__(self, consumer: PushConsumer, listener) -> None:
-        super().__init__(consumer, listener)
+    def __init__(self, member: MemberState, listener) -> None:
+        super().__init__(member, listener)
         self._tasks = 0  # submitted, not finished
         self._tasks_lock = threading.Lock()
 
-    def dispatch(self, st: _QueueState, messages: Sequence[ReceivedMessage]) -> None:
+    def dispatch(self, st: QueueState, messages: Sequence[ReceivedMessage]) -> None:
         """Split a pull's messages into listener batches and hand them to the pool.
 
         Each listener batch may run on its own thread, but a pool task costs a thread
@@ -160,12 +160,12 @@ class ConcurrentService(_ConsumeService):
         for start in range(0, len(batches), per_task):
             self._submit_batches(st, batches[start : start + per_task])
 
-    def _submit_batches(self, st: _QueueState, batches: list[list[ReceivedMessage]]) -> None:
+    def _submit_batches(self, st: QueueState, batches: list[list[ReceivedMessage]]) -> None:
         with self._tasks_lock:
             self._tasks += 1
         self.submit(self._run_batches, st, batches)
 
-    def _run_batches(self, st: _QueueState, batches: list[list[ReceivedMessage]]) -> None:
+    def _run_batches(self, st: QueueState, batches: list[list[ReceivedMessage]]) -> None:
         """Run listener batches one after the other; report what is done now and then.
 
         Done offsets and counters are reported once per task (or every
@@ -179,32 +179,32 @@ class ConcurrentService(_ConsumeService):
             for batch in batches:
                 self._run(st, batch, done, counts)
                 if done and time.monotonic() - last_report > REPORT_EVERY_S:
-                    self.consumer._consumed(st, done)
+                    self.member.consumed(st, done)
                     done = []
                     last_report = time.monotonic()
         finally:
             if done:
-                self.consumer._consumed(st, done)
-            self.consumer._count_many(counts)
+                self.member.consumed(st, done)
+            self.member.count_many(counts)
             with self._tasks_lock:
                 self._tasks -= 1
 
-    def _retry(self, st: _QueueState, messages: list[ReceivedMessage]) -> None:
+    def _retry(self, st: QueueState, messages: list[ReceivedMessage]) -> None:
         self._submit_batches(st, [messages])
 
     def _run(
         self,
-        st: _QueueState,
+        st: QueueState,
         messages: list[ReceivedMessage],
         done: list[int],
         counts: dict[str, int],
     ) -> None:
         """One listener call; appends the offsets that are finished to ``done``."""
-        consumer = self.consumer
+        member = self.member
         if st.released:
             return  # the queue went to another member; it redelivers these
         if not st.lease_valid():
-            consumer._later(LEASE_WAIT_S, self._retry, st, messages)
+            member.later(LEASE_WAIT_S, self._retry, st, messages)
             return
         context = ConsumeContext(st.mq)
         try:
@@ -212,7 +212,7 @@ class ConcurrentService(_ConsumeService):
         except Exception:
             log.exception(
                 "group %r: the listener raised on %d messages of %s; they will be retried",
-                consumer.group,
+                member.group,
                 len(messages),
                 st.mq,
             )
@@ -228,7 +228,7 @@ class ConcurrentService(_ConsumeService):
             log.error(
                 "group %r: the listener returned %r for %d messages of %s; return "
                 "ConsumeStatus.CONSUME_SUCCESS or ConsumeStatus.RECONSUME_LATER. Retrying them.",
-                consumer.group,
+                member.group,
                 status,
                 len(messages),
                 st.mq,
@@ -244,11 +244,11 @@ class ConcurrentService(_ConsumeService):
         keep: list[ReceivedMessage] = []
         if not failed:
             pass
-        elif consumer.message_model == "BROADCASTING":
+        elif member.message_model == "BROADCASTING":
             log.warning(
                 "group %r (broadcasting): %d messages of %s failed and are dropped (broadcast "
                 "messages are not retried), first offset %d",
-                consumer.group,
+                member.group,
                 len(failed),
                 st.mq,
                 failed[0].queue_offset,
@@ -261,15 +261,15 @@ class ConcurrentService(_ConsumeService):
         if keep:
             for m in keep:
                 m.reconsume_times += 1
-            consumer._count("local_retries", len(keep))
+            member.count("local_retries", len(keep))
             delay_s = self.config.send_back_retry_delay_ms / 1000
-            consumer._later(delay_s, self._retry, st, keep)
+            member.later(delay_s, self._retry, st, keep)
 
 
 class OrderlyService(_ConsumeService):
     """Runs an orderly listener: one task per queue at a time, in queue order."""
 
-    def dispatch(self, st: _QueueState, messages: Sequence[ReceivedMessage]) -> None:
+    def dispatch(self, st: QueueState, messages: Sequence[ReceivedMessage]) -> None:
         with st.lock:
             st.pending.extend(messages)
             if st.running:
@@ -277,21 +277,21 @@ class OrderlyService(_ConsumeService):
             st.running = True
         self.submit(self._run, st)
 
-    def _resume(self, st: _QueueState) -> None:
+    def _resume(self, st: QueueState) -> None:
         self.submit(self._run, st)
 
-    def _run(self, st: _QueueState) -> None:
-        consumer = self.consumer
+    def _run(self, st: QueueState) -> None:
+        member = self.member
         size = self.config.consume_message_batch_max_size
         slice_end = time.monotonic() + ORDERLY_SLICE_S
         while True:
             with st.lock:
-                if st.released or not st.pending or consumer._pool_closed:
+                if st.released or not st.pending or member.pool_closed:
                     st.running = False
                     return
                 batch = list(itertools.islice(st.pending, size))
             if not st.lease_valid():
-                consumer._later(LEASE_WAIT_S, self._resume, st)
+                member.later(LEASE_WAIT_S, self._resume, st)
                 return
             for m in batch:
                 m.reconsume_times = st.base_reconsume.setdefault(
@@ -304,7 +304,7 @@ class OrderlyService(_ConsumeService):
                 log.exception(
                     "group %r: the orderly listener raised on %d messages of %s (first offset "
                     "%d); the queue waits and retries them",
-                    consumer.group,
+                    member.group,
                     len(batch),
                     st.mq,
                     batch[0].queue_offset,
@@ -314,24 +314,24 @@ class OrderlyService(_ConsumeService):
                 log.error(
                     "group %r: the orderly listener returned %r; return OrderlyStatus.SUCCESS or "
                     "OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT. Retrying the messages.",
-                    consumer.group,
+                    member.group,
                     status,
                 )
                 status = OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
             if status is OrderlyStatus.SUCCESS:
-                consumer._count("consumed_ok", len(batch))
+                member.count("consumed_ok", len(batch))
                 self._done(st, batch)
             else:
-                consumer._count("consumed_failed", len(batch))
+                member.count("consumed_failed", len(batch))
                 if self._suspend(st, batch):
                     pause_s = max(0, context.suspend_current_queue_time_ms) / 1000
-                    consumer._later(pause_s, self._resume, st)
+                    member.later(pause_s, self._resume, st)
                     return
             if time.monotonic() >= slice_end:
-                consumer._later(0, self._resume, st)
+                member.later(0, self._resume, st)
                 return
 
-    def _done(self, st: _QueueState, batch: list[ReceivedMessage]) -> None:
+    def _done(self, st: QueueState, batch: list[ReceivedMessage]) -> None:
         offsets = {m.queue_offset for m in batch}
         with st.lock:
             head = list(itertools.islice(st.pending, len(batch)))
@@ -345,9 +345,9 @@ class OrderlyService(_ConsumeService):
             for offset in offsets:
                 st.attempts.pop(offset, None)
                 st.base_reconsume.pop(offset, None)
-        self.consumer._consumed(st, sorted(offsets))
+        self.member.consumed(st, sorted(offsets))
 
-    def _suspend(self, st: _QueueState, batch: list[ReceivedMessage]) -> bool:
+    def _suspend(self, st: QueueState, batch: list[ReceivedMessage]) -> bool:
         """Count a failed attempt; messages out of attempts go to the DLQ. True when the
         queue must wait and retry (some message is still to be consumed)."""
         limit = self.config.max_reconsume_times
@@ -358,10 +358,10 @@ class OrderlyService(_ConsumeService):
             if attempts < limit:
                 st.attempts[m.queue_offset] = attempts + 1
                 retry = True
-            elif self.consumer.message_model == "BROADCASTING":
+            elif self.member.message_model == "BROADCASTING":
                 log.warning(
                     "group %r (broadcasting): message %s of %s failed %d times and is skipped",
-                    self.consumer.group,
+                    self.member.group,
                     m.msg_id,
                     st.mq,
                     attempts + 1,
