@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from rmq_spark.client.groups import send_back
 from rmq_spark.client.push.listener import (
     ConsumeContext,
@@ -48,6 +50,9 @@ ORDERLY_SLICE_S = 60.0
 LEASE_WAIT_S = 0.5
 #: a task running many listener batches reports finished offsets at least this often
 REPORT_EVERY_S = 0.02
+#: a listener call longer than this is slow: a pull's batches are spread over idle threads
+#: (a thread hand-off costs tens of microseconds; a fast listener runs a whole pull in one)
+SPREAD_ABOVE_S = 0.001
 
 
 class _ConsumeService:
@@ -142,61 +147,95 @@ class ConcurrentService(_ConsumeService):
         super().__init__(member, listener)
         self._tasks = 0  # submitted, not finished
         self._tasks_lock = threading.Lock()
+        #: how long the latest listener call took (written without a lock: a hint)
+        self._call_s = 0.0
 
-    def dispatch(self, st: QueueState, messages: Sequence[ReceivedMessage]) -> None:
-        """Split a pull's messages into listener batches and hand them to the pool.
+    def dispatch(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
+        """Hand a pull's messages (``offsets`` are their queue offsets) to the pool.
 
-        Each listener batch may run on its own thread, but a pool task costs a thread
-        hand-off (tens of microseconds), more than a fast listener's work. So the batches
-        are spread over as many tasks as there are idle threads: a busy consumer runs a
-        whole pull's batches in one task, an idle one runs them all in parallel.
+        A pool task costs a thread hand-off (tens of microseconds), more than a fast
+        listener's work, so a whole pull is one task that calls the listener batch after
+        batch. When the listener is slow (a call over ``SPREAD_ABOVE_S``), the batches are
+        spread over the idle threads instead, here or as soon as a task notices.
         """
+        if self._call_s > SPREAD_ABOVE_S:
+            self._spread(st, messages, offsets)
+        else:
+            self._submit(st, messages, offsets)
+
+    def _spread(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
+        """One task per idle thread (one at least), each a run of whole listener batches."""
         size = self.config.consume_message_batch_max_size
-        batches = [list(messages[i : i + size]) for i in range(0, len(messages), size)]
+        batches = -(-len(messages) // size)
         with self._tasks_lock:
             idle = self.config.consume_thread_count - self._tasks
-        tasks = max(1, min(len(batches), idle))
-        per_task = -(-len(batches) // tasks)
-        for start in range(0, len(batches), per_task):
-            self._submit_batches(st, batches[start : start + per_task])
+        tasks = max(1, min(batches, idle))
+        per_task = -(-batches // tasks) * size
+        for start in range(0, len(messages), per_task):
+            stop = start + per_task
+            self._submit(st, messages[start:stop], offsets[start:stop])
 
-    def _submit_batches(self, st: QueueState, batches: list[list[ReceivedMessage]]) -> None:
+    def _submit(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
         with self._tasks_lock:
             self._tasks += 1
-        self.submit(self._run_batches, st, batches)
+        self.submit(self._run_batches, st, messages, offsets)
 
-    def _run_batches(self, st: QueueState, batches: list[list[ReceivedMessage]]) -> None:
-        """Run listener batches one after the other; report what is done now and then.
+    def _run_batches(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
+        """Call the listener on each batch in turn; report what is done now and then.
 
         Done offsets and counters are reported once per task (or every
         ``REPORT_EVERY_S`` with a slow listener), not once per listener call: the process
         queue, the offset store and the counters each take a lock.
         """
-        done: list[int] = []
+        size = self.config.consume_message_batch_max_size
+        total = len(messages)
+        done: list[np.ndarray] = []
         counts = {"consumed_ok": 0, "consumed_failed": 0}
-        last_report = time.monotonic()
+        clock = time.monotonic
+        last_report = clock()
         try:
-            for batch in batches:
-                self._run(st, batch, done, counts)
-                if done and time.monotonic() - last_report > REPORT_EVERY_S:
-                    self.member.consumed(st, done)
+            for start in range(0, total, size):
+                stop = start + size
+                began = clock()
+                self._run(st, messages[start:stop], offsets[start:stop], done, counts)
+                now = clock()
+                self._call_s = now - began
+                if stop < total and now - began > SPREAD_ABOVE_S:
+                    self._spread(st, messages[stop:], offsets[stop:])  # the rest in parallel
+                    return
+                if done and now - last_report > REPORT_EVERY_S:
+                    self._report(st, done)
                     done = []
-                    last_report = time.monotonic()
+                    last_report = now
         finally:
             if done:
-                self.member.consumed(st, done)
+                self._report(st, done)
             self.member.count_many(counts)
             with self._tasks_lock:
                 self._tasks -= 1
 
-    def _retry(self, st: QueueState, messages: list[ReceivedMessage]) -> None:
-        self._submit_batches(st, [messages])
+    def _report(self, st: QueueState, done: list[np.ndarray]) -> None:
+        self.member.consumed(st, done[0] if len(done) == 1 else np.concatenate(done))
+
+    def _retry(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
+        self._submit(st, messages, offsets)
 
     def _run(
         self,
         st: QueueState,
-        messages: list[ReceivedMessage],
-        done: list[int],
+        messages: Sequence[ReceivedMessage],
+        offsets: np.ndarray,
+        done: list[np.ndarray],
         counts: dict[str, int],
     ) -> None:
         """One listener call; appends the offsets that are finished to ``done``."""
@@ -204,7 +243,7 @@ class ConcurrentService(_ConsumeService):
         if st.released:
             return  # the queue went to another member; it redelivers these
         if not st.lease_valid():
-            member.later(LEASE_WAIT_S, self._retry, st, messages)
+            member.later(LEASE_WAIT_S, self._retry, st, messages, offsets)
             return
         context = ConsumeContext(st.mq)
         try:
@@ -221,7 +260,7 @@ class ConcurrentService(_ConsumeService):
         if status is ConsumeStatus.CONSUME_SUCCESS:
             if context.ack_index is None or context.ack_index >= last:
                 counts["consumed_ok"] += len(messages)
-                done.extend(m.queue_offset for m in messages)
+                done.append(offsets)
                 return
             ack = context.ack_index
         elif not isinstance(status, ConsumeStatus):
@@ -251,25 +290,30 @@ class ConcurrentService(_ConsumeService):
                 member.group,
                 len(failed),
                 st.mq,
-                failed[0].queue_offset,
+                offsets[ack + 1],
             )
         else:
             level = context.delay_level_when_next_consume
             keep = [m for m in failed if not self._give_back(st, m, level, False)]
+        if not keep:
+            done.append(offsets)
+            return
         kept = {id(m) for m in keep}
-        done.extend(m.queue_offset for m in messages if id(m) not in kept)
-        if keep:
-            for m in keep:
-                m.reconsume_times += 1
-            member.count("local_retries", len(keep))
-            delay_s = self.config.send_back_retry_delay_ms / 1000
-            member.later(delay_s, self._retry, st, keep)
+        retried = np.fromiter((id(m) in kept for m in messages), dtype=bool, count=len(messages))
+        done.append(offsets[~retried])
+        for m in keep:
+            m.reconsume_times += 1
+        member.count("local_retries", len(keep))
+        delay_s = self.config.send_back_retry_delay_ms / 1000
+        member.later(delay_s, self._retry, st, keep, offsets[retried])
 
 
 class OrderlyService(_ConsumeService):
     """Runs an orderly listener: one task per queue at a time, in queue order."""
 
-    def dispatch(self, st: QueueState, messages: Sequence[ReceivedMessage]) -> None:
+    def dispatch(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
         with st.lock:
             st.pending.extend(messages)
             if st.running:

@@ -15,7 +15,7 @@ from typing import Any
 from rmq_spark.client.connection import PendingCall
 from rmq_spark.client.consumer import decode_pull_response, keep_subscribed_tags
 from rmq_spark.client.push.consume import ConcurrentService, OrderlyService
-from rmq_spark.client.push.message import messages_from_batch
+from rmq_spark.client.push.message import PulledColumns, messages_of
 from rmq_spark.client.push.state import ACTIVE, RELEASED, MemberState, QueueState
 from rmq_spark.errors import RocketliteError
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
@@ -115,18 +115,21 @@ class Fetcher:
         next_offset = response.next_begin_offset
         if status == PullStatus.FOUND:
             batch = keep_subscribed_tags(decode_pull_response(st.mq, response), tag_values)
-            messages = messages_from_batch(batch, st.mq)
+            columns = PulledColumns(batch, st.mq)
+            found = columns.num_rows
+            if found:  # the messages read their fields from the batch when asked
+                messages = messages_of(columns)
+                offsets = columns.offsets()
+                sizes = columns.body_sizes()
             with st.lock:
                 if st.phase != ACTIVE or st.next_offset != offset:
                     return
                 st.next_offset = next_offset
-                if messages:
-                    st.pq.put_messages(
-                        [m.queue_offset for m in messages], [len(m.body) for m in messages]
-                    )
-                    member.count("pulled", len(messages))
-                    self.service.dispatch(st, messages)  # type: ignore[union-attr]
-            if not messages:
+                if found:
+                    st.pq.put_messages(offsets, sizes)
+                    member.count("pulled", found)
+                    self.service.dispatch(st, messages, offsets)  # type: ignore[union-attr]
+            if not found:
                 self._skip_filtered(st)
         elif status == PullStatus.OFFSET_ILLEGAL:
             self._offset_illegal(st, offset, response)
