@@ -193,29 +193,62 @@ class ConcurrentService(_ConsumeService):
 
         Done offsets and counters are reported once per task (or every
         ``REPORT_EVERY_S`` with a slow listener), not once per listener call: the process
-        queue, the offset store and the counters each take a lock.
+        queue, the offset store and the counters each take a lock. Batches that fully
+        succeed (the usual case) cost no work here beyond the call: their offsets are
+        reported as one slice of ``offsets``.
         """
         size = self.config.consume_message_batch_max_size
         total = len(messages)
+        listener, mq, clock = self.listener, st.mq, time.monotonic
+        success, context_of = ConsumeStatus.CONSUME_SUCCESS, ConsumeContext
         done: list[np.ndarray] = []
         counts = {"consumed_ok": 0, "consumed_failed": 0}
-        clock = time.monotonic
+        reported = end = 0  # offsets[reported:end] are done and not reported yet
         last_report = clock()
         try:
             for start in range(0, total, size):
                 stop = start + size
+                batch = messages[start:stop]
                 began = clock()
-                self._run(st, messages[start:stop], offsets[start:stop], done, counts)
+                if st.released:
+                    return  # the queue went to another member; it redelivers these
+                if began >= st.lease_deadline:  # the housekeeping thread renews or drops it
+                    self.member.later(
+                        LEASE_WAIT_S, self._retry, st, messages[start:], offsets[start:]
+                    )
+                    return
+                context = context_of(mq)
+                try:
+                    status = listener(batch, context)
+                except Exception:
+                    log.exception(
+                        "group %r: the listener raised on %d messages of %s; they will be retried",
+                        self.member.group,
+                        len(batch),
+                        mq,
+                    )
+                    status, context.ack_index = ConsumeStatus.RECONSUME_LATER, None
+                if status is success and context.ack_index is None:
+                    counts["consumed_ok"] += len(batch)
+                else:
+                    partly = self._settle(st, batch, offsets[start:stop], status, context, counts)
+                    done += [offsets[reported:start], partly]
+                    reported = stop
+                end = stop
                 now = clock()
                 self._call_s = now - began
                 if stop < total and now - began > SPREAD_ABOVE_S:
                     self._spread(st, messages[stop:], offsets[stop:])  # the rest in parallel
                     return
-                if done and now - last_report > REPORT_EVERY_S:
+                if now - last_report > REPORT_EVERY_S:
+                    done.append(offsets[reported:end])
+                    reported = end
                     self._report(st, done)
                     done = []
                     last_report = now
         finally:
+            if end > reported:
+                done.append(offsets[reported:end])
             if done:
                 self._report(st, done)
             self.member.count_many(counts)
@@ -223,45 +256,32 @@ class ConcurrentService(_ConsumeService):
                 self._tasks -= 1
 
     def _report(self, st: QueueState, done: list[np.ndarray]) -> None:
-        self.member.consumed(st, done[0] if len(done) == 1 else np.concatenate(done))
+        done = [part for part in done if len(part)]
+        if done:
+            self.member.consumed(st, done[0] if len(done) == 1 else np.concatenate(done))
 
     def _retry(
         self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
     ) -> None:
         self._submit(st, messages, offsets)
 
-    def _run(
+    def _settle(
         self,
         st: QueueState,
         messages: Sequence[ReceivedMessage],
         offsets: np.ndarray,
-        done: list[np.ndarray],
+        status: object,
+        context: ConsumeContext,
         counts: dict[str, int],
-    ) -> None:
-        """One listener call; appends the offsets that are finished to ``done``."""
+    ) -> np.ndarray:
+        """A listener call that did not plainly succeed: give failed messages back (or keep
+        them for a local retry); returns the offsets that are finished."""
         member = self.member
-        if st.released:
-            return  # the queue went to another member; it redelivers these
-        if not st.lease_valid():
-            member.later(LEASE_WAIT_S, self._retry, st, messages, offsets)
-            return
-        context = ConsumeContext(st.mq)
-        try:
-            status = self.listener(messages, context)
-        except Exception:
-            log.exception(
-                "group %r: the listener raised on %d messages of %s; they will be retried",
-                member.group,
-                len(messages),
-                st.mq,
-            )
-            status, context.ack_index = ConsumeStatus.RECONSUME_LATER, None
         last = len(messages) - 1
         if status is ConsumeStatus.CONSUME_SUCCESS:
             if context.ack_index is None or context.ack_index >= last:
                 counts["consumed_ok"] += len(messages)
-                done.append(offsets)
-                return
+                return offsets
             ack = context.ack_index
         elif not isinstance(status, ConsumeStatus):
             log.error(
@@ -296,16 +316,15 @@ class ConcurrentService(_ConsumeService):
             level = context.delay_level_when_next_consume
             keep = [m for m in failed if not self._give_back(st, m, level, False)]
         if not keep:
-            done.append(offsets)
-            return
+            return offsets
         kept = {id(m) for m in keep}
         retried = np.fromiter((id(m) in kept for m in messages), dtype=bool, count=len(messages))
-        done.append(offsets[~retried])
         for m in keep:
             m.reconsume_times += 1
         member.count("local_retries", len(keep))
         delay_s = self.config.send_back_retry_delay_ms / 1000
         member.later(delay_s, self._retry, st, keep, offsets[retried])
+        return offsets[~retried]
 
 
 class OrderlyService(_ConsumeService):

@@ -69,10 +69,9 @@ class ConsumeContext:
         ack_index: int | None = None,
         delay_level_when_next_consume: int = 0,
     ) -> None:
-        # made once per listener call: the defaults skip the checks of __setattr__
-        self.__dict__.update(
-            message_queue=message_queue, ack_index=None, delay_level_when_next_consume=0
-        )
+        # made once per listener call: a field left at its default reads the class
+        # attribute (None, 0); only values given go through the checks of __setattr__
+        self.__dict__["message_queue"] = message_queue
         if ack_index is not None:
             self.ack_index = ack_index
         delay = delay_level_when_next_consume
