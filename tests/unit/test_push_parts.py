@@ -3,6 +3,9 @@ de-duplicating listener wrapper (the broker-backed behaviour is in tests/integra
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pyarrow as pa
 import pytest
 
@@ -184,6 +187,8 @@ def test_messages_compare_and_print_by_their_fields() -> None:
     )
     assert made == pulled and made != _msg("other", 4)
     assert repr(made) == repr(pulled)
+    assert pickle.loads(pickle.dumps(pulled)) == pulled  # e.g. handed to a process pool
+    assert copy.deepcopy(pulled) == pulled
     assert repr(made).startswith("ReceivedMessage(topic='orders', message_queue=")
     assert "queue_offset=4" in repr(made) and "properties" not in repr(made)
 

@@ -231,6 +231,11 @@ class ReceivedMessage:
         mq, topic, *rest = self._values()
         ReceivedMessage.__init__(self, topic, mq, *rest)
 
+    def __reduce__(self) -> tuple:
+        # pickled (and copied) with its own fields, not the pull's columns and lock
+        mq, topic, *rest = self._values()
+        return (ReceivedMessage, (topic, mq, *rest))
+
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
