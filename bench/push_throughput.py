@@ -32,7 +32,7 @@ process and of the broker process over the pass, per message (median over rounds
 moved by neighbours than wall-clock rates.
 
 Run: ``.venv/bin/python bench/push_throughput.py [--quick] [--count N] [--pull-batch B]``;
-about 30 seconds with ``--quick``, 3 minutes without (2 CPUs).
+about 40 seconds with ``--quick``, 2-3 minutes without (2 CPUs).
 """
 
 from __future__ import annotations
