@@ -45,11 +45,7 @@ from rmq_spark.allocate import AllocateMessageQueueStrategy, get_strategy
 from rmq_spark.client import offsets as offset_rpc
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.connection import PendingCall
-from rmq_spark.client.consumer import (
-    decode_pull_response,
-    keep_subscribed_tags,
-    subscribed_tag_values,
-)
+from rmq_spark.client.consumer import keep_subscribed_tags, subscribed_tag_values
 from rmq_spark.client.endpoints import Endpoints
 from rmq_spark.client.groups import (
     ConsumerWatch,
@@ -70,6 +66,7 @@ from rmq_spark.errors import InvalidArgumentError, RocketliteError
 from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
 from rmq_spark.offsets.store import OffsetStore, ReadOffsetType
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.pull_wire import decode_pull_response
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire import mq_to_pb, pull_status_from_pb
 
