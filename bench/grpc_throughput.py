@@ -17,6 +17,11 @@ to Arrow record batches over loopback by
 * ``PullConsumer.pull`` of one queue after the other, ``--pull-batch`` messages a call;
 * ``PullConsumer.poll``: the 8 queues pulled in parallel, same batch size.
 
+For each gRPC pull case it also prints the CPU seconds per million messages pulled of the
+server process (the broker, or the echo server of the gRPC floor: utime + stime from
+/proc, around each timed pass) and of this process (the client): CPU time moves less with
+neighbours than msgs/s does.
+
 Baselines, timed in rounds interleaved with the gRPC cases (alternating order), since
 neighbours on a shared machine make figures drift:
 
@@ -616,8 +621,51 @@ def measure_produce(
     return rows
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds a server process and this (client) process use during a contender's
+    rounds, per message: wraps the contender; ``reset()`` forgets the warm-up."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self.server_s = self.client_s = 0.0
+        self.units = 0
+
+    def wrap(self, run: RoundFn) -> RoundFn:
+        def measured(seconds: float) -> tuple[int, int, float]:
+            server, client = process_cpu_s(self.server_pid), time.process_time()
+            calls, units, elapsed = run(seconds)
+            self.server_s += process_cpu_s(self.server_pid) - server
+            self.client_s += time.process_time() - client
+            self.units += units
+            return calls, units, elapsed
+
+        return measured
+
+    def reset(self) -> None:
+        self.server_s = self.client_s = 0.0
+        self.units = 0
+
+    def per_million(self) -> tuple[float, float]:
+        """(server, client) CPU seconds per million messages."""
+        scale = 1e6 / self.units if self.units else float("nan")
+        return self.server_s * scale, self.client_s * scale
+
+
 def measure_pull(
-    local: MessageStore, endpoint: str, echo: EchoClient, count: int, batch: int, rounds: int
+    local: MessageStore,
+    broker_pid: int,
+    endpoint: str,
+    echo: EchoClient,
+    echo_pid: int,
+    count: int,
+    batch: int,
+    rounds: int,
 ) -> tuple[list[Row], list[PullConsumer]]:
     config = ConsumerConfig(pull_batch_size=batch, pull_max_bytes=PULL_MAX_BYTES)
     consumers = [PullConsumer(endpoint, config=config) for _ in range(2)]
@@ -628,13 +676,19 @@ def measure_pull(
     pulls = of_type(calls, messaging_pb2.PullMessagesRequest)
     record_bytes = sum(len(answer.records) for _, answer in pulls) / count
     timing = Timing(warmup_s=0.0, round_s=1e-9, rounds=rounds)  # a round is one pass
+    meters = [CpuMeter(echo_pid), CpuMeter(broker_pid), CpuMeter(broker_pid)]
     contenders = [
         looped(store_puller(local, count, batch)),
-        looped(pull_floor(echo, consumers[0], count)),
-        looped(consumer_puller(consumers[0], count)),
-        looped(consumer_poller(consumers[1], count)),
+        meters[0].wrap(looped(pull_floor(echo, consumers[0], count))),
+        meters[1].wrap(looped(consumer_puller(consumers[0], count))),
+        meters[2].wrap(looped(consumer_poller(consumers[1], count))),
     ]
-    store, floor, pulled, polled = measure_rates(contenders, timing)
+
+    def after_warmup() -> None:
+        for meter in meters:
+            meter.reset()
+
+    store, floor, pulled, polled = measure_rates(contenders, timing, after_warmup=after_warmup)
 
     def mb_s(rate: RateResult) -> str:
         return fmt_mb(rate.best * record_bytes)
@@ -652,7 +706,25 @@ def measure_pull(
         flush=True,
     )
     print_rows(rows, "consumer", "MB/s")
+    print_pull_cpu(
+        [("gRPC floor (echo)", "echo server"), ("PullConsumer.pull", "broker"),
+         ("PullConsumer.poll", "broker")],
+        meters,
+    )  # fmt: skip
     return rows, consumers
+
+
+def print_pull_cpu(cases: list[tuple[str, str]], meters: list[CpuMeter]) -> None:
+    """CPU seconds per million messages pulled in the timed passes, from /proc (utime +
+    stime of the server process; process_time of this one, which only runs the client)."""
+    print("\nCPU seconds per million messages pulled (timed passes; /proc utime + stime)")
+    table = Table(
+        [("case", "<"), ("server", "<"), ("server CPU s/M", ">"), ("client CPU s/M", ">")]
+    )
+    for (case, server), meter in zip(cases, meters, strict=True):
+        server_s, client_s = meter.per_million()
+        table.add(case, server, f"{server_s:.3f}", f"{client_s:.3f}")
+    table.print()
 
 
 def print_summary(produce: list[Row], pull: list[Row]) -> None:
@@ -778,7 +850,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             print_rows(produce, "producers", "calls/s", rule_every=5)
             pull, consumers = measure_pull(
-                local, broker.endpoint, echo_client, count, args.pull_batch, timing.rounds + 1
+                local,
+                broker.pid,
+                broker.endpoint,
+                echo_client,
+                echo.pid,
+                count,
+                args.pull_batch,
+                timing.rounds + 1,
             )
             closers += [c.close for c in consumers]
             print_summary(produce, pull)

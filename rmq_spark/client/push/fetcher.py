@@ -13,12 +13,13 @@ import queue
 from typing import Any
 
 from rmq_spark.client.connection import PendingCall
-from rmq_spark.client.consumer import decode_pull_response, keep_subscribed_tags
+from rmq_spark.client.consumer import keep_subscribed_tags
 from rmq_spark.client.push.consume import ConcurrentService, OrderlyService
 from rmq_spark.client.push.message import PulledColumns, messages_of
 from rmq_spark.client.push.state import ACTIVE, RELEASED, MemberState, QueueState
 from rmq_spark.errors import RocketliteError
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.pull_wire import decode_pull_response
 from rmq_spark.structs import PullStatus
 from rmq_spark.wire import mq_to_pb, pull_status_from_pb
 
