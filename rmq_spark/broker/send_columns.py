@@ -12,6 +12,7 @@ import numpy as np
 from rmq_spark.broker import checks
 from rmq_spark.broker.send import RESERVED_PROPERTIES, check_delay_level
 from rmq_spark.codec import properties as props
+from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.errors import InvalidArgumentError
 
 #: batches from this many messages have their property blobs checked with numpy
@@ -39,15 +40,16 @@ _BROKER_CODES = np.array(sorted(map(_name_code, BROKER_PROPERTIES)), dtype=np.ui
 class ColumnBatch:
     """The messages of a send request in columns, checked, as the store's append takes them.
 
-    Nothing here runs Python code per message except cutting the two byte columns into
-    per-message slices (the store takes a sequence of bodies and one of property blobs):
-    sizes, limits, tags and the property blobs are checked with numpy over whole columns
-    (:func:`suspect_property_blobs`), and only messages that fail those checks are looked
-    at one by one (:func:`check_property_blob`), to name the message and say what is wrong.
+    Nothing here runs Python code per message: the two byte columns stay whole
+    (:class:`~rmq_spark.codec.byte_column.ByteColumn`, which the store lays out into records
+    as they are); sizes, limits, tags and the property blobs are checked with numpy over
+    whole columns (:func:`suspect_property_blobs`), and only messages that fail those checks
+    are looked at one by one (:func:`check_property_blob`), to name the message and say
+    what is wrong.
     """
 
-    bodies: list[bytes]
-    properties: list[bytes]
+    bodies: ByteColumn
+    properties: ByteColumn
     tags: list[str | None]
     born_timestamps: np.ndarray | int
     flags: np.ndarray | int
@@ -83,8 +85,8 @@ class ColumnBatch:
             table = [value or None for value in tag_values]
             tags = list(map(table.__getitem__, tag_indexes.tolist()))
         return cls(
-            bodies=_cut(bodies, body_ends),
-            properties=_cut(blobs, prop_ends),
+            bodies=ByteColumn(bodies, body_ends),
+            properties=ByteColumn(blobs, prop_ends),
             tags=tags,
             born_timestamps=_column_born(columns, n),
             flags=_optional_column("flags", columns.flags, n, np.int32),
@@ -111,13 +113,6 @@ def _column_ends(field: str, sizes: np.ndarray, total: int, data_field: str, lim
             f"{total}; the sizes must cover it exactly"
         )
     return ends
-
-
-def _cut(data: bytes, ends: np.ndarray) -> list[bytes]:
-    """``data`` cut at ``ends``: one bytes object per item (a list comprehension over
-    slices is the cheapest way CPython has; a memoryview per item costs more)."""
-    stops = ends.tolist()
-    return [data[start:stop] for start, stop in zip([0, *stops[:-1]], stops, strict=True)]
 
 
 def _column_tags(columns, n: int) -> tuple[list[str], np.ndarray | None]:
