@@ -13,6 +13,7 @@ from rmq_spark.broker import checks
 from rmq_spark.broker.send import RESERVED_PROPERTIES, check_delay_level
 from rmq_spark.codec import properties as props
 from rmq_spark.codec.byte_column import ByteColumn
+from rmq_spark.codec.tag_column import TagColumn
 from rmq_spark.errors import InvalidArgumentError
 
 #: batches from this many messages have their property blobs checked with numpy
@@ -50,7 +51,7 @@ class ColumnBatch:
 
     bodies: ByteColumn
     properties: ByteColumn
-    tags: list[str | None]
+    tags: TagColumn
     born_timestamps: np.ndarray | int
     flags: np.ndarray | int
     delay_level: int
@@ -79,15 +80,10 @@ class ColumnBatch:
         )
         tag_values, tag_indexes = _column_tags(columns, n)
         check_property_columns(blobs, prop_sizes, prop_ends, tag_values, tag_indexes)
-        if tag_indexes is None:
-            tags = [tag_values[0] or None if tag_values else None] * n
-        else:
-            table = [value or None for value in tag_values]
-            tags = list(map(table.__getitem__, tag_indexes.tolist()))
         return cls(
-            bodies=ByteColumn(bodies, body_ends),
-            properties=ByteColumn(blobs, prop_ends),
-            tags=tags,
+            bodies=ByteColumn(bodies, body_ends, body_sizes),
+            properties=ByteColumn(blobs, prop_ends, prop_sizes),
+            tags=TagColumn(tag_values or [None], tag_indexes, n),
             born_timestamps=_column_born(columns, n),
             flags=_optional_column("flags", columns.flags, n, np.int32),
             delay_level=request.delay_level,
@@ -299,8 +295,16 @@ def suspect_property_blobs(
     padded[: len(buf)] = buf
     words = np.ndarray((len(buf),), dtype="<u8", buffer=padded, strides=(1,))
     codes = words[starts] & _NAME_MASKS[np.minimum(name_lens, 8)]
-    owner = np.searchsorted(ends, starts, side="right")  # message of each property
-    bad_props = np.isin(codes, _BROKER_CODES)
+    # The message of each property: how many blobs end before it (each ends with a \x02).
+    blob_end = np.zeros(len(buf), dtype=bool)
+    blob_end[ends - 1] = True
+    ends_here = blob_end[twos]
+    owner = np.cumsum(ends_here)
+    owner -= ends_here
+    # A broker property name: a code that equals one of the sorted codes (np.isin's
+    # general method costs twice as much here).
+    near = np.minimum(np.searchsorted(_BROKER_CODES, codes), len(_BROKER_CODES) - 1)
+    bad_props = _BROKER_CODES[near] == codes
     is_uniq = (codes == _UNIQ_KEY_CODE) & (name_lens == 8)
     bad_props |= twos == ones + 1  # an empty value (RocketMQ drops those)
     is_tags = (codes == _TAGS_CODE) & (name_lens == 4)

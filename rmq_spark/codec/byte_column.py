@@ -19,13 +19,15 @@ class ByteColumn(Sequence[bytes]):
     """``data[ends[i - 1]:ends[i]]`` is item i (item 0 starts at 0); ``data`` is exactly
     the items, so ``ends[-1] == len(data)``."""
 
-    __slots__ = ("data", "ends")
+    __slots__ = ("_lengths", "data", "ends")
 
-    def __init__(self, data: bytes, ends: np.ndarray) -> None:
+    def __init__(self, data: bytes, ends: np.ndarray, lengths: np.ndarray | None = None) -> None:
+        """``lengths``, when given, must be the items' lengths (``ends`` made from them)."""
         if len(ends) and int(ends[-1]) != len(data):
             raise ValueError(f"the items end at {int(ends[-1])} but the buffer has {len(data)}")
         self.data = data
         self.ends = np.asarray(ends, dtype=np.int64)
+        self._lengths = lengths
 
     @classmethod
     def of(cls, items: Sequence[bytes]) -> ByteColumn:
@@ -53,7 +55,11 @@ class ByteColumn(Sequence[bytes]):
 
     def lengths(self) -> np.ndarray:
         """Each item's length (int64)."""
-        return np.diff(self.ends, prepend=0)
+        if self._lengths is None:
+            lengths = self.ends.copy()
+            lengths[1:] -= self.ends[:-1]
+            self._lengths = lengths
+        return self._lengths
 
     def offsets(self) -> np.ndarray:
         """The n + 1 start offsets of the items and the end (int64), as Arrow has them."""

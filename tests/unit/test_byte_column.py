@@ -1,5 +1,6 @@
-"""A columnar send's buffers go into records whole (ByteColumn): the records, CRCs and checks
-must be exactly those of the same batch given as one bytes object per message."""
+"""A columnar send's buffers go into records whole (ByteColumn), its tags as a dictionary
+(TagColumn): the records, CRCs, tag codes and checks must be exactly those of the same batch
+given as one object per message."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from rmq_spark.codec import record as r
 from rmq_spark.codec.batch_encode import SMALL_BATCH, finish_batch, prepare_batch
 from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.codec.properties import MAX_PROPERTIES_BYTES, encode_properties
+from rmq_spark.codec.tag_column import TagColumn, hash_codes
+from rmq_spark.codec.taghash import tag_hash_codes
 from rmq_spark.errors import InvalidArgumentError
 
 
@@ -60,3 +63,17 @@ def test_column_properties_over_the_limit_are_refused_naming_the_message():
 def test_column_counts_must_match():
     with pytest.raises(InvalidArgumentError, match="1 property blobs for 2 message bodies"):
         prepare_batch("T", 0, column([b"1", b"2"]), column([b""]))
+
+
+@pytest.mark.parametrize(
+    ("values", "indexes", "expected"),
+    [
+        (["TagA"], None, ["TagA"] * 3),
+        ([""], None, [None] * 3),
+        (["A", "", "B"], np.array([2, 1, 0, 0]), ["B", None, "A", "A"]),
+    ],
+)
+def test_tag_columns_give_the_codes_of_their_tags(values, indexes, expected):
+    tags = TagColumn(values, indexes, len(expected))
+    assert list(tags) == expected and [tags[i] for i in range(len(expected))] == expected
+    assert hash_codes(tags).tolist() == tag_hash_codes(expected).tolist()

@@ -46,7 +46,7 @@ def test_big_batches_are_split_as_the_general_path_splits():
     expected = encode_columns(as_messages(batch), NOW, 2000)
     assert len(chunks) > 1
     assert [c.columns for c in chunks] == [c.columns for c in expected]
-    assert sum((c.unique_keys for c in chunks), []) == batch.unique_keys
+    assert [key for c in chunks for key in c.unique_keys] == batch.unique_keys
 
 
 @pytest.mark.parametrize(
