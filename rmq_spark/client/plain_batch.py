@@ -41,11 +41,11 @@ class PlainBatch(Sequence[Message]):
         self.unique_keys = new_unique_keys(len(bodies))
 
     @classmethod
-    def of(cls, items: Sequence[Any]) -> PlainBatch | None:
+    def of(cls, items: Sequence[Any], min_count: int = 1) -> PlainBatch | None:
         """The items as a PlainBatch when each is a bytes body or a ``(body, tag)`` tuple
-        with a bytes body (all of one kind); None for anything else, which takes the
-        general path (and its checks) instead."""
-        if not isinstance(items, list | tuple) or not items:
+        with a bytes body (all of one kind) and there are at least ``min_count`` (> 0) of
+        them; None for anything else, which takes the general path (and its checks)."""
+        if not isinstance(items, list | tuple) or not 0 < min_count <= len(items):
             return None
         kinds = set(map(type, items))
         if kinds == {bytes}:

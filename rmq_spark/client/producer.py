@@ -176,8 +176,7 @@ class Producer:
         commit-log segments, goes as several requests to the same queue: each request is
         atomic on the broker, the whole batch is not.
         """
-        min_batch = self.config.columns_min_batch
-        plain = PlainBatch.of(messages) if min_batch and len(messages) >= min_batch else None
+        plain = PlainBatch.of(messages, self.config.columns_min_batch)
         items = plain if plain is not None else [to_message(m) for m in messages]
         if not items:
             raise InvalidArgumentError(f"send_batch to topic {topic!r} got no messages")
@@ -272,10 +271,10 @@ class Producer:
     def _encode(self, messages: list[Message] | PlainBatch, now_ms: int) -> list[Chunk]:
         """The requests' contents: columns for a batch, else (or when a message needs the
         per-message form to be refused with the usual error) one Message each."""
-        if isinstance(messages, PlainBatch):
-            plain = messages.encode(now_ms, self.config.max_batch_bytes)
-            if plain is not None:
-                return list(plain)
+        if isinstance(messages, PlainBatch) and (
+            plain := messages.encode(now_ms, self.config.max_batch_bytes)
+        ):
+            return list(plain)
         min_batch = self.config.columns_min_batch
         if min_batch and len(messages) >= min_batch:
             columns = encode_columns(messages, now_ms, self.config.max_batch_bytes)

@@ -89,3 +89,9 @@ def test_unique_keys_in_bulk_keep_the_layout_and_never_repeat():
     assert len(set(keys)) == 70_000
     assert all(re.fullmatch(r"[0-9A-F]{32}", k) for k in keys[::97])
     assert {k[:20] for k in keys} == {new_unique_key()[:20]}  # ip + pid + instance tag
+
+
+def test_batches_under_the_columns_minimum_take_the_general_path():
+    items = [(b"a", "T")] * 16
+    assert PlainBatch.of(items, 17) is None and PlainBatch.of(items, 0) is None
+    assert PlainBatch.of(items, 16) is not None
