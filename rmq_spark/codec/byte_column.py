@@ -19,7 +19,7 @@ class ByteColumn(Sequence[bytes]):
     """``data[ends[i - 1]:ends[i]]`` is item i (item 0 starts at 0); ``data`` is exactly
     the items, so ``ends[-1] == len(data)``."""
 
-    __slots__ = ("_lengths", "data", "ends")
+    __slots__ = ("_arrow", "_items", "_lengths", "data", "ends")
 
     def __init__(self, data: bytes, ends: np.ndarray, lengths: np.ndarray | None = None) -> None:
         """``lengths``, when given, must be the items' lengths (``ends`` made from them)."""
@@ -28,6 +28,8 @@ class ByteColumn(Sequence[bytes]):
         self.data = data
         self.ends = np.asarray(ends, dtype=np.int64)
         self._lengths = lengths
+        self._arrow: pa.LargeBinaryArray | None = None  # made once, on first use
+        self._items: list[bytes] | None = None
 
     @classmethod
     def of(cls, items: Sequence[bytes]) -> ByteColumn:
@@ -42,7 +44,7 @@ class ByteColumn(Sequence[bytes]):
 
     def __getitem__(self, index):  # type: ignore[override]
         if isinstance(index, slice):
-            return self.to_list()[index]
+            return self.to_list()[index]  # a new list
         n = len(self.ends)
         if not -n <= index < n:
             raise IndexError(f"item {index} of a column of {n}")
@@ -59,6 +61,8 @@ class ByteColumn(Sequence[bytes]):
             lengths = self.ends.copy()
             lengths[1:] -= self.ends[:-1]
             self._lengths = lengths
+        self._arrow: pa.LargeBinaryArray | None = None  # made once, on first use
+        self._items: list[bytes] | None = None
         return self._lengths
 
     def offsets(self) -> np.ndarray:
@@ -69,13 +73,18 @@ class ByteColumn(Sequence[bytes]):
 
     def to_arrow(self) -> pa.LargeBinaryArray:
         """The column as Arrow large_binary over the same buffer (no copy of the data)."""
-        return pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(),
-            len(self.ends),
-            [None, pa.py_buffer(self.offsets()), pa.py_buffer(self.data)],
-        )
+        if self._arrow is None:
+            self._arrow = pa.LargeBinaryArray.from_buffers(
+                pa.large_binary(),
+                len(self.ends),
+                [None, pa.py_buffer(self.offsets()), pa.py_buffer(self.data)],
+            )
+        return self._arrow
 
     def to_list(self) -> list[bytes]:
         """One bytes object per item, made in one C++ loop (about a quarter of the cost of
-        slicing the buffer item by item in Python)."""
-        return self.to_arrow().to_pylist()
+        slicing the buffer item by item in Python); the same list on every call, so do not
+        change it."""
+        if self._items is None:
+            self._items = self.to_arrow().to_pylist()
+        return self._items
