@@ -188,6 +188,10 @@ def check_property_columns(
     """
     if len(sizes) < VECTOR_CHECK_MIN:
         suspects = None  # fewer messages than numpy's fixed cost is worth: check each
+    elif tag_indexes is None and uniform_blobs_pass(
+        data, sizes, tag_values[0] if tag_values else ""
+    ):
+        return
     else:
         suspects = suspect_property_blobs(data, sizes, ends, tag_values, tag_indexes)
     malformed = suspects is None and len(sizes) >= VECTOR_CHECK_MIN
@@ -203,6 +207,42 @@ def check_property_columns(
             check_property_blob(data[starts[i] : starts[i] + int(sizes[i])], tag)
     if malformed:  # the two checks disagree: refuse rather than store what one refused
         raise InvalidArgumentError("columns.properties is malformed")
+
+
+def uniform_blobs_pass(data: bytes, sizes: np.ndarray, tag: str) -> bool:
+    """True when every blob of the column passes :func:`check_property_blob` with ``tag``,
+    found cheaply for the common column whose blobs differ only in property values (one
+    tag; same names, value lengths and so size, e.g. TAGS + UNIQ_KEY each); False when that
+    is not so, or not known (then :func:`suspect_property_blobs` looks).
+
+    The first blob passes the reference check; every other one has the separators at the
+    same places and the same bytes everywhere but in the values of properties other than
+    TAGS, and the whole column is UTF-8. The rules only look at separators, names, the
+    TAGS value and whether values are empty, so each blob then passes as the first does.
+    """
+    width = int(sizes[0])
+    if not width or (sizes != width).any():
+        return False
+    try:
+        check_property_blob(data[:width], tag)
+        data.decode("utf-8")
+    except (InvalidArgumentError, UnicodeDecodeError):
+        return False
+    rows = np.frombuffer(data, dtype=np.uint8).reshape(len(sizes), width)
+    first = rows[0]
+    # Which bytes of the first blob may differ in the others: the values, except TAGS's.
+    free = np.zeros(width, dtype=bool)
+    at = 0
+    for item in data[: width - 1].split(b"\x02"):
+        name = item.partition(b"\x01")[0]
+        if name != props.TAGS.encode():
+            free[at + len(name) + 1 : at + len(item)] = True
+        at += len(item) + 1
+    fixed = ~free
+    if (rows[:, fixed] != first[fixed]).any():
+        return False
+    values = rows[:, free]
+    return not ((values == 1) | (values == 2)).any()
 
 
 def check_property_blob(blob: bytes, tag: str) -> None:
