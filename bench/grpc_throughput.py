@@ -4,7 +4,7 @@ The broker runs as a subprocess (``python -m rmq_spark.broker``, flush ASYNC, de
 settings) so that the client and the broker do not share a GIL; both run on this machine
 and talk over loopback.
 
-Produce: 100-byte bodies, tag ``TagA``, batches of 1 and 256 messages, sent with
+Produce: 100-byte bodies, tag ``TagA``, batches of 1, 256 and 1024 messages, sent with
 ``Producer.send_batch`` (round robin over 8 queues), by
 
 * 1 producer (the bench's own thread);
@@ -36,7 +36,11 @@ neighbours on a shared machine make figures drift:
   what any servicer written in Python gRPC can reach here, one call at a time.
 
 Figures are the best round; ``spread`` is (best - worst) / best over the rounds. Produce
-rounds are ``--round-seconds`` long; a pull round is one pass over the N messages.
+rounds are ``--round-seconds`` long; a pull round is one pass over the N messages. For
+each ``send_batch`` case the broker's CPU time (utime + stime from ``/proc/<pid>/stat``,
+read around each of its rounds, warm-up included) per million messages it accepted is
+printed too: how much work a message costs the broker, which the shared CPUs move less
+than the rates.
 
 ``--profile`` then samples, with py-spy ``--gil`` (only the thread holding the GIL, so
 samples / (rate x time) is the share of time the process held its GIL, which includes time
@@ -108,7 +112,7 @@ PULL_TOPIC = "BenchPull"
 QUEUES = 8
 BODY_BYTES = 100
 TAG = "TagA"
-BATCHES = (1, 256)
+BATCHES = (1, 256, 1024)
 PRODUCERS = 8
 #: distinct messages per batch size; batches are consecutive slices, reused in turn
 POOL_MESSAGES = 4096
@@ -265,6 +269,32 @@ def produce_floor(echo: EchoClient, producer: Producer, batch: list[bytes]) -> R
         return len(batch)
 
     return looped(step)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` so far, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BrokerCpu:
+    """The broker's CPU time over the rounds of one contender, and the messages they sent."""
+
+    def __init__(self, pid: int, run: RoundFn) -> None:
+        self.pid = pid
+        self._run = run
+        self.seconds = 0.0
+        self.units = 0
+
+    def run(self, seconds: float) -> tuple[int, int, float]:
+        before = process_cpu_seconds(self.pid)
+        calls, units, elapsed = self._run(seconds)
+        self.seconds += process_cpu_seconds(self.pid) - before
+        self.units += units
+        return calls, units, elapsed
+
+    def per_million(self) -> str:
+        return f"{self.seconds / self.units * 1e6:.2f}" if self.units else "-"
 
 
 class ThreadedProducers:
@@ -588,7 +618,7 @@ def calls_per_s(rate: RateResult) -> str:
 
 def measure_produce(
     local: MessageStore,
-    endpoint: str,
+    broker: ServerProcess,
     echo: EchoClient,
     producer: Producer,
     processes: ProcessProducers,
@@ -597,20 +627,23 @@ def measure_produce(
     closers: list[Callable[[], object]],
 ) -> list[Row]:
     rows: list[Row] = []
+    cpu_rows: list[tuple[str, int, BrokerCpu]] = []
+    many = f"{PRODUCERS} threads", f"{PRODUCERS} processes"
     for size in BATCHES:
         batches = batches_of(bodies, size)
-        threaded = ThreadedProducers(endpoint, batches, PRODUCERS)
+        threaded = ThreadedProducers(broker.endpoint, batches, PRODUCERS)
         closers.append(threaded.close)
+        senders = [
+            BrokerCpu(broker.pid, run)
+            for run in (producer_sender(producer, batches), threaded.run, processes.runner(size))
+        ]
         contenders = [
             store_appender(local, batches),
             produce_floor(echo, producer, batches[0]),
-            producer_sender(producer, batches),
-            threaded.run,
-            processes.runner(size),
+            *(sender.run for sender in senders),
         ]
         store, floor, one, threads, procs = measure_rates(contenders, timing)
         target = TARGET_PRODUCE if size > 1 else None
-        many = f"{PRODUCERS} threads", f"{PRODUCERS} processes"
         rows += [
             Row("store.append", "1 thread", size, store, store, calls_per_s(store)),
             Row("gRPC floor (echo)", "1 thread", size, floor, store, calls_per_s(floor)),
@@ -618,6 +651,13 @@ def measure_produce(
             Row("send_batch", many[0], size, threads, store, calls_per_s(threads), target),
             Row("send_batch", many[1], size, procs, store, calls_per_s(procs), target),
         ]
+        cpu_rows += [(who, size, cpu) for who, cpu in zip(("1", *many), senders, strict=True)]
+    print_rows(rows, "producers", "calls/s", rule_every=5)
+    table = Table([("send_batch", "<"), ("batch", ">"), ("broker CPU-s / M msgs", ">")])
+    for who, size, cpu in cpu_rows:
+        table.add(who, size, cpu.per_million())
+    print("\nbroker CPU-seconds (utime + stime) per million messages accepted", flush=True)
+    table.print()
     return rows
 
 
@@ -846,9 +886,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             bodies = make_bodies(POOL_MESSAGES, args.seed)
             produce = measure_produce(
-                local, broker.endpoint, echo_client, producer, processes, bodies, timing, closers
+                local, broker, echo_client, producer, processes, bodies, timing, closers
             )
-            print_rows(produce, "producers", "calls/s", rule_every=5)
             pull, consumers = measure_pull(
                 local,
                 broker.pid,
