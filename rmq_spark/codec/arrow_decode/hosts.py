@@ -56,15 +56,16 @@ def host_strings(raw: np.ndarray) -> pa.Array:
         return repeat_string(host_text(raw[0].tobytes()).encode(), n)
     if width == IPV4_HOST:
         keys = raw.view(np.uint64).ravel()  # address and port as one number
-        if n <= FEW_RECORDS:
-            found = _KNOWN.find(keys)
-            if found is not None:
-                return take(*found)
+        found = _KNOWN.lookup(keys)
+        if found is None and n <= FEW_RECORDS:
+            found = _KNOWN.learn(keys)
+        if found is not None:
+            return take(*found)
         numbers = pa.Array.from_buffers(pa.uint64(), n, [None, pa.py_buffer(keys)])
         encoded = numbers.dictionary_encode()  # hashing uint64s beats fixed-size binaries
         count = len(encoded.dictionary)
         distinct = np.frombuffer(encoded.dictionary.buffers()[1], np.uint64, count)
-        found = _KNOWN.find(distinct)
+        found = _KNOWN.learn(distinct)
         if found is not None:
             texts, codes = found
             indices = np.frombuffer(encoded.indices.buffers()[1], np.int32, n)
@@ -101,36 +102,50 @@ def _format_ipv4(raw: np.ndarray) -> pa.Array:
 
 class _KnownHosts:
     """IPv4 hosts already formatted, remembered across calls: their 8 raw bytes as sorted
-    uint64 keys, and their texts in the same order.
+    uint64 keys (numpy and Arrow), and their texts in the same order.
 
     A snapshot is never changed once published (a new one replaces it), so threads decoding
     at once can share it without a lock; one may just lose another's new hosts.
     """
 
     def __init__(self) -> None:
-        self._snapshot = (np.zeros(0, np.uint64), pa.array([], pa.string()))
+        self._snapshot = self._publish(np.zeros(0, np.uint64), pa.array([], pa.string()))
 
-    def find(self, keys: np.ndarray) -> tuple[pa.Array, np.ndarray] | None:
-        """Texts and, for each key, its position in them; hosts not known yet are formatted
-        and remembered first. None when the keys hold more distinct hosts than are kept."""
-        known, texts = self._snapshot
-        if len(known):
+    def lookup(self, keys: np.ndarray) -> tuple[pa.Array, np.ndarray | pa.Array] | None:
+        """Texts and, for each key, its position in them; None unless all are known."""
+        known, known_arrow, texts = self._snapshot
+        if not len(known):
+            return None
+        if len(keys) <= FEW_RECORDS:  # a binary search each: no fixed cost to speak of
             at = np.searchsorted(known, keys)
             np.minimum(at, len(known) - 1, out=at)
-            if (known[at] == keys).all():
-                return texts, at
+            return (texts, at) if (known[at] == keys).all() else None
+        numbers = pa.Array.from_buffers(pa.uint64(), len(keys), [None, pa.py_buffer(keys)])
+        at = _INDEX_IN.call([numbers], pc.SetLookupOptions(known_arrow))
+        return (texts, at) if not at.null_count else None
+
+    def learn(self, keys: np.ndarray) -> tuple[pa.Array, np.ndarray] | None:
+        """As :meth:`lookup`, formatting and remembering the hosts not known yet first.
+        None when the keys hold more distinct hosts than are kept."""
+        known, _, texts = self._snapshot
         new = np.setdiff1d(keys, known)  # sorted, distinct
         if len(new) > KNOWN_LIMIT:
             return None
         if len(known) + len(new) > KNOWN_LIMIT:  # start again rather than grow without end
             known, texts = np.zeros(0, np.uint64), pa.array([], pa.string())
+            new = np.unique(keys)
         merged = np.concatenate([known, new])
         order = np.argsort(merged, kind="stable")
         texts = take(pa.concat_arrays([texts, _format_hosts(_byte_rows(new))]), order)
-        self._snapshot = known, texts = merged[order], texts
-        return texts, np.searchsorted(known, keys)
+        self._snapshot = self._publish(merged[order], texts)
+        return texts, np.searchsorted(merged[order], keys)
+
+    @staticmethod
+    def _publish(keys: np.ndarray, texts: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
+        return keys, pa.array(keys, pa.uint64()), texts
 
 
+_INDEX_IN = pc.get_function("index_in")
 _KNOWN = _KnownHosts()
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmq_spark.codec.arrow_decode.source import (
-    all_equal_rows,
+    gather,
     is_utf8,
     numeric_array,
     string_array,
@@ -41,20 +41,96 @@ def properties_columns(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     offsets = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
     if offsets[-1] == offsets[0]:
         return _all_empty(n)
-    items = split_items(props.buffers()[2], offsets) if offsets[0] == 0 else None
+    if offsets[0] != 0:
+        return _properties_columns_slow(props)
+    same = same_names(props.buffers()[2], offsets)
+    if same is not None:
+        values = same.values()
+        k = len(same.names)
+        map_offsets = numeric_array(np.arange(0, n * k + 1, k, dtype=np.int32))
+        mapped = pa.MapArray.from_arrays(map_offsets, _tiled(same.names, n), values)
+        texts = [name.decode() for name in same.names]
+        return mapped, *(_every_kth(values, texts, name) for name in _NAMES)
+    items = split_items(props.buffers()[2], offsets)
     if items is None:
         return _properties_columns_slow(props)
-    values = items.values()
-    map_offsets = numeric_array(items.map_offsets())
-    names = items.same_names()
+    keys, values, map_offsets = items.names(), items.values(), items.map_offsets()
+    mapped = pa.MapArray.from_arrays(numeric_array(map_offsets), keys, values)
+    return mapped, *(_lookup(values, map_offsets, at) for at in find_names(keys, *_NAMES))
+
+
+@dataclass
+class SameNames:
+    """Records that all hold the same names in the same order: the names, and where each
+    value starts and ends."""
+
+    data: pa.Buffer  # the properties of all records, side by side
+    names: list[bytes]
+    cuts: np.ndarray  # int32: start of value 0, its \x02, start of value 1, its \x02 ...
+
+    def values(self) -> pa.Array:
+        """The value of every item: after its name and \x01, up to its \x02."""
+        tokens = string_array(self.cuts, self.data)  # value i is token 2i
+        return take(tokens, np.arange(0, len(self.cuts) - 1, 2))
+
+
+def same_names(data: pa.Buffer, offsets: np.ndarray) -> SameNames | None:
+    """The items of every record when all hold the names of the first record, in the same
+    order, and the properties are valid UTF-8; else None.
+
+    Only item ends (\x02) are searched for. The first record's names are read from its bytes;
+    every other record then must hold each name followed by \x01 where its item starts,
+    checked 8 bytes at a time for all records at once. A value may hold \x01 or NUL: as in
+    the reference, the name ends at the first \x01 and the value runs to the \x02.
+    """
+    n = len(offsets) - 1
+    raw = np.frombuffer(data, np.uint8, int(offsets[-1]))
+    ends = np.flatnonzero(raw == 2)
+    k, extra = divmod(len(ends), n)
+    if not k or extra or not (ends[k - 1 :: k] == offsets[1:] - 1).all():
+        return None  # not k items in every record, each record ending with its last item
+    names = _names_of(raw[: offsets[1]].tobytes())
     if names is None:
-        keys = items.names()
-        mapped = pa.MapArray.from_arrays(map_offsets, keys, values)
-        hits = find_names(keys, *_NAMES)
-        return mapped, *(_lookup(values, items.map_offsets(), at) for at in hits)
-    mapped = pa.MapArray.from_arrays(map_offsets, _tiled(names, n), values)
-    texts = [name.decode() for name in names]
-    return mapped, *(_every_kth(values, texts, name) for name in _NAMES)
+        return None
+    cuts = np.empty(2 * len(ends), np.int32)
+    cuts[1::2] = ends
+    for j, name in enumerate(names):  # one pass per name position, over all records at once
+        starts = offsets[:-1] if j == 0 else ends[j - 1 :: k] + 1
+        prefix = name + b"\x01"
+        if not _all_start_with(raw, starts, prefix):
+            return None
+        np.add(starts, len(prefix), out=cuts[2 * j :: 2 * k], casting="unsafe")
+    if not is_utf8(raw):
+        return None
+    return SameNames(data, names, cuts)
+
+
+_WORD = np.dtype("<u8")
+
+
+def _all_start_with(raw: np.ndarray, starts: np.ndarray, prefix: bytes) -> bool:
+    """Whether ``prefix`` is at every position ``starts`` of ``raw``, compared 8 bytes at a
+    time as integers. Bytes past the end of ``raw`` read as zero: the \\x01 that ends every
+    prefix never matches there."""
+    for at in range(0, len(prefix), 8):
+        piece = prefix[at : at + 8]
+        found = gather(raw, starts + at if at else starts, _WORD)
+        if len(piece) < 8:
+            found &= np.uint64((1 << 8 * len(piece)) - 1)
+        if not (found == np.uint64(int.from_bytes(piece, "little"))).all():
+            return False
+    return True
+
+
+def _names_of(first: bytes) -> list[bytes] | None:
+    """The names of one record's ``name\x01value\x02...``; None if an item has no \x01."""
+    names = []
+    for item in first.split(b"\x02")[:-1]:
+        name, sep, _ = item.partition(b"\x01")
+        if not sep:
+            return None
+        names.append(name)
+    return names
 
 
 @dataclass
@@ -89,30 +165,6 @@ class Items:
         cuts[1::2] = self.seps[0::2]
         cuts[2::2] = self.seps[1:-1:2] + 1
         return take(string_array(cuts, self.data), np.arange(0, len(cuts), 2))
-
-    def same_names(self) -> list[bytes] | None:
-        """The first record's names when every record holds the same names in the same
-        order, else None."""
-        k = self.per_record
-        if k is None:
-            return None
-        data = np.frombuffer(self.data, np.uint8, int(self.offsets[-1]))
-        names = []
-        for j in range(k):  # one pass per name position, over all records at once
-            ends = self.seps[2 * j :: 2 * k]  # the \x01 after name j of every record
-            starts = self.offsets[:-1] if j == 0 else self.seps[2 * j - 1 :: 2 * k] + 1
-            width = int(ends[0] - starts[0])
-            if not (ends - starts == width).all():
-                return None
-            if not width:
-                names.append(b"")
-                continue
-            rows = np.ndarray((len(data) - width + 1,), f"V{width}", buffer=data, strides=(1,))
-            found = rows[starts]
-            if not all_equal_rows(found):
-                return None
-            names.append(found[0].tobytes())
-        return names
 
 
 def split_items(data: pa.Buffer, offsets: np.ndarray) -> Items | None:

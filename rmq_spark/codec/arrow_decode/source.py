@@ -54,31 +54,8 @@ class Source:
         return len(self.data)
 
     def gather(self, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
-        """Copy ``dtype.itemsize`` bytes at each position into one contiguous structured array.
-
-        Indexing a stride-1 view (every byte offset is a row) copies each row with a single
-        memcpy. Bytes past the end of the buffer read as zero, so a short or lying record can
-        never make us read out of bounds; validation rejects it afterwards.
-        """
-        width = dtype.itemsize
-        fits = len(self.data) - width + 1  # positions whose whole row is inside the buffer
-        if fits > 0:
-            # Opaque void rows copy faster than a structured dtype (copied field by field).
-            rows = np.ndarray((fits,), np.dtype((np.void, width)), buffer=self.data, strides=(1,))
-            inside = pos < fits
-            if inside.all():
-                return rows[pos].view(dtype)
-        else:
-            inside = np.zeros(len(pos), dtype=bool)
-        out = np.zeros(len(pos), dtype)
-        if inside.any():
-            out[inside] = rows[pos[inside]].view(dtype)
-        tail_start = max(len(self.data) - width, 0)
-        padded = np.zeros(2 * width, np.uint8)
-        padded[: len(self.data) - tail_start] = self.data[tail_start:]
-        padded_rows = np.ndarray((width + 1,), dtype, buffer=padded, strides=(1,))
-        out[~inside] = padded_rows[np.clip(pos[~inside] - tail_start, 0, width)]
-        return out
+        """:func:`gather` from this buffer."""
+        return gather(self.data, pos, dtype)
 
     def values(self, pos: np.ndarray, lengths: np.ndarray, head: np.ndarray) -> pa.Array:
         """A binary array of ``buffer[pos:pos+length]`` for every row.
@@ -105,6 +82,35 @@ class Source:
             refs["offset"][long] = pos[long] & _BLOCK_MASK
         array = pa.Array.from_buffers(_BINARY_VIEW, n, [None, pa.py_buffer(views), *self.blocks])
         return _CAST.call([array], _TO_BINARY)
+
+
+def gather(data: np.ndarray, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Copy ``dtype.itemsize`` bytes of ``data`` (uint8) at each position into one contiguous
+    structured array.
+
+    Indexing a stride-1 view (every byte offset is a row) copies each row with a single
+    memcpy. Bytes past the end of the buffer read as zero, so a short or lying record can
+    never make us read out of bounds; validation rejects it afterwards.
+    """
+    width = dtype.itemsize
+    fits = len(data) - width + 1  # positions whose whole row is inside the buffer
+    if fits > 0:
+        # Opaque void rows copy faster than a structured dtype (copied field by field).
+        rows = np.ndarray((fits,), np.dtype((np.void, width)), buffer=data, strides=(1,))
+        inside = pos < fits
+        if inside.all():
+            return rows[pos].view(dtype)
+    else:
+        inside = np.zeros(len(pos), dtype=bool)
+    out = np.zeros(len(pos), dtype)
+    if inside.any():
+        out[inside] = rows[pos[inside]].view(dtype)
+    tail_start = max(len(data) - width, 0)
+    padded = np.zeros(2 * width, np.uint8)
+    padded[: len(data) - tail_start] = data[tail_start:]
+    padded_rows = np.ndarray((width + 1,), dtype, buffer=padded, strides=(1,))
+    out[~inside] = padded_rows[np.clip(pos[~inside] - tail_start, 0, width)]
+    return out
 
 
 def take(values: pa.Array, indices: pa.Array | np.ndarray) -> pa.Array:
