@@ -69,12 +69,12 @@ class Source:
         views["length"] = lengths
         views["head"] = head
         refs = views.view(_REF_VIEW)
-        long = lengths > HEAD_BYTES
         one_block = len(self.blocks) == 1
-        if long.all():  # the usual case: no masking needed
+        if not n or lengths.min() > HEAD_BYTES:  # the usual case: no masking needed
             refs["buffer"] = 0 if one_block else pos >> BLOCK_SHIFT
             refs["offset"] = pos if one_block else pos & _BLOCK_MASK
         else:
+            long = lengths > HEAD_BYTES
             short = ~long
             raw = views.view(np.uint8).reshape(n, 16)
             raw[short, 4:] *= np.arange(HEAD_BYTES) < lengths[short, None]  # zero past the end
@@ -97,9 +97,9 @@ def gather(data: np.ndarray, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if fits > 0:
         # Opaque void rows copy faster than a structured dtype (copied field by field).
         rows = np.ndarray((fits,), np.dtype((np.void, width)), buffer=data, strides=(1,))
-        inside = pos < fits
-        if inside.all():
+        if not len(pos) or pos.max() < fits:
             return rows[pos].view(dtype)
+        inside = pos < fits
     else:
         inside = np.zeros(len(pos), dtype=bool)
     out = np.zeros(len(pos), dtype)
