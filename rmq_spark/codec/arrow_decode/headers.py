@@ -113,25 +113,37 @@ def _read_group(src: Source, starts: np.ndarray, layout: Layout, crc: bool) -> H
     n = len(starts)
     dtype = layout.dtype
     fields = _WITH_CRC if crc else NUMERIC_FIELDS
+    if n <= CHUNK_RECORDS:  # one block: convert each field straight out of it
+        block = src.gather(starts, dtype)
+        numeric = {name: block[name].astype(native) for name, native in fields.items()}
+        body_head = block["body_head"]  # read once, when the body's views are built
+        raw = [np.ascontiguousarray(block[name]) for name in _RAW_FIELDS]
+        return _headers(numeric, layout, body_head, raw)
     numeric = {name: np.empty(n, native) for name, native in fields.items()}
     body_head = np.empty(n, dtype["body_head"])
-    born = np.empty(n, dtype["born_host"])
-    store = np.empty(n, dtype["store_host"])
-    offset = np.empty(n, dtype["physical_offset"])  # stays big-endian: it is hex-printed
+    raw = [np.empty(n, dtype[name]) for name in _RAW_FIELDS]
     for lo in range(0, n, CHUNK_RECORDS):
         block = src.gather(starts[lo : lo + CHUNK_RECORDS], dtype)
         part = slice(lo, lo + len(block))
         for name, column in numeric.items():
             column[part] = block[name]  # converts big-endian to native
         body_head[part] = block["body_head"]
-        born[part] = block["born_host"]
-        store[part] = block["store_host"]
-        offset[part] = block["physical_offset"]
+        for name, column in zip(_RAW_FIELDS, raw, strict=True):
+            column[part] = block[name]
+    return _headers(numeric, layout, body_head, raw)
+
+
+# Fields kept as stored: the hosts, and the physical offset big-endian as it is hex-printed.
+_RAW_FIELDS = ("born_host", "store_host", "physical_offset")
+
+
+def _headers(numeric: dict, layout: Layout, body_head: np.ndarray, raw: list) -> Headers:
+    born, store, offset = (_byte_matrix(column) for column in raw)
     return Headers(
         **numeric,
         header_size=layout.header_size,
         body_head=body_head,
-        hosts=[HostBytes(None, _byte_matrix(born), _byte_matrix(store), _byte_matrix(offset))],
+        hosts=[HostBytes(None, born, store, offset)],
     )
 
 

@@ -1,15 +1,18 @@
 """The properties map and the TAGS and KEYS columns, split out of ``name\\x01value\\x02`` bytes.
 
-All separators of the batch are found in one numpy scan of the properties copied side by
-side; keys and values are then string arrays whose offsets come straight from the separator
-positions. Producers write the same names in the same order in every message of a batch,
-so when every record holds the same names the keys are the first record's names tiled, and
-TAGS and KEYS are every k-th value; otherwise names are cut out and searched for.
+The properties of all records are copied side by side, and keys and values become string
+arrays whose offsets come straight from separator positions found by one numpy scan:
 
-Irregular data (a value holding \\x01, empty items, a missing final \\x02, a NUL byte, invalid
-UTF-8) goes to a slow path that reproduces
+* Producers write the same names in the same order in every message of a batch. Then only
+  item ends (\\x02) are searched for, the first record's names are checked where every other
+  record's items start (one gather per name position), the keys are those names tiled, and
+  TAGS and KEYS are every k-th value.
+* Otherwise every \\x01 and \\x02 is found, names are cut out and TAGS and KEYS searched for.
+
+Irregular data the second path cannot split (a value holding \\x01, empty items, a missing
+final \\x02, a NUL byte, invalid UTF-8) goes to a slow path that reproduces
 :func:`rmq_spark.codec.properties.decode_properties` exactly. One difference from it: a name
-repeated within one record (producers never write one) appears twice in the map when the fast
+repeated within one record (producers never write one) appears twice in the map when a fast
 path decodes it, while ``tags``/``keys`` take its last value as the reference does.
 """
 
@@ -69,7 +72,7 @@ class SameNames:
     cuts: np.ndarray  # int32: start of value 0, its \x02, start of value 1, its \x02 ...
 
     def values(self) -> pa.Array:
-        """The value of every item: after its name and \x01, up to its \x02."""
+        """The value of every item: after its name and \\x01, up to its \\x02."""
         tokens = string_array(self.cuts, self.data)  # value i is token 2i
         return take(tokens, np.arange(0, len(self.cuts) - 1, 2))
 
@@ -78,10 +81,10 @@ def same_names(data: pa.Buffer, offsets: np.ndarray) -> SameNames | None:
     """The items of every record when all hold the names of the first record, in the same
     order, and the properties are valid UTF-8; else None.
 
-    Only item ends (\x02) are searched for. The first record's names are read from its bytes;
-    every other record then must hold each name followed by \x01 where its item starts,
-    checked 8 bytes at a time for all records at once. A value may hold \x01 or NUL: as in
-    the reference, the name ends at the first \x01 and the value runs to the \x02.
+    Only item ends (\\x02) are searched for. The first record's names are read from its bytes;
+    every other record then must hold each name followed by \\x01 where its item starts,
+    checked 8 bytes at a time for all records at once. A value may hold \\x01 or NUL: as in
+    the reference, the name ends at the first \\x01 and the value runs to the \\x02.
     """
     n = len(offsets) - 1
     raw = np.frombuffer(data, np.uint8, int(offsets[-1]))
@@ -123,7 +126,7 @@ def _all_start_with(raw: np.ndarray, starts: np.ndarray, prefix: bytes) -> bool:
 
 
 def _names_of(first: bytes) -> list[bytes] | None:
-    """The names of one record's ``name\x01value\x02...``; None if an item has no \x01."""
+    """The names of one record's ``name\\x01value\\x02...``; None if an item has no \\x01."""
     names = []
     for item in first.split(b"\x02")[:-1]:
         name, sep, _ = item.partition(b"\x01")
