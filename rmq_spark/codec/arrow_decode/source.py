@@ -11,6 +11,8 @@ The builders here wrap numpy memory in Arrow arrays without the per-call convers
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -96,7 +98,7 @@ def gather(data: np.ndarray, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
     fits = len(data) - width + 1  # positions whose whole row is inside the buffer
     if fits > 0:
         # Opaque void rows copy faster than a structured dtype (copied field by field).
-        rows = np.ndarray((fits,), np.dtype((np.void, width)), buffer=data, strides=(1,))
+        rows = np.ndarray((fits,), _void(width), buffer=data, strides=(1,))
         if not len(pos) or pos.max() < fits:
             return rows[pos].view(dtype)
         inside = pos < fits
@@ -111,6 +113,11 @@ def gather(data: np.ndarray, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
     padded_rows = np.ndarray((width + 1,), dtype, buffer=padded, strides=(1,))
     out[~inside] = padded_rows[np.clip(pos[~inside] - tail_start, 0, width)]
     return out
+
+
+@functools.cache
+def _void(width: int) -> np.dtype:
+    return np.dtype((np.void, width))
 
 
 def take(values: pa.Array, indices: pa.Array | np.ndarray) -> pa.Array:

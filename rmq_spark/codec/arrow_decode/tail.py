@@ -15,6 +15,7 @@ from rmq_spark.codec.record import MAGIC_V2
 _TOPIC_V1 = np.dtype([("topic_len", "u1"), ("topic_head", f"V{HEAD_BYTES}")])
 _TOPIC_V2 = np.dtype([("topic_len", ">u2"), ("topic_head", f"V{HEAD_BYTES}")])
 _PROPS = np.dtype([("props_len", ">u2"), ("props_head", f"V{HEAD_BYTES}")])
+_LENGTH_FIELDS = {kind: np.dtype(kind) for kind in ("u1", ">u2")}
 
 
 @functools.lru_cache(maxsize=256)
@@ -48,7 +49,7 @@ def _read_tail(src: Source, pos: np.ndarray, v2: np.ndarray) -> _TailFields:
         # Records of a batch usually share their topic; guessing its length from the first
         # record lets one gather read all the tail fields of every record.
         length_field = ">u2" if v2[0] else "u1"
-        guess = int(src.gather(pos[:1], np.dtype(length_field))[0])
+        guess = int(src.gather(pos[:1], _LENGTH_FIELDS[length_field])[0])
         block = src.gather(pos, _tail_dtype(length_field, guess))
         if (block["topic_len"] == guess).all():
             topics = block["topic"]
