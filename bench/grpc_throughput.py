@@ -4,7 +4,7 @@ The broker runs as a subprocess (``python -m rmq_spark.broker``, flush ASYNC, de
 settings) so that the client and the broker do not share a GIL; both run on this machine
 and talk over loopback.
 
-Produce: 100-byte bodies, tag ``TagA``, batches of 1 and 256 messages, sent with
+Produce: 100-byte bodies, tag ``TagA``, batches of 1, 256 and 1024 messages, sent with
 ``Producer.send_batch`` (round robin over 8 queues), by
 
 * 1 producer (the bench's own thread);
@@ -16,6 +16,11 @@ to Arrow record batches over loopback by
 
 * ``PullConsumer.pull`` of one queue after the other, ``--pull-batch`` messages a call;
 * ``PullConsumer.poll``: the 8 queues pulled in parallel, same batch size.
+
+For each gRPC pull case it also prints the CPU seconds per million messages pulled of the
+server process (the broker, or the echo server of the gRPC floor: utime + stime from
+/proc, around each timed pass) and of this process (the client): CPU time moves less with
+neighbours than msgs/s does.
 
 Baselines, timed in rounds interleaved with the gRPC cases (alternating order), since
 neighbours on a shared machine make figures drift:
@@ -31,7 +36,11 @@ neighbours on a shared machine make figures drift:
   what any servicer written in Python gRPC can reach here, one call at a time.
 
 Figures are the best round; ``spread`` is (best - worst) / best over the rounds. Produce
-rounds are ``--round-seconds`` long; a pull round is one pass over the N messages.
+rounds are ``--round-seconds`` long; a pull round is one pass over the N messages. For
+each ``send_batch`` case the broker's CPU time (utime + stime from ``/proc/<pid>/stat``,
+read around each of its rounds, warm-up included) per million messages it accepted is
+printed too: how much work a message costs the broker, which the shared CPUs move less
+than the rates.
 
 ``--profile`` then samples, with py-spy ``--gil`` (only the thread holding the GIL, so
 samples / (rate x time) is the share of time the process held its GIL, which includes time
@@ -103,7 +112,7 @@ PULL_TOPIC = "BenchPull"
 QUEUES = 8
 BODY_BYTES = 100
 TAG = "TagA"
-BATCHES = (1, 256)
+BATCHES = (1, 256, 1024)
 PRODUCERS = 8
 #: distinct messages per batch size; batches are consecutive slices, reused in turn
 POOL_MESSAGES = 4096
@@ -260,6 +269,32 @@ def produce_floor(echo: EchoClient, producer: Producer, batch: list[bytes]) -> R
         return len(batch)
 
     return looped(step)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` so far, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BrokerCpu:
+    """The broker's CPU time over the rounds of one contender, and the messages they sent."""
+
+    def __init__(self, pid: int, run: RoundFn) -> None:
+        self.pid = pid
+        self._run = run
+        self.seconds = 0.0
+        self.units = 0
+
+    def run(self, seconds: float) -> tuple[int, int, float]:
+        before = process_cpu_seconds(self.pid)
+        calls, units, elapsed = self._run(seconds)
+        self.seconds += process_cpu_seconds(self.pid) - before
+        self.units += units
+        return calls, units, elapsed
+
+    def per_million(self) -> str:
+        return f"{self.seconds / self.units * 1e6:.2f}" if self.units else "-"
 
 
 class ThreadedProducers:
@@ -583,7 +618,7 @@ def calls_per_s(rate: RateResult) -> str:
 
 def measure_produce(
     local: MessageStore,
-    endpoint: str,
+    broker: ServerProcess,
     echo: EchoClient,
     producer: Producer,
     processes: ProcessProducers,
@@ -592,20 +627,23 @@ def measure_produce(
     closers: list[Callable[[], object]],
 ) -> list[Row]:
     rows: list[Row] = []
+    cpu_rows: list[tuple[str, int, BrokerCpu]] = []
+    many = f"{PRODUCERS} threads", f"{PRODUCERS} processes"
     for size in BATCHES:
         batches = batches_of(bodies, size)
-        threaded = ThreadedProducers(endpoint, batches, PRODUCERS)
+        threaded = ThreadedProducers(broker.endpoint, batches, PRODUCERS)
         closers.append(threaded.close)
+        senders = [
+            BrokerCpu(broker.pid, run)
+            for run in (producer_sender(producer, batches), threaded.run, processes.runner(size))
+        ]
         contenders = [
             store_appender(local, batches),
             produce_floor(echo, producer, batches[0]),
-            producer_sender(producer, batches),
-            threaded.run,
-            processes.runner(size),
+            *(sender.run for sender in senders),
         ]
         store, floor, one, threads, procs = measure_rates(contenders, timing)
         target = TARGET_PRODUCE if size > 1 else None
-        many = f"{PRODUCERS} threads", f"{PRODUCERS} processes"
         rows += [
             Row("store.append", "1 thread", size, store, store, calls_per_s(store)),
             Row("gRPC floor (echo)", "1 thread", size, floor, store, calls_per_s(floor)),
@@ -613,11 +651,61 @@ def measure_produce(
             Row("send_batch", many[0], size, threads, store, calls_per_s(threads), target),
             Row("send_batch", many[1], size, procs, store, calls_per_s(procs), target),
         ]
+        cpu_rows += [(who, size, cpu) for who, cpu in zip(("1", *many), senders, strict=True)]
+    print_rows(rows, "producers", "calls/s", rule_every=5)
+    table = Table([("send_batch", "<"), ("batch", ">"), ("broker CPU-s / M msgs", ">")])
+    for who, size, cpu in cpu_rows:
+        table.add(who, size, cpu.per_million())
+    print("\nbroker CPU-seconds (utime + stime) per million messages accepted", flush=True)
+    table.print()
     return rows
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds a server process and this (client) process use during a contender's
+    rounds, per message: wraps the contender; ``reset()`` forgets the warm-up."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self.server_s = self.client_s = 0.0
+        self.units = 0
+
+    def wrap(self, run: RoundFn) -> RoundFn:
+        def measured(seconds: float) -> tuple[int, int, float]:
+            server, client = process_cpu_s(self.server_pid), time.process_time()
+            calls, units, elapsed = run(seconds)
+            self.server_s += process_cpu_s(self.server_pid) - server
+            self.client_s += time.process_time() - client
+            self.units += units
+            return calls, units, elapsed
+
+        return measured
+
+    def reset(self) -> None:
+        self.server_s = self.client_s = 0.0
+        self.units = 0
+
+    def per_million(self) -> tuple[float, float]:
+        """(server, client) CPU seconds per million messages."""
+        scale = 1e6 / self.units if self.units else float("nan")
+        return self.server_s * scale, self.client_s * scale
+
+
 def measure_pull(
-    local: MessageStore, endpoint: str, echo: EchoClient, count: int, batch: int, rounds: int
+    local: MessageStore,
+    broker_pid: int,
+    endpoint: str,
+    echo: EchoClient,
+    echo_pid: int,
+    count: int,
+    batch: int,
+    rounds: int,
 ) -> tuple[list[Row], list[PullConsumer]]:
     config = ConsumerConfig(pull_batch_size=batch, pull_max_bytes=PULL_MAX_BYTES)
     consumers = [PullConsumer(endpoint, config=config) for _ in range(2)]
@@ -628,13 +716,19 @@ def measure_pull(
     pulls = of_type(calls, messaging_pb2.PullMessagesRequest)
     record_bytes = sum(len(answer.records) for _, answer in pulls) / count
     timing = Timing(warmup_s=0.0, round_s=1e-9, rounds=rounds)  # a round is one pass
+    meters = [CpuMeter(echo_pid), CpuMeter(broker_pid), CpuMeter(broker_pid)]
     contenders = [
         looped(store_puller(local, count, batch)),
-        looped(pull_floor(echo, consumers[0], count)),
-        looped(consumer_puller(consumers[0], count)),
-        looped(consumer_poller(consumers[1], count)),
+        meters[0].wrap(looped(pull_floor(echo, consumers[0], count))),
+        meters[1].wrap(looped(consumer_puller(consumers[0], count))),
+        meters[2].wrap(looped(consumer_poller(consumers[1], count))),
     ]
-    store, floor, pulled, polled = measure_rates(contenders, timing)
+
+    def after_warmup() -> None:
+        for meter in meters:
+            meter.reset()
+
+    store, floor, pulled, polled = measure_rates(contenders, timing, after_warmup=after_warmup)
 
     def mb_s(rate: RateResult) -> str:
         return fmt_mb(rate.best * record_bytes)
@@ -652,7 +746,25 @@ def measure_pull(
         flush=True,
     )
     print_rows(rows, "consumer", "MB/s")
+    print_pull_cpu(
+        [("gRPC floor (echo)", "echo server"), ("PullConsumer.pull", "broker"),
+         ("PullConsumer.poll", "broker")],
+        meters,
+    )  # fmt: skip
     return rows, consumers
+
+
+def print_pull_cpu(cases: list[tuple[str, str]], meters: list[CpuMeter]) -> None:
+    """CPU seconds per million messages pulled in the timed passes, from /proc (utime +
+    stime of the server process; process_time of this one, which only runs the client)."""
+    print("\nCPU seconds per million messages pulled (timed passes; /proc utime + stime)")
+    table = Table(
+        [("case", "<"), ("server", "<"), ("server CPU s/M", ">"), ("client CPU s/M", ">")]
+    )
+    for (case, server), meter in zip(cases, meters, strict=True):
+        server_s, client_s = meter.per_million()
+        table.add(case, server, f"{server_s:.3f}", f"{client_s:.3f}")
+    table.print()
 
 
 def print_summary(produce: list[Row], pull: list[Row]) -> None:
@@ -774,11 +886,17 @@ def main(argv: list[str] | None = None) -> int:
             )
             bodies = make_bodies(POOL_MESSAGES, args.seed)
             produce = measure_produce(
-                local, broker.endpoint, echo_client, producer, processes, bodies, timing, closers
+                local, broker, echo_client, producer, processes, bodies, timing, closers
             )
-            print_rows(produce, "producers", "calls/s", rule_every=5)
             pull, consumers = measure_pull(
-                local, broker.endpoint, echo_client, count, args.pull_batch, timing.rounds + 1
+                local,
+                broker.pid,
+                broker.endpoint,
+                echo_client,
+                echo.pid,
+                count,
+                args.pull_batch,
+                timing.rounds + 1,
             )
             closers += [c.close for c in consumers]
             print_summary(produce, pull)

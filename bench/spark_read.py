@@ -1,89 +1,114 @@
 """Spark read throughput of the ``rocketlite`` source against the ceiling of Python sources.
 
-Builds a store of N messages (default 5,000,000; 100-byte bodies, TAGS/KEYS/UNIQ_KEY
-properties) over 8 queues, serves it from a broker subprocess on loopback, and measures in
-one Spark session (local[2]):
+Builds one store with two topics over 8 queues each, 100-byte and 1 KiB bodies (TAGS, KEYS
+and UNIQ_KEY properties), serves it from a broker subprocess on loopback, and measures in one
+Spark session (local[2]), for each body size:
 
+* ceiling: a trivial in-memory Python data source with the same schema and 8 partitions,
+  yielding pre-built Arrow batches of the same rows (what any Python source costs here);
 * batch: ``spark.read.format("rocketlite")`` earliest -> latest, ``count(*)`` and
   ``sum(length(body))``;
 * streaming: ``spark.readStream.format("rocketlite")`` with Trigger.AvailableNow into the
-  ``noop`` sink, from a fresh checkpoint;
-* baseline: a trivial in-memory Python data source with the same schema and 8 partitions,
-  yielding pre-built Arrow batches of the same rows (what any Python source costs here).
+  ``noop`` sink, from a fresh checkpoint.
 
-Every figure is the best of ``--repeats`` warm runs (the first query of a session pays for
-starting Python workers). Run: ``.venv/bin/python bench/spark_read.py [--quick]``.
+The cases run in interleaved rounds (every case once per round, after an untimed warm-up of
+Spark's Python workers), so a busy moment of the machine hits all of them alike; each ratio
+is taken within a round against that round's ceiling, and the table gives the median and the
+spread (lowest-highest) over rounds. The broker's CPU time (user + system, from /proc) is
+read around every rocketlite case: CPU-seconds it spends per million messages served.
+
+``--chart PATH`` draws MB/s against the ceiling for both sizes (PNG, matplotlib).
+Run: ``.venv/bin/python bench/spark_read.py [--quick] [--chart docs/images/spark_read.png]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import broker_process
 
 QUEUES = 8
-TOPIC = "bench"
-BODY_BYTES = 100
-TARGET_RATIO = 0.6
+#: (body bytes, topic); the 1 KiB topic holds a quarter as many messages
+SIZES = ((100, "bench100"), (1024, "bench1k"))
+TARGETS = {"batch": 0.8, "stream": 0.7}
 
 
-def build_store(store_dir: Path, total: int) -> int:
-    """Append ``total`` messages over the queues in-process; returns total body bytes."""
+@dataclass
+class Case:
+    """One timed case: its runs' seconds and the broker CPU-seconds each run took."""
+
+    name: str
+    size: int
+    messages: int
+    body_bytes: int
+    seconds: list[float] = field(default_factory=list)
+    broker_cpu: list[float] = field(default_factory=list)
+
+    def rows_per_s(self, i: int) -> float:
+        return self.messages / self.seconds[i]
+
+    def mb_per_s(self, i: int) -> float:
+        return self.body_bytes / self.seconds[i] / 1e6
+
+
+def build_store(store_dir: Path, counts: dict[int, int]) -> None:
+    """Append ``counts[size]`` messages of each body size over the queues, in-process."""
     from rmq_spark.store import MessageStore, StoreConfig
 
-    per_queue = total // QUEUES
     batch = 4096
     with MessageStore.open(StoreConfig(store_dir)) as store:
-        store.topics.create(TOPIC, queues=QUEUES)
-        body = bytes(range(BODY_BYTES))
-        for qid in range(QUEUES):
-            for first in range(0, per_queue, batch):
-                n = min(batch, per_queue - first)
-                props = [
-                    b"TAGS\x01TagA\x02KEYS\x01k%d\x02UNIQ_KEY\x01%032X\x02" % (i, i)
-                    for i in range(first, first + n)
-                ]
-                store.append(TOPIC, qid, [body] * n, props, tags=["TagA"] * n)
-    return per_queue * QUEUES * BODY_BYTES
+        store.topics.create("warm", queues=2)
+        store.append("warm", 0, [b"w"] * 100, tags=["TagA"] * 100)
+        for size, topic in SIZES:
+            store.topics.create(topic, queues=QUEUES)
+            body = (bytes(range(256)) * (size // 256 + 1))[:size]
+            per_queue = counts[size] // QUEUES
+            for qid in range(QUEUES):
+                for first in range(0, per_queue, batch):
+                    n = min(batch, per_queue - first)
+                    props = [
+                        b"TAGS\x01TagA\x02KEYS\x01k%d\x02UNIQ_KEY\x01%032X\x02" % (i, i)
+                        for i in range(first, first + n)
+                    ]
+                    store.append(topic, qid, [body] * n, props, tags=["TagA"] * n)
 
 
-def start_broker(store_dir: Path) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rmq_spark.broker", "--store", str(store_dir), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"broker did not start: {line!r}")
-    return proc, line.split("listening on ")[1].split()[0]
+def broker_cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def baseline_source(sample, total: int):
-    """A Python data source yielding copies of ``sample`` (an Arrow batch of real rows)."""
+def baseline_source(samples: dict[str, object], counts: dict[str, int]):
+    """A Python data source yielding copies of a sample (an Arrow batch of real rows) of the
+    topic named by option ``topic``."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from rmq_spark.source.schema import SPARK_SCHEMA
 
-    per_partition = total // QUEUES
-
     class Reader(DataSourceReader):
+        def __init__(self, topic: str) -> None:
+            self.sample = samples[topic]
+            self.per_partition = counts[topic] // QUEUES
+
         def partitions(self):
             return [InputPartition(i) for i in range(QUEUES)]
 
         def read(self, partition):
-            left = per_partition
+            left = self.per_partition
             while left > 0:
-                n = min(left, sample.num_rows)
-                yield sample.slice(0, n)
+                n = min(left, self.sample.num_rows)
+                yield self.sample.slice(0, n)
                 left -= n
 
     class InMemory(DataSource):
@@ -95,58 +120,105 @@ def baseline_source(sample, total: int):
             return SPARK_SCHEMA
 
         def reader(self, schema):
-            return Reader()
+            return Reader(self.options["topic"])
 
     return InMemory
 
 
-def sample_batch(endpoint: str, rows: int):
+def sample_batch(endpoint: str, topic: str, rows: int):
     """Real rows in the source's Arrow layout, read once through the client."""
     from rmq_spark.client import PullConsumer
     from rmq_spark.source.schema import to_rows
 
     with PullConsumer(endpoint) as consumer:
-        mq = consumer.queues(TOPIC)[0]
+        mq = consumer.queues(topic)[0]
         consumer.assign([mq])
         consumer.seek(mq, 0)
         result = consumer.pull(mq, max_messages=rows)
         return to_rows(result.batch, mq.broker_name)
 
 
-def timed(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - started)
-    return best
+class Runs:
+    """The three ways of reading a topic, each checking it read every message once."""
+
+    def __init__(self, spark, endpoint: str, work: Path) -> None:
+        self.spark = spark
+        self.endpoint = endpoint
+        self.work = work
+        self.checkpoints = 0
+
+    def batch(self, topic: str, expected: tuple[int, int]) -> None:
+        df = (
+            self.spark.read.format("rocketlite")
+            .option("endpoints", self.endpoint)
+            .option("topic", topic)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest")
+            .load()
+        )
+        got = tuple(df.selectExpr("count(*)", "sum(length(body))").first())
+        assert got == expected, (topic, got, expected)
+
+    def stream(self, topic: str, expected: tuple[int, int]) -> None:
+        self.checkpoints += 1
+        df = (
+            self.spark.readStream.format("rocketlite")
+            .option("endpoints", self.endpoint)
+            .option("topic", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        query = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", str(self.work / f"cp{self.checkpoints}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        read = sum(p["numInputRows"] for p in query.recentProgress)
+        assert read == expected[0], (topic, read, expected)
+
+    def ceiling(self, topic: str, expected: tuple[int, int]) -> None:
+        df = self.spark.read.format("bench_in_memory").option("topic", topic).load()
+        got = tuple(df.selectExpr("count(*)", "sum(length(body))").first())
+        assert got == expected, (topic, got, expected)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=5_000_000)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="500,000 messages, 1 repeat")
+    parser.add_argument("--messages", type=int, default=2_000_000, help="100 B messages")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="400,000 messages, 2 rounds")
+    parser.add_argument("--chart", type=Path, help="draw MB/s vs the ceiling into this PNG")
     args = parser.parse_args()
     if args.quick:
-        args.messages, args.repeats = 500_000, 1
+        args.messages, args.rounds = 400_000, 2
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    counts = {100: args.messages, 1024: args.messages // 4}
+    counts = {size: n // QUEUES * QUEUES for size, n in counts.items()}
     work = Path(tempfile.mkdtemp(prefix="rmq-spark-bench-"))
     started = time.perf_counter()
-    body_bytes = build_store(work / "store", args.messages)
-    total = (args.messages // QUEUES) * QUEUES
-    print(f"stored {total:,} messages in {time.perf_counter() - started:.1f} s ({QUEUES} queues)")
-    broker, endpoint = start_broker(work / "store")
+    build_store(work / "store", counts)
+    print(
+        f"stored {counts[100]:,} x 100 B and {counts[1024]:,} x 1 KiB messages "
+        f"({QUEUES} queues each) in {time.perf_counter() - started:.1f} s"
+    )
+    broker = broker_process(work / "store", work / "broker.log").start()
     try:
-        run(args, endpoint, total, body_bytes, work)
+        cases = run(args, broker, counts, work)
     finally:
-        broker.terminate()
-        broker.wait()
-        subprocess.run(["rm", "-rf", str(work)], check=False)
+        broker.stop()
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    report(cases, args.rounds)
+    if args.chart:
+        draw_chart(cases, args.chart)
+        print(f"chart: {args.chart}")
 
 
-def run(args, endpoint: str, total: int, body_bytes: int, work: Path) -> None:
+def run(args, broker, counts: dict[int, int], work: Path) -> list[Case]:
     from pyspark.sql import SparkSession
 
     spark = (
@@ -156,66 +228,118 @@ def run(args, endpoint: str, total: int, body_bytes: int, work: Path) -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(baseline_source(sample_batch(endpoint, 8192), total))
-
-    def batch_read():
-        df = (
-            spark.read.format("rocketlite")
-            .option("endpoints", endpoint)
-            .option("topic", TOPIC)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
-            .load()
-        )
-        count, size = df.selectExpr("count(*)", "sum(length(body))").first()
-        assert count == total and size == body_bytes, (count, size)
-
-    checkpoints = iter(range(1_000))
-
-    def stream_read():
-        df = (
-            spark.readStream.format("rocketlite")
-            .option("endpoints", endpoint)
-            .option("topic", TOPIC)
-            .option("startingOffsets", "earliest")
-            .load()
-        )
-        query = (
-            df.writeStream.format("noop")
-            .option("checkpointLocation", str(work / f"cp{next(checkpoints)}"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        read = sum(p["numInputRows"] for p in query.recentProgress)
-        assert read == total, read
-
-    def baseline():
-        df = spark.read.format("bench_in_memory").load()
-        count, _ = df.selectExpr("count(*)", "sum(length(body))").first()
-        assert count == total, count
-
-    baseline()  # warm up the Python workers
-    figures = {
-        "in-memory Python source (ceiling)": timed(baseline, args.repeats),
-        "rocketlite batch read": timed(batch_read, args.repeats),
-        "rocketlite streaming AvailableNow": timed(stream_read, args.repeats),
-    }
+    topics = {size: topic for size, topic in SIZES}
+    samples = {topic: sample_batch(broker.endpoint, topic, 8192) for _, topic in SIZES}
+    spark.dataSource.register(
+        baseline_source(samples, {topics[size]: n for size, n in counts.items()})
+    )
+    runs = Runs(spark, broker.endpoint, work)
+    # Untimed warm-up: Python workers start and import the client once.
+    for _ in range(2):
+        runs.batch("warm", (100, 100))
+        runs.stream("warm", (100, 100))
+        runs.ceiling(topics[1024], (counts[1024], counts[1024] * 1024))
+    plan: list[tuple[Case, Callable[[str, tuple[int, int]], None], bool]] = []
+    for size, _topic in SIZES:
+        n = counts[size]
+        for name, fn, on_broker in (
+            ("ceiling", runs.ceiling, False),
+            ("batch", runs.batch, True),
+            ("stream", runs.stream, True),
+        ):
+            plan.append((Case(name, size, n, n * size), fn, on_broker))
+    for round_no in range(args.rounds):
+        # rotate the order so no case always runs first (or right after the store build)
+        for case, fn, on_broker in plan[round_no % 3 :] + plan[: round_no % 3]:
+            cpu = broker_cpu_seconds(broker.pid)
+            started = time.perf_counter()
+            fn(topics[case.size], (case.messages, case.body_bytes))
+            case.seconds.append(time.perf_counter() - started)
+            if on_broker:
+                case.broker_cpu.append(broker_cpu_seconds(broker.pid) - cpu)
+        print(f"round {round_no + 1}/{args.rounds} done", flush=True)
     spark.stop()
-    ceiling = total / figures["in-memory Python source (ceiling)"]
-    print(f"{'case':<36} {'seconds':>8} {'rows/s':>12} {'MB/s':>8} {'vs ceiling':>10}")
-    for name, seconds in figures.items():
-        rate = total / seconds
-        ratio = rate / ceiling
-        mark = ""
-        if name.startswith("rocketlite"):
-            verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
-            mark = f"  target >= {TARGET_RATIO}: {verdict}"
-        print(
-            f"{name:<36} {seconds:>8.2f} {rate:>12,.0f} {body_bytes / seconds / 1e6:>8.1f} "
-            f"{ratio:>9.2f}x{mark}"
+    return [case for case, _, _ in plan]
+
+
+def ratios(case: Case, ceiling: Case) -> list[float]:
+    """Per round: this case's rows/s over the ceiling's rows/s of the same round."""
+    return [
+        case.rows_per_s(i) / ceiling.rows_per_s(i)
+        for i in range(min(len(case.seconds), len(ceiling.seconds)))
+    ]
+
+
+def report(cases: list[Case], rounds: int) -> None:
+    print(
+        f"\n{rounds} interleaved rounds; median of rounds (spread lowest-highest); "
+        "ratio = rows/s over the same round's ceiling"
+    )
+    header = (
+        f"{'body':>6}  {'case':<8} {'seconds':>8} {'rows/s':>11} {'MB/s':>7} "
+        f"{'vs ceiling':>10} {'spread':>11} {'broker CPU-s/M':>14}  target"
+    )
+    print(header)
+    print("-" * len(header))
+    ceilings = {c.size: c for c in cases if c.name == "ceiling"}
+    for case in cases:
+        ceiling = ceilings[case.size]
+        seconds = statistics.median(case.seconds)
+        rs = ratios(case, ceiling)
+        ratio = statistics.median(rs)
+        cpu = (
+            f"{statistics.median(case.broker_cpu) / case.messages * 1e6:>14.2f}"
+            if case.broker_cpu
+            else f"{'':>14}"
         )
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; np {np.__version__}")
+        target = TARGETS.get(case.name)
+        verdict = (
+            "" if target is None else f"  >= {target}: {'met' if ratio >= target else 'MISSED'}"
+        )
+        print(
+            f"{case.size:>5}B  {case.name:<8} {seconds:>8.2f} {case.messages / seconds:>11,.0f} "
+            f"{case.body_bytes / seconds / 1e6:>7.1f} {ratio:>9.2f}x "
+            f"{min(rs):>5.2f}-{max(rs):<5.2f}{cpu}{verdict}"
+        )
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+
+
+def draw_chart(cases: list[Case], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = {
+        "ceiling": "ceiling (in-memory source)",
+        "batch": "batch read",
+        "stream": "AvailableNow",
+    }
+    colours = {"ceiling": "#9e9e9e", "batch": "#1f77b4", "stream": "#ff7f0e"}
+    ceilings = {c.size: c for c in cases if c.name == "ceiling"}
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, (size, _) in zip(axes, SIZES, strict=True):
+        group = [c for c in cases if c.size == size]
+        mbs = [statistics.median(c.mb_per_s(i) for i in range(len(c.seconds))) for c in group]
+        bars = ax.bar([names[c.name] for c in group], mbs, color=[colours[c.name] for c in group])
+        for bar, case in zip(bars, group, strict=True):
+            ratio = statistics.median(ratios(case, ceilings[size]))
+            ax.annotate(
+                f"{ratio:.2f}x",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=9,
+            )
+        ax.set_title(f"{'1 KiB' if size == 1024 else f'{size} B'} bodies")
+        ax.set_ylabel("MB/s of bodies (median of rounds)")
+        ax.tick_params(axis="x", labelsize=8)
+        ax.margins(y=0.15)
+    fig.suptitle("Spark read throughput vs the ceiling of a Python source (local[2], 2 cores)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

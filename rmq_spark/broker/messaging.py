@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 import functools
 
+import grpc
+from google.protobuf import message_factory
+
 from rmq_spark.broker import checks, retry
 from rmq_spark.broker.admission import ByteBudget
 from rmq_spark.broker.core import Broker
@@ -97,7 +100,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         )
 
     @waiting
-    async def PullMessages(self, request, context):
+    async def PullMessages(self, request, context) -> bytes:
+        # The answer is a serialised PullMessagesResponse (see add_to_server).
         pull, result, answer = await self._workers.run(self._pull_once, request)
         if answer is None:  # nothing new yet: hold the pull on the loop
             result = await self._hold(pull, result)
@@ -110,11 +114,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._broker.messages_pulled += result.count
         return answer
 
-    def _pull_once(
-        self, request
-    ) -> tuple[PullArgs, GetResult, messaging_pb2.PullMessagesResponse | None]:
-        """Read once; the answer too, in the same worker hop, unless the pull is to be held
-        (then None)."""
+    def _pull_once(self, request) -> tuple[PullArgs, GetResult, bytes | None]:
+        """Read once; the (serialised) answer too, in the same worker hop, unless the pull
+        is to be held (then None)."""
         store = self._broker.store
         pull = PullArgs.from_request(request, self._broker)
         if pull.commit_offset is not None:
@@ -219,6 +221,33 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             if result.status != PullStatus.NO_MATCHED_MSG:
                 return result
             offset = result.next_begin_offset
+
+
+def add_to_server(servicer: MessagingServicer, server: grpc.aio.Server) -> None:
+    """Register ``servicer`` as the generated ``add_MessagingServiceServicer_to_server``
+    does, except that PullMessages answers are already serialised (:func:`pull_response`
+    builds the wire bytes, copying the records once) and go out as they are."""
+    service = messaging_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+    handlers = {}
+    for method in service.methods:
+        request = message_factory.GetMessageClass(method.input_type)
+        response = message_factory.GetMessageClass(method.output_type)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name),
+            request_deserializer=request.FromString,
+            response_serializer=(
+                _serialised if method.name == "PullMessages" else response.SerializeToString
+            ),
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
+def _serialised(answer: bytes | messaging_pb2.PullMessagesResponse) -> bytes:
+    """The wire bytes of a PullMessages answer: built already, or a message to serialise."""
+    return answer if isinstance(answer, bytes) else answer.SerializeToString()
 
 
 # -- QueryOffsets and ViewMessage -----------------------------------------------------------

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from rmq_spark.names import validate_group
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.pull_wire import encode_pull_response
 from rmq_spark.store.message_store import GetResult
 from rmq_spark.store.topics import TopicConfig
 from rmq_spark.structs import Permission
@@ -99,15 +98,15 @@ def check_readable(broker: Broker, config: TopicConfig, queue_id: int) -> None:
         )
 
 
-def pull_response(result: GetResult) -> messaging_pb2.PullMessagesResponse:
-    response = messaging_pb2.PullMessagesResponse(
-        status=cast(messaging_pb2.PullStatus, pull_status_to_pb(result.status)),
-        next_begin_offset=result.next_begin_offset,
-        min_offset=result.min_offset,
-        max_offset=result.max_offset,
+def pull_response(result: GetResult) -> bytes:
+    """The serialised PullMessagesResponse of ``result``: the bytes gRPC sends as they are
+    (the service registers PullMessages with a pass-through serialiser)."""
+    return encode_pull_response(
+        pull_status_to_pb(result.status),
+        result.next_begin_offset,
+        result.min_offset,
+        result.max_offset,
+        result.data,
+        result.sizes,
+        result.queue_offsets,
     )
-    if result.sizes is not None and result.queue_offsets is not None and len(result.sizes):
-        response.records = result.data
-        response.record_sizes.extend(result.sizes.tolist())
-        response.queue_offsets.extend(result.queue_offsets.tolist())
-    return response

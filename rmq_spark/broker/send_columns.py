@@ -12,6 +12,8 @@ import numpy as np
 from rmq_spark.broker import checks
 from rmq_spark.broker.send import RESERVED_PROPERTIES, check_delay_level
 from rmq_spark.codec import properties as props
+from rmq_spark.codec.byte_column import ByteColumn
+from rmq_spark.codec.tag_column import TagColumn
 from rmq_spark.errors import InvalidArgumentError
 
 #: batches from this many messages have their property blobs checked with numpy
@@ -39,16 +41,17 @@ _BROKER_CODES = np.array(sorted(map(_name_code, BROKER_PROPERTIES)), dtype=np.ui
 class ColumnBatch:
     """The messages of a send request in columns, checked, as the store's append takes them.
 
-    Nothing here runs Python code per message except cutting the two byte columns into
-    per-message slices (the store takes a sequence of bodies and one of property blobs):
-    sizes, limits, tags and the property blobs are checked with numpy over whole columns
-    (:func:`suspect_property_blobs`), and only messages that fail those checks are looked
-    at one by one (:func:`check_property_blob`), to name the message and say what is wrong.
+    Nothing here runs Python code per message: the two byte columns stay whole
+    (:class:`~rmq_spark.codec.byte_column.ByteColumn`, which the store lays out into records
+    as they are); sizes, limits, tags and the property blobs are checked with numpy over
+    whole columns (:func:`suspect_property_blobs`), and only messages that fail those checks
+    are looked at one by one (:func:`check_property_blob`), to name the message and say
+    what is wrong.
     """
 
-    bodies: list[bytes]
-    properties: list[bytes]
-    tags: list[str | None]
+    bodies: ByteColumn
+    properties: ByteColumn
+    tags: TagColumn
     born_timestamps: np.ndarray | int
     flags: np.ndarray | int
     delay_level: int
@@ -77,15 +80,10 @@ class ColumnBatch:
         )
         tag_values, tag_indexes = _column_tags(columns, n)
         check_property_columns(blobs, prop_sizes, prop_ends, tag_values, tag_indexes)
-        if tag_indexes is None:
-            tags = [tag_values[0] or None if tag_values else None] * n
-        else:
-            table = [value or None for value in tag_values]
-            tags = list(map(table.__getitem__, tag_indexes.tolist()))
         return cls(
-            bodies=_cut(bodies, body_ends),
-            properties=_cut(blobs, prop_ends),
-            tags=tags,
+            bodies=ByteColumn(bodies, body_ends, body_sizes),
+            properties=ByteColumn(blobs, prop_ends, prop_sizes),
+            tags=TagColumn(tag_values or [None], tag_indexes, n),
             born_timestamps=_column_born(columns, n),
             flags=_optional_column("flags", columns.flags, n, np.int32),
             delay_level=request.delay_level,
@@ -111,13 +109,6 @@ def _column_ends(field: str, sizes: np.ndarray, total: int, data_field: str, lim
             f"{total}; the sizes must cover it exactly"
         )
     return ends
-
-
-def _cut(data: bytes, ends: np.ndarray) -> list[bytes]:
-    """``data`` cut at ``ends``: one bytes object per item (a list comprehension over
-    slices is the cheapest way CPython has; a memoryview per item costs more)."""
-    stops = ends.tolist()
-    return [data[start:stop] for start, stop in zip([0, *stops[:-1]], stops, strict=True)]
 
 
 def _column_tags(columns, n: int) -> tuple[list[str], np.ndarray | None]:
@@ -197,6 +188,10 @@ def check_property_columns(
     """
     if len(sizes) < VECTOR_CHECK_MIN:
         suspects = None  # fewer messages than numpy's fixed cost is worth: check each
+    elif tag_indexes is None and uniform_blobs_pass(
+        data, sizes, tag_values[0] if tag_values else ""
+    ):
+        return
     else:
         suspects = suspect_property_blobs(data, sizes, ends, tag_values, tag_indexes)
     malformed = suspects is None and len(sizes) >= VECTOR_CHECK_MIN
@@ -212,6 +207,42 @@ def check_property_columns(
             check_property_blob(data[starts[i] : starts[i] + int(sizes[i])], tag)
     if malformed:  # the two checks disagree: refuse rather than store what one refused
         raise InvalidArgumentError("columns.properties is malformed")
+
+
+def uniform_blobs_pass(data: bytes, sizes: np.ndarray, tag: str) -> bool:
+    """True when every blob of the column passes :func:`check_property_blob` with ``tag``,
+    found cheaply for the common column whose blobs differ only in property values (one
+    tag; same names, value lengths and so size, e.g. TAGS + UNIQ_KEY each); False when that
+    is not so, or not known (then :func:`suspect_property_blobs` looks).
+
+    The first blob passes the reference check; every other one has the separators at the
+    same places and the same bytes everywhere but in the values of properties other than
+    TAGS, and the whole column is UTF-8. The rules only look at separators, names, the
+    TAGS value and whether values are empty, so each blob then passes as the first does.
+    """
+    width = int(sizes[0])
+    if not width or (sizes != width).any():
+        return False
+    try:
+        check_property_blob(data[:width], tag)
+        data.decode("utf-8")
+    except (InvalidArgumentError, UnicodeDecodeError):
+        return False
+    rows = np.frombuffer(data, dtype=np.uint8).reshape(len(sizes), width)
+    first = rows[0]
+    # Which bytes of the first blob may differ in the others: the values, except TAGS's.
+    free = np.zeros(width, dtype=bool)
+    at = 0
+    for item in data[: width - 1].split(b"\x02"):
+        name = item.partition(b"\x01")[0]
+        if name != props.TAGS.encode():
+            free[at + len(name) + 1 : at + len(item)] = True
+        at += len(item) + 1
+    fixed = ~free
+    if (rows[:, fixed] != first[fixed]).any():
+        return False
+    values = rows[:, free]
+    return not ((values == 1) | (values == 2)).any()
 
 
 def check_property_blob(blob: bytes, tag: str) -> None:
@@ -304,8 +335,16 @@ def suspect_property_blobs(
     padded[: len(buf)] = buf
     words = np.ndarray((len(buf),), dtype="<u8", buffer=padded, strides=(1,))
     codes = words[starts] & _NAME_MASKS[np.minimum(name_lens, 8)]
-    owner = np.searchsorted(ends, starts, side="right")  # message of each property
-    bad_props = np.isin(codes, _BROKER_CODES)
+    # The message of each property: how many blobs end before it (each ends with a \x02).
+    blob_end = np.zeros(len(buf), dtype=bool)
+    blob_end[ends - 1] = True
+    ends_here = blob_end[twos]
+    owner = np.cumsum(ends_here)
+    owner -= ends_here
+    # A broker property name: a code that equals one of the sorted codes (np.isin's
+    # general method costs twice as much here).
+    near = np.minimum(np.searchsorted(_BROKER_CODES, codes), len(_BROKER_CODES) - 1)
+    bad_props = _BROKER_CODES[near] == codes
     is_uniq = (codes == _UNIQ_KEY_CODE) & (name_lens == 8)
     bad_props |= twos == ones + 1  # an empty value (RocketMQ drops those)
     is_tags = (codes == _TAGS_CODE) & (name_lens == 4)

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 
 import grpc
 
-from rmq_spark.broker import v2
+from rmq_spark.broker import messaging, v2
 from rmq_spark.broker.admin import AdminServicer
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.core import Broker
@@ -29,7 +29,6 @@ from rmq_spark.errors import StoreFailedError, UnavailableError
 from rmq_spark.proto_gen.rocketlite.v1 import (
     admin_pb2_grpc,
     groups_pb2_grpc,
-    messaging_pb2_grpc,
     offsets_pb2_grpc,
 )
 
@@ -218,9 +217,7 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         loop_thread.call(server.stop(None))
         loop_thread.close()
         raise
-    messaging_pb2_grpc.add_MessagingServiceServicer_to_server(
-        MessagingServicer(broker, workers), server
-    )
+    messaging.add_to_server(MessagingServicer(broker, workers), server)
     offsets_pb2_grpc.add_OffsetServiceServicer_to_server(OffsetServicer(broker, workers), server)
     groups_pb2_grpc.add_GroupServiceServicer_to_server(GroupServicer(broker, workers), server)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(broker, workers, acl), server)

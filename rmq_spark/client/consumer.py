@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -25,10 +24,9 @@ from rmq_spark.client import offsets as offset_rpc
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.connection import ClientConfig, PendingCall
 from rmq_spark.client.endpoints import Endpoints
-from rmq_spark.codec.arrow_decode import RECORD_SCHEMA, decode_records
+from rmq_spark.codec.arrow_decode import RECORD_SCHEMA
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import (
-    CorruptDataError,
     InvalidArgumentError,
     NotFoundError,
     RequestTimeoutError,
@@ -37,6 +35,7 @@ from rmq_spark.errors import (
 )
 from rmq_spark.names import RETRY_PREFIX, validate_group
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.pull_wire import decode_pull_response
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire import mq_to_pb, pull_status_from_pb
 
@@ -471,22 +470,3 @@ def _timestamp_position(mq: MessageQueue, answer: offset_rpc.QueueOffsets) -> in
             "is it older than the client?"
         )
     return answer.timestamp_offset
-
-
-def decode_pull_response(
-    mq: MessageQueue, response: messaging_pb2.PullMessagesResponse
-) -> pa.RecordBatch:
-    sizes = np.asarray(response.record_sizes, dtype=np.int64)
-    if len(sizes):
-        batch = decode_records(response.records, sizes=sizes)
-    else:  # an answer without the index: walk the TOTALSIZE chain instead
-        batch = decode_records(response.records)
-    expected = np.asarray(response.queue_offsets, dtype=np.int64)
-    if len(expected) and not np.array_equal(
-        expected, batch.column("queueOffset").to_numpy(zero_copy_only=False)
-    ):
-        raise CorruptDataError(
-            f"pull of {mq}: the records' queue offsets differ from the answer's index "
-            f"(first expected {int(expected[0])}); the broker sent inconsistent data"
-        )
-    return batch

@@ -36,6 +36,7 @@ __all__ = [
     "SendResult",
     "encode_columns",
     "new_unique_key",
+    "new_unique_keys",
     "offset_msg_ids",
     "split_by_size",
     "to_message",
@@ -68,6 +69,26 @@ class _UniqueKeys:
         # next() on itertools.count is atomic in CPython: no lock on this hot path.
         return head + "%04X" % (next(self._counter) & 0xFFFF)
 
+    def next_many(self, count: int) -> list[str]:
+        """``count`` ids, as ``count`` calls of :meth:`next` give; a millisecond's head
+        serves at most :data:`_IDS_PER_HEAD` of them, so the 16-bit counter never wraps
+        onto an id of the same millisecond within one call."""
+        keys: list[str] = []
+        last_ms = -1
+        while len(keys) < count:
+            ms = time.time_ns() // 1_000_000
+            if ms == last_ms:  # this millisecond gave its share: wait for the next one
+                time.sleep(0.0002)
+                continue
+            cached_ms, head = self._head
+            if ms != cached_ms:
+                head = self._new_head(ms)
+            take = min(count - len(keys), _IDS_PER_HEAD)
+            counters = np.fromiter(itertools.islice(self._counter, take), np.int64, take)
+            keys += _hex_ids(head, counters & 0xFFFF, 4)
+            last_ms = ms
+        return keys
+
     def _new_head(self, ms: int) -> str:
         pid = os.getpid()
         if pid != self._pid:  # a forked child (e.g. a Spark worker) gets its own prefix
@@ -93,6 +114,8 @@ def _local_ipv4() -> bytes:
         return socket.inet_aton("127.0.0.1")
 
 
+#: ids one call of _UniqueKeys.next_many takes from one millisecond's head
+_IDS_PER_HEAD = 1 << 15
 _UNIQUE_KEYS = _UniqueKeys()
 
 
@@ -103,6 +126,17 @@ def new_unique_key() -> str:
     (32, True)
     """
     return _UNIQUE_KEYS.next()
+
+
+def new_unique_keys(count: int) -> list[str]:
+    """``count`` fresh client message ids at once, as ``count`` calls of
+    :func:`new_unique_key` would make them, for a fraction of the cost.
+
+    >>> keys = new_unique_keys(3)
+    >>> len(set(keys)), len(keys[0])
+    (3, 32)
+    """
+    return _UNIQUE_KEYS.next_many(count)
 
 
 def _normalize_keys(keys: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -412,6 +446,19 @@ _NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)
 _VECTOR_IDS = 16
 
 
+def _hex_ids(prefix: str, values: np.ndarray, digits: int) -> list[str]:
+    """``prefix`` (ASCII) + each value as ``digits`` upper-case hex digits, laid out in a
+    numpy block of code points and read back as strings in one ``tolist``."""
+    values = values.astype(np.uint64)
+    width = len(prefix) + digits
+    chars = np.empty((len(values), width), dtype=np.uint32)
+    chars[:, : len(prefix)] = np.frombuffer(prefix.encode(), dtype=np.uint8)
+    shifts = _NIBBLE_SHIFTS[len(_NIBBLE_SHIFTS) - digits :]
+    nibbles = (values[:, None] >> shifts) & np.uint64(0xF)
+    chars[:, len(prefix) :] = _HEX_DIGITS[nibbles.astype(np.intp)]
+    return chars.view(f"<U{width}").ravel().tolist()
+
+
 def offset_msg_ids(prefix: str, physical_offsets: Sequence[int]) -> list[str]:
     """``prefix`` + each offset as 16 upper-case hex digits (offset message ids).
 
@@ -423,10 +470,4 @@ def offset_msg_ids(prefix: str, physical_offsets: Sequence[int]) -> list[str]:
     """
     if len(physical_offsets) < _VECTOR_IDS or not prefix.isascii():
         return [f"{prefix}{offset:016X}" for offset in physical_offsets]
-    offsets = np.asarray(physical_offsets, dtype=np.int64).astype(np.uint64)
-    width = len(prefix) + 16
-    chars = np.empty((len(offsets), width), dtype=np.uint32)
-    chars[:, : len(prefix)] = np.frombuffer(prefix.encode(), dtype=np.uint8)
-    nibbles = (offsets[:, None] >> _NIBBLE_SHIFTS) & np.uint64(0xF)
-    chars[:, len(prefix) :] = _HEX_DIGITS[nibbles.astype(np.intp)]
-    return chars.view(f"<U{width}").ravel().tolist()
+    return _hex_ids(prefix, np.asarray(physical_offsets, dtype=np.int64), 16)

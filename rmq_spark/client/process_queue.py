@@ -12,18 +12,24 @@ committable offset stays 0, because message 0 is not done. A crash now re-delive
 number per queue.
 
 The committable offset never decreases: it is the largest value ever handed out, and an
-offset put below it is ignored (it was already committed past). Offsets are kept in a dict
-(offset -> body size) plus a min-heap with lazy deletion: put and the committable offset
-are O(log n) (amortised), removal O(1) plus the heap clean-up. Thread-safe.
+offset put below it is ignored (it was already committed past).
+
+Offsets are kept as numpy arrays, one *run* per put (sorted offsets, body sizes, which are
+still in flight), runs sorted and not overlapping; a put that overlaps earlier runs merges
+them. A pull's put and a listener batch's removal are a few array operations each, not
+work per message; the committable offset is the first live offset of the first run
+(a cursor that only moves forward). Thread-safe: one lock, taken once per call.
 """
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+
+import numpy as np
 
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.offsets.json_codec import is_valid_offset
@@ -40,14 +46,36 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _Run:
+    """The offsets of one put: sorted, with their body sizes and which are in flight.
+
+    ``live[:cursor]`` are all False (done); ``count`` is how many are True.
+    """
+
+    __slots__ = ("count", "cursor", "first", "last", "live", "offsets", "sizes")
+
+    def __init__(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
+        self.offsets = offsets
+        self.sizes = sizes
+        self.live = np.ones(len(offsets), dtype=bool)
+        self.count = len(offsets)
+        self.cursor = 0
+        self.first = int(offsets[0])
+        self.last = int(offsets[-1])
+
+
+def _first(run: _Run) -> int:
+    return run.first
+
+
 class ProcessQueue:
     """In-flight offsets of one queue, with the committable offset they allow."""
 
     def __init__(self, clock_ms: Callable[[], int] = _now_ms) -> None:
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
-        self._in_flight: dict[int, int] = {}  # offset -> body size
-        self._heap: list[int] = []  # offsets; entries no longer in _in_flight are stale
+        self._runs: list[_Run] = []  # sorted by first offset; each has offsets in flight
+        self._count = 0
         self._max_put = NOTHING_PUT
         self._committable = NOTHING_PUT  # the largest committable offset handed out
         self._msg_size = 0
@@ -57,56 +85,106 @@ class ProcessQueue:
 
     # --- pulled / consumed ---------------------------------------------------------------
 
-    def put_messages(self, offsets: Iterable[int], body_sizes: Iterable[int] | None = None) -> int:
+    def put_messages(
+        self,
+        offsets: Iterable[int] | np.ndarray,
+        body_sizes: Iterable[int] | np.ndarray | None = None,
+    ) -> int:
         """Add pulled messages; returns how many were new.
 
         Offsets already in flight, and offsets below the committable offset (already
         committed past), are ignored. ``body_sizes`` (same length as ``offsets``) feed
-        :attr:`msg_size`.
+        :attr:`msg_size`. Integer numpy arrays are taken as they are (no copy, not to be
+        changed afterwards): the fast way.
         """
-        offsets = list(offsets)
-        sizes = [0] * len(offsets) if body_sizes is None else list(body_sizes)
+        offsets = _whole_numbers(offsets, "offset")
+        if body_sizes is None:
+            sizes = np.zeros(len(offsets), dtype=np.int64)
+        else:
+            sizes = _whole_numbers(body_sizes, "body size")
         if len(sizes) != len(offsets):
             raise InvalidArgumentError(
                 f"{len(offsets)} offsets but {len(sizes)} body sizes; give one size per offset"
             )
-        for offset, size in zip(offsets, sizes, strict=True):
-            _check_offset(offset)
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                raise InvalidArgumentError(f"body size {size!r} must be a whole number >= 0")
-        added = 0
         with self._lock:
             self.last_pull_timestamp_ms = self._clock_ms()
-            for offset, size in zip(offsets, sizes, strict=True):
-                if offset in self._in_flight:
-                    continue
-                if offset < self._committable:
-                    log.debug(
-                        "offset %d is below the committed %d; ignored", offset, self._committable
-                    )
-                    continue
-                self._in_flight[offset] = size
-                heapq.heappush(self._heap, offset)
-                self._msg_size += size
-                self._max_put = max(self._max_put, offset)
-                added += 1
-        return added
+            if not len(offsets):
+                return 0
+            if offsets[0] > self._max_put and (
+                len(offsets) == 1 or bool((offsets[1:] > offsets[:-1]).all())
+            ):
+                # the usual case: a pull past everything put so far, offsets increasing
+                self._runs.append(_Run(offsets, sizes))
+                added, added_size = len(offsets), int(sizes.sum())
+            else:
+                added, added_size = self._put_merging(offsets, sizes)
+            if added:
+                self._count += added
+                self._msg_size += added_size
+                self._max_put = max(self._max_put, int(offsets.max()))
+            return added
 
-    def remove_messages(self, offsets: Iterable[int]) -> int:
+    def _put_merging(self, offsets: np.ndarray, sizes: np.ndarray) -> tuple[int, int]:
+        """Put offsets that may repeat, go back, or fall among earlier runs (lock held);
+        returns (messages added, their body bytes)."""
+        unique, first_seen = np.unique(offsets, return_index=True)
+        sizes = sizes[first_seen]  # a repeated offset counts once, with its first size
+        keep = unique >= self._committable
+        if not keep.all():
+            log.debug(
+                "offsets %s are below the committed %d; ignored",
+                unique[~keep].tolist(),
+                self._committable,
+            )
+            unique, sizes = unique[keep], sizes[keep]
+        if not len(unique):
+            return 0, 0
+        lo, hi = int(unique[0]), int(unique[-1])
+        touched = [run for run in self._runs if run.first <= hi and run.last >= lo]
+        if touched:
+            live_offsets = np.concatenate([run.offsets[run.live] for run in touched])
+            live_sizes = np.concatenate([run.sizes[run.live] for run in touched])
+            new = ~np.isin(unique, live_offsets)
+            unique, sizes = unique[new], sizes[new]
+            merged = np.concatenate([live_offsets, unique])
+            order = np.argsort(merged, kind="stable")
+            run = _Run(merged[order], np.concatenate([live_sizes, sizes])[order])
+            for old in touched:
+                self._runs.remove(old)
+        else:
+            run = _Run(unique, sizes)
+        bisect.insort(self._runs, run, key=_first)
+        return len(unique), int(sizes.sum())
+
+    def remove_messages(self, offsets: Iterable[int] | np.ndarray) -> int:
         """Mark messages consumed; returns the committable offset (see :meth:`committable_offset`).
 
         Offsets not in flight are ignored.
         """
-        offsets = list(offsets)
-        for offset in offsets:
-            _check_offset(offset)
+        offsets = _whole_numbers(offsets, "offset")
         with self._lock:
             self.last_consume_timestamp_ms = self._clock_ms()
-            for offset in offsets:
-                size = self._in_flight.pop(offset, None)
-                if size is not None:
-                    self._msg_size -= size
+            if len(offsets) and self._runs:
+                self._remove_locked(offsets)
             return self._committable_locked()
+
+    def _remove_locked(self, offsets: np.ndarray) -> None:
+        lo, hi = int(offsets.min()), int(offsets.max())
+        for run in [run for run in self._runs if run.first <= hi and run.last >= lo]:
+            at = np.searchsorted(run.offsets, offsets)
+            at[at == len(run.offsets)] = 0
+            at = at[run.offsets[at] == offsets]  # the offsets that are in this run
+            at = at[run.live[at]]  # ... and still in flight
+            if not len(at):
+                continue
+            if len(at) > 1 and not bool((at[1:] > at[:-1]).all()):
+                at = np.unique(at)  # an offset given twice is removed once
+            run.live[at] = False
+            run.count -= len(at)
+            self._count -= len(at)
+            self._msg_size -= int(run.sizes[at].sum())
+            if not run.count:
+                self._runs.remove(run)
 
     def committable_offset(self) -> int:
         """The offset to commit: every message below it is done.
@@ -118,11 +196,13 @@ class ProcessQueue:
             return self._committable_locked()
 
     def _committable_locked(self) -> int:
-        heap = self._heap
-        while heap and heap[0] not in self._in_flight:
-            heapq.heappop(heap)
-        if heap:
-            candidate = heap[0]
+        if self._runs:
+            run = self._runs[0]  # the smallest offsets; it has some in flight
+            cursor = run.cursor
+            if not run.live[cursor]:
+                cursor += int(np.argmax(run.live[cursor:]))
+                run.cursor = cursor
+            candidate = int(run.offsets[cursor])
         elif self._max_put == NOTHING_PUT:
             candidate = NOTHING_PUT
         else:
@@ -136,7 +216,7 @@ class ProcessQueue:
     def msg_count(self) -> int:
         """Messages in flight."""
         with self._lock:
-            return len(self._in_flight)
+            return self._count
 
     @property
     def msg_size(self) -> int:
@@ -153,7 +233,9 @@ class ProcessQueue:
     def in_flight_offsets(self) -> list[int]:
         """The offsets in flight, sorted."""
         with self._lock:
-            return sorted(self._in_flight)
+            if not self._runs:
+                return []
+            return np.concatenate([run.offsets[run.live] for run in self._runs]).tolist()
 
     @property
     def is_dropped(self) -> bool:
@@ -168,6 +250,17 @@ class ProcessQueue:
         self.is_dropped = True
 
 
-def _check_offset(offset: object) -> None:
-    if not is_valid_offset(offset):
-        raise InvalidArgumentError(f"offset {offset!r} must be a whole number >= 0")
+def _whole_numbers(values: Iterable[int] | np.ndarray, what: str) -> np.ndarray:
+    """``values`` as a 1-d int64 array; an error names the first that is not a whole
+    number >= 0 (and fits a Java long)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and values.ndim == 1:
+        array = values.astype(np.int64, copy=False)  # a uint64 too large turns negative
+        if len(array) and array.min() < 0:
+            bad = values[array < 0][0].item()
+            raise InvalidArgumentError(f"{what} {bad!r} must be a whole number >= 0")
+        return array
+    items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    for value in items:
+        if not is_valid_offset(value):
+            raise InvalidArgumentError(f"{what} {value!r} must be a whole number >= 0")
+    return np.array(items, dtype=np.int64)

@@ -38,6 +38,7 @@ from rmq_spark.client.message import (
     split_by_size,
     to_message,
 )
+from rmq_spark.client.plain_batch import PlainBatch
 from rmq_spark.client.selector import RoundRobinSelector, select_by_sharding_key
 from rmq_spark.errors import (
     InvalidArgumentError,
@@ -175,7 +176,8 @@ class Producer:
         commit-log segments, goes as several requests to the same queue: each request is
         atomic on the broker, the whole batch is not.
         """
-        items = [to_message(m) for m in messages]
+        plain = PlainBatch.of(messages, self.config.columns_min_batch)
+        items = plain if plain is not None else [to_message(m) for m in messages]
         if not items:
             raise InvalidArgumentError(f"send_batch to topic {topic!r} got no messages")
         return self._send(topic, items, queue, sharding_key, delay_level)
@@ -239,7 +241,7 @@ class Producer:
     def _send(
         self,
         topic: str,
-        messages: list[Message],
+        messages: list[Message] | PlainBatch,
         queue: QueueArg,
         sharding_key: str | None,
         delay_level: int,
@@ -266,9 +268,13 @@ class Producer:
             results += self._send_to(target, chunk, delay_level, self.config.retry)
         return results
 
-    def _encode(self, messages: list[Message], now_ms: int) -> list[Chunk]:
+    def _encode(self, messages: list[Message] | PlainBatch, now_ms: int) -> list[Chunk]:
         """The requests' contents: columns for a batch, else (or when a message needs the
         per-message form to be refused with the usual error) one Message each."""
+        if isinstance(messages, PlainBatch) and (
+            plain := messages.encode(now_ms, self.config.max_batch_bytes)
+        ):
+            return list(plain)
         min_batch = self.config.columns_min_batch
         if min_batch and len(messages) >= min_batch:
             columns = encode_columns(messages, now_ms, self.config.max_batch_bytes)

@@ -11,6 +11,10 @@ Large batches are assembled with one Arrow kernel (``binary_join_element_wise``)
 columns (header, body, topic, properties length, properties), so no Python code runs per
 message except ``len`` and ``zlib.crc32`` through ``map``. Small batches use ``struct``,
 which is cheaper than the fixed cost of the Arrow calls.
+
+Bodies and properties may come as :class:`~rmq_spark.codec.byte_column.ByteColumn` (a
+columnar send's buffers, kept whole): their lengths are then read off the offsets, and
+Arrow takes the buffers as they are; only the body CRCs need one bytes object per body.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq_spark.codec import record as rec
+from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.codec.properties import MAX_PROPERTIES_BYTES
 from rmq_spark.errors import InvalidArgumentError
 
@@ -46,8 +51,8 @@ class PreparedBatch:
     topic: str
     queue_id: int
     headers: np.ndarray  # structured, one row per message, big-endian
-    bodies: list[bytes]
-    properties: list[bytes]
+    bodies: list[bytes] | ByteColumn
+    properties: list[bytes] | ByteColumn
     topic_part: bytes  # topic length prefix + topic bytes, the same for every record
     sizes: np.ndarray  # int64 record sizes
     prop_lens: np.ndarray  # int64 encoded properties lengths
@@ -89,17 +94,26 @@ def prepare_batch(
     n = len(bodies)
     if n == 0:
         raise InvalidArgumentError("a batch needs at least one message")
-    props = list(properties) if properties is not None else [b""] * n
+    props: list[bytes] | ByteColumn
+    if isinstance(properties, ByteColumn):
+        props = properties
+        prop_lens = props.lengths()
+    else:
+        props = list(properties) if properties is not None else [b""] * n
+        prop_lens = np.fromiter(map(len, props), dtype=np.int64, count=len(props))
     if len(props) != n:
         raise InvalidArgumentError(f"{len(props)} property blobs for {n} message bodies")
-    bodies = bodies if isinstance(bodies, list) else list(bodies)
-    if not _BYTES_TYPES.issuperset(map(type, bodies)):
-        bad = next(i for i, b in enumerate(bodies) if type(b) not in _BYTES_TYPES)
-        raise InvalidArgumentError(
-            f"message {bad}: body must be bytes, got {type(bodies[bad]).__name__}"
-        )
-    body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
-    prop_lens = np.fromiter(map(len, props), dtype=np.int64, count=n)
+    if isinstance(bodies, ByteColumn):
+        body_lens = bodies.lengths()
+        body_items = bodies.to_list()  # zlib.crc32 takes one buffer a call
+    else:
+        bodies = body_items = bodies if isinstance(bodies, list) else list(bodies)
+        if not _BYTES_TYPES.issuperset(map(type, bodies)):
+            bad = next(i for i, b in enumerate(bodies) if type(b) not in _BYTES_TYPES)
+            raise InvalidArgumentError(
+                f"message {bad}: body must be bytes, got {type(bodies[bad]).__name__}"
+            )
+        body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
     if n and prop_lens.max() > MAX_PROPERTIES_BYTES:
         bad = int(np.argmax(prop_lens))
         raise InvalidArgumentError(
@@ -120,7 +134,8 @@ def prepare_batch(
     sizes = fixed + body_lens + (2 if v2 else 1) + len(topic_bytes) + 2 + prop_lens
     headers["total_size"] = sizes
     headers["magic"] = rec.MAGIC_V2 if v2 else rec.MAGIC_V1
-    headers["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+    crcs = np.fromiter(map(zlib.crc32, body_items), dtype=np.int64, count=n)
+    headers["body_crc"] = crcs & 0x7FFFFFFF
     headers["queue_id"] = queue_id
     headers["flag"] = _per_message("flags", flags, n, 0)
     headers["sysflag"] = sysflag
@@ -173,7 +188,9 @@ def _join_small(batch: PreparedBatch) -> bytes:
     return b"".join(parts)
 
 
-def _binary_column(values: list[bytes], lengths: np.ndarray | None = None) -> pa.Array:
+def _binary_column(values: list[bytes] | ByteColumn, lengths: np.ndarray | None = None) -> pa.Array:
+    if isinstance(values, ByteColumn):
+        return values.to_arrow()
     n = len(values)
     if lengths is None:
         lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)

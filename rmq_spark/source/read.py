@@ -37,9 +37,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from rmq_spark.client.connection import NO_RETRY, ClientConfig, Connection, PendingCall
-from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import (
-    CorruptDataError,
     DataLossError,
     NotFoundError,
     RequestTimeoutError,
@@ -48,6 +46,7 @@ from rmq_spark.errors import (
 )
 from rmq_spark.offsets.spark import DataLoss, data_loss_message
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.pull_wire import decode_pull_response
 from rmq_spark.source.discovery import MAX_RETRY_BACKOFF_MS
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import PlannedPartition, QueueRange
@@ -211,16 +210,8 @@ class _RangeReader:
         raise AssertionError("unreachable")
 
     def _rows(self, response: messaging_pb2.PullMessagesResponse, end: int) -> pa.RecordBatch:
-        # np.array reads a repeated scalar field in one C call (np.fromiter: one per item)
-        sizes = np.array(response.record_sizes, dtype=np.int64)
-        records = decode_records(response.records, sizes=sizes if len(sizes) else None)
+        records = decode_pull_response(self.mq, response)  # checks the index
         offsets = records.column("queueOffset").to_numpy(zero_copy_only=False)
-        index = np.array(response.queue_offsets, dtype=np.int64)
-        if len(index) and not np.array_equal(index, offsets):
-            raise CorruptDataError(
-                f"pull of {_where(self.mq)}: the records' queue offsets differ from the "
-                "answer's index; the broker sent inconsistent data"
-            )
         inside = int(np.searchsorted(offsets, end))  # a filtered pull may pass the end
         if inside < records.num_rows:
             records = records.slice(0, inside)

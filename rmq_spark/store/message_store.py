@@ -28,7 +28,7 @@ import numpy as np
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.batch_encode import finish_batch, prepare_batch, warm_up
 from rmq_spark.codec.properties import TAGS, decode_properties, encode_properties
-from rmq_spark.codec.taghash import tag_hash_codes
+from rmq_spark.codec.tag_column import hash_codes
 from rmq_spark.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -366,7 +366,7 @@ class MessageStore:
             tags = [decode_properties(p).get(TAGS) for p in batch.properties]
         elif len(tags) != batch.count:
             raise InvalidArgumentError(f"{len(tags)} tags for {batch.count} messages")
-        tag_codes = tag_hash_codes(tags)
+        tag_codes = hash_codes(tags)
         too_big = batch.sizes > self.config.commitlog_segment_bytes - rec.BLANK_MARKER_SIZE
         if too_big.any():
             raise InvalidArgumentError(

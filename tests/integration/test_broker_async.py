@@ -16,6 +16,8 @@ from broker_harness import wait_until
 
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, groups_pb2
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
+from rmq_spark.pull_wire import pull_index
+from rmq_spark.structs import MessageQueue
 
 #: above gRPC's default of 1,000 calls waiting to be picked up by the server
 HELD_PULLS = 1_500
@@ -93,7 +95,7 @@ def test_other_calls_answer_promptly_while_hundreds_wait(loaded):
     got = stubs.messaging.PullMessages(
         m.PullMessagesRequest(queue=_queue("Busy", 0), max_messages=100), timeout=10
     )
-    assert len(got.queue_offsets) == 25
+    assert len(pull_index(MessageQueue("Busy", "", 0), got)[1]) == 25
 
 
 def test_a_send_wakes_exactly_the_pulls_of_its_queue(loaded):
@@ -102,7 +104,7 @@ def test_a_send_wakes_exactly_the_pulls_of_its_queue(loaded):
     woken = [p for i, p in enumerate(pulls) if i % QUEUES == 3]
     for pull in woken:
         answer = pull.result(timeout=10)
-        assert list(answer.queue_offsets) == [0]
+        assert pull_index(MessageQueue("Idle", "", 3), answer)[1].tolist() == [0]
     assert not any(p.done() for i, p in enumerate(pulls) if i % QUEUES != 3)
     wait_until(lambda: server_stats(stubs).held_pulls == HELD_PULLS - len(woken))
 

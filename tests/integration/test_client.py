@@ -192,6 +192,25 @@ def test_send_batch_larger_than_a_commit_log_segment_is_split_to_fit(
     assert table.column("body").to_pylist() == [m.body for m in items]
 
 
+def test_plain_send_batch_over_a_segment_is_split_and_keeps_its_ids(in_process_broker_factory):
+    broker = in_process_broker_factory(
+        store_options={"commitlog_segment_bytes": 64 * 1024, "consumequeue_entries_per_file": 64}
+    )
+    with Admin(broker.endpoint, ClientConfig(retry=FAST_RETRY)) as admin:
+        admin.create_topic("Plain", queues=2)
+    items = [(b"%04d" % i + b"." * 996, ("A", "B", "")[i % 3]) for i in range(300)]
+    with Producer(broker.endpoint, config=producer_config()) as producer:
+        results = producer.send_batch("Plain", items)  # (body, tag) pairs: no Message each
+    assert [r.queue_offset for r in results] == list(range(300))
+    with PullConsumer(broker.endpoint, config=consumer_config(pull_batch_size=100)) as consumer:
+        table = read_all(consumer, [results[0].message_queue], 300)
+    assert table.column("body").to_pylist() == [body for body, _ in items]
+    assert table.column("tags").to_pylist() == [tag or None for _, tag in items]
+    assert table.column("msgId").to_pylist() == [r.offset_msg_id for r in results]
+    stored_keys = [dict(p)["UNIQ_KEY"] for p in table.column("properties").to_pylist()]
+    assert stored_keys == [r.msg_id for r in results] and len(set(stored_keys)) == 300
+
+
 def test_send_async_futures_and_callbacks(producer):
     done = []
     lock = threading.Lock()

@@ -1011,3 +1011,38 @@ def test_shutdown_called_from_the_listener_finishes_cleanly(broker, producer, ad
     wait_for(lambda: not push_threads(group), "the consumer to stop by itself", timeout_s=20)
     assert recorder.bodies() == [b"stop"]
     assert committed(broker.endpoint, group, topic) == max_offsets(broker.endpoint, topic)
+
+
+# --- slow listeners ---------------------------------------------------------------------------
+
+
+def test_a_slow_listener_gets_the_batches_of_one_pull_on_several_threads(
+    broker, producer, admin, consumers
+):
+    """A pull's listener batches normally run one after the other on one thread; once a
+    call is slow (here 200 ms), the rest of the pull is spread over the idle threads, so an
+    I/O-bound listener still runs in parallel within one queue."""
+    topic, group = "PushSlow", "PushSlowGroup"
+    admin.create_topic(topic, queues=1)
+    producer.send_batch(topic, [f"slow-{i}".encode() for i in range(8)], queue=0)
+    lock = threading.Lock()
+    running = peak = 0
+    seen: list[int] = []
+
+    def slow(messages, ctx):
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.2)
+        with lock:
+            running -= 1
+            seen.extend(m.queue_offset for m in messages)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = consumers(group, topic, slow, consume_thread_count=4)
+    wait_for(lambda: len(seen) >= 8, "8 deliveries")
+    consumer.shutdown()
+    assert sorted(seen) == list(range(8))
+    assert peak > 1
+    assert committed(broker.endpoint, group, topic)[MessageQueue(topic, BROKER_NAME, 0)] == 8

@@ -20,6 +20,8 @@ from rmq_spark.codec.record import IPV4_HOST, POS_BORNHOST, POS_QUEUEOFFSET
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
+from rmq_spark.pull_wire import pull_index
+from rmq_spark.structs import MessageQueue
 
 Code = grpc.StatusCode
 BORN_MS = 1_700_000_000_123
@@ -68,7 +70,8 @@ def pull_raw(stubs, topic: str, queue_id: int) -> list[bytes]:
     )
     answer = stubs.messaging.PullMessages(request, timeout=10)
     data, out, at = answer.records, [], 0
-    for size in answer.record_sizes:
+    sizes, _ = pull_index(MessageQueue(topic, "", queue_id), answer)
+    for size in sizes.tolist():
         out.append(data[at : at + size])
         at += size
     return out

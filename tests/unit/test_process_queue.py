@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -90,6 +91,27 @@ def test_sizes_must_match():
         ProcessQueue().put_messages([1, 2], body_sizes=[1])
     with pytest.raises(InvalidArgumentError, match="body size"):
         ProcessQueue().put_messages([1], body_sizes=[-1])
+
+
+def test_numpy_arrays_work_like_lists():
+    pq = ProcessQueue()
+    offsets = np.arange(100, 356, dtype=np.int64)
+    assert pq.put_messages(offsets, np.full(256, 10, dtype=np.int32)) == 256
+    assert pq.msg_size == 2560
+    assert pq.remove_messages(offsets[32:64]) == 100  # 100..131 still in flight
+    assert pq.remove_messages(offsets[:32]) == 164
+    assert pq.put_messages(np.array([120, 400], dtype=np.uint64)) == 1  # 120 committed past
+    assert pq.remove_messages(offsets[64:]) == 400
+    assert pq.msg_count == 1 and pq.msg_size == 0
+
+
+def test_bad_numpy_offsets_are_refused_naming_the_value():
+    with pytest.raises(InvalidArgumentError, match="offset -4 must be"):
+        ProcessQueue().put_messages(np.array([3, -4], dtype=np.int64))
+    with pytest.raises(InvalidArgumentError, match="must be a whole number"):
+        ProcessQueue().remove_messages(np.array([1.5]))
+    with pytest.raises(InvalidArgumentError, match="body size -1"):
+        ProcessQueue().put_messages(np.array([1]), np.array([-1]))
 
 
 operations = st.lists(

@@ -94,7 +94,7 @@ def test_generated_code_matches_proto_files():
     assert result.returncode == 0, result.stderr + result.stdout
 
 
-def test_pull_response_carries_1_mib_of_records_and_a_packed_index():
+def test_pull_response_carries_1_mib_of_records_and_a_raw_little_endian_index():
     rng = np.random.default_rng(7)
     sizes = rng.integers(60, 150, size=10_000)
     sizes[-1] += (1 << 20) - int(sizes.sum())  # the records fill exactly 1 MiB
@@ -107,8 +107,8 @@ def test_pull_response_carries_1_mib_of_records_and_a_packed_index():
         min_offset=0,
         max_offset=first_offset + 50_000,
         records=records,
-        record_sizes=sizes.tolist(),
-        queue_offsets=queue_offsets.tolist(),
+        record_sizes_i32le=sizes.astype("<i4").tobytes(),
+        queue_offsets_i64le=queue_offsets.astype("<i8").tobytes(),
     )
 
     wire = sent.SerializeToString()
@@ -116,13 +116,24 @@ def test_pull_response_carries_1_mib_of_records_and_a_packed_index():
 
     assert received == sent
     assert received.records == records
-    got_sizes = np.asarray(received.record_sizes, dtype=np.int64)
+    got_sizes = np.frombuffer(received.record_sizes_i32le, dtype="<i4")
     np.testing.assert_array_equal(got_sizes, sizes)
-    np.testing.assert_array_equal(np.asarray(received.queue_offsets), queue_offsets)
+    got_offsets = np.frombuffer(received.queue_offsets_i64le, dtype="<i8")
+    np.testing.assert_array_equal(got_offsets, queue_offsets)
     assert int(got_sizes.sum()) == len(received.records)
-    # Packed varints: ~1 byte per size and 4 per offset here, no tag byte per element.
+    # Raw integers: exactly 4 + 8 bytes a record, plus a few tags and lengths.
     index_bytes = len(wire) - len(records)
-    assert index_bytes < 10_000 * (2 + 4) + 64
+    assert 10_000 * (4 + 8) <= index_bytes < 10_000 * (4 + 8) + 64
+
+
+def test_the_old_packed_index_fields_stay_reserved():
+    # 6 and 7 held the index as packed varints: a peer of that time would misread them.
+    declared = descriptor_pb2.DescriptorProto()
+    messaging_pb2.PullMessagesResponse.DESCRIPTOR.CopyToProto(declared)
+    reserved = {n for r in declared.reserved_range for n in range(r.start, r.end)}
+    assert reserved == {6, 7}
+    assert set(declared.reserved_name) == {"record_sizes", "queue_offsets"}
+    assert not {f.number for f in declared.field} & reserved
 
 
 @pytest.mark.parametrize("service_name", sorted(EXPECTED_RPCS))

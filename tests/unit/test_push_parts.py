@@ -3,6 +3,10 @@ de-duplicating listener wrapper (the broker-backed behaviour is in tests/integra
 
 from __future__ import annotations
 
+import copy
+import pickle
+
+import pyarrow as pa
 import pytest
 
 from rmq_spark.client.dedup import DedupWindow, deduplicating
@@ -13,7 +17,7 @@ from rmq_spark.client.push import (
     PushConsumerConfig,
     ReceivedMessage,
 )
-from rmq_spark.client.push.message import messages_from_batch
+from rmq_spark.client.push.message import PulledColumns, messages_from_batch, messages_of
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.properties import encode_properties
 from rmq_spark.codec.record import Record, encode_record
@@ -90,6 +94,13 @@ def test_context_refuses_bad_ack_index_and_delay_level() -> None:
     with pytest.raises(InvalidArgumentError, match="delay_level_when_next_consume=19"):
         context.delay_level_when_next_consume = 19
     assert (context.ack_index, context.delay_level_when_next_consume) == (3, 0)
+    with pytest.raises(InvalidArgumentError, match="ack_index=-3"):
+        ConsumeContext(MQ, ack_index=-3)
+    with pytest.raises(InvalidArgumentError, match="delay_level_when_next_consume=False"):
+        ConsumeContext(MQ, delay_level_when_next_consume=False)
+    assert ConsumeContext(MQ, 2, 5) == ConsumeContext(
+        MQ, ack_index=2, delay_level_when_next_consume=5
+    )
 
 
 # --- delivered messages -------------------------------------------------------------------
@@ -138,6 +149,60 @@ def test_a_redelivery_reports_the_original_topic_and_keeps_its_id() -> None:
 def test_a_message_without_uniq_key_is_identified_by_its_offset_id() -> None:
     (m,) = messages_from_batch(_batch(Record("orders", 0, b"x")), MQ)
     assert m.msg_id == m.offset_msg_id
+
+
+def test_fields_of_pulled_messages_may_be_assigned_one_message_at_a_time() -> None:
+    batch = _batch(
+        *(Record("orders", 0, b"x", queue_offset=i, reconsume_times=1) for i in range(3))
+    )
+    first, second, third = messages_from_batch(batch, MQ)
+    second.reconsume_times += 1
+    second.body = b"changed"
+    assert [m.reconsume_times for m in (first, second, third)] == [1, 2, 1]
+    assert [m.body for m in (first, second, third)] == [b"x", b"changed", b"x"]
+    second.message_queue = RETRY_MQ
+    assert (first.message_queue, second.message_queue) == (MQ, RETRY_MQ)
+    assert second.queue_offset == 1 and second.reconsume_times == 2
+
+
+def test_messages_compare_and_print_by_their_fields() -> None:
+    (pulled,) = messages_from_batch(_batch(Record("orders", 0, b"x", queue_offset=4)), MQ)
+    made = ReceivedMessage(
+        pulled.topic,
+        MQ,
+        4,
+        pulled.msg_id,
+        pulled.offset_msg_id,
+        None,
+        None,
+        b"x",
+        pulled.properties,
+        pulled.born_timestamp_ms,
+        pulled.store_timestamp_ms,
+        pulled.born_host,
+        pulled.store_host,
+        0,
+        pulled.commit_log_offset,
+        0,
+    )
+    assert made == pulled and made != _msg("other", 4)
+    assert repr(made) == repr(pulled)
+    assert pickle.loads(pickle.dumps(pulled)) == pulled  # e.g. handed to a process pool
+    assert copy.deepcopy(pulled) == pulled
+    assert repr(made).startswith("ReceivedMessage(topic='orders', message_queue=")
+    assert "queue_offset=4" in repr(made) and "properties" not in repr(made)
+
+
+def test_a_pull_counts_the_offsets_and_body_bytes_of_the_messages_it_keeps() -> None:
+    """What the process queue (and its flow control) is given, also after the tag filter
+    dropped some rows of the pull."""
+    bodies = [b"a", b"bbbb", b"", b"cc", b"ddddd"]
+    records = [Record("orders", 0, body, queue_offset=10 + i) for i, body in enumerate(bodies)]
+    kept = _batch(*records).filter(pa.array([False, True, True, False, True]))
+    columns = PulledColumns(kept, MQ)
+    assert columns.offsets().tolist() == [11, 12, 14]
+    assert columns.body_sizes().tolist() == [4, 0, 5]
+    assert [m.body for m in messages_of(columns)] == [b"bbbb", b"", b"ddddd"]
 
 
 # --- the de-duplicating wrapper -----------------------------------------------------------

@@ -18,6 +18,7 @@ from rmq_spark.broker.send_columns import (
     check_property_blob,
     check_property_columns,
     suspect_property_blobs,
+    uniform_blobs_pass,
 )
 from rmq_spark.client.message import Message, encode_columns, new_unique_key, offset_msg_ids
 from rmq_spark.codec.properties import decode_properties
@@ -220,3 +221,43 @@ def test_good_columns_have_no_suspects():
     blobs = [b"TAGS\x01TagA\x02UNIQ_KEY\x01ID\x02u\x01\x00\x02"] * 3 + [b"UNIQ_KEY\x01x\x02"]
     suspects, error = run_checks(blobs, ["TagA"] * 3 + [""])
     assert error is None and suspects is not None and not len(suspects)
+
+
+def uniform_blob(i: int, tag: str = "TagA") -> bytes:
+    head = f"TAGS\x01{tag}\x02" if tag else ""
+    return f"{head}UNIQ_KEY\x01{i:032X}\x02REAL_TOPIX\x01v{i % 10}\x02".encode()
+
+
+def test_a_uniform_column_passes_the_cheap_check():
+    blobs = [uniform_blob(i) for i in range(60)]
+    sizes = np.array([len(b) for b in blobs], dtype=np.int64)
+    assert uniform_blobs_pass(b"".join(blobs), sizes, "TagA")
+    assert run_checks(blobs, ["TagA"] * 60)[1] is None
+    untagged = [uniform_blob(i, "") for i in range(60)]
+    assert run_checks(untagged, [""] * 60)[1] is None
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        b"TAGS\x01TagB\x02UNIQ_KEY\x01" + b"7" * 32 + b"\x02REAL_TOPIX\x01v1\x02",  # other tag
+        b"TAGS\x01TagA\x02UNIQ_KEY\x01" + b"7" * 32 + b"\x02REAL_TOPIC\x01v1\x02",  # reserved
+        b"TAGS\x01TagA\x02UNIQ_KEY\x01" + b"7" * 31 + b"\x01\x02REAL_TOPIX\x01v1\x02",
+        b"TAGS\x01TagA\x02UNIQ_KEY\x01" + b"7" * 31 + b"\x02\x02REAL_TOPIX\x01v1\x02",
+        b"TAGS\x01TagA\x02UNIQ_KEY\x01" + b"7" * 31 + b"\xff\x02REAL_TOPIX\x01v1\x02",
+        b"TAGS\x01TagA\x02UNIQ_KEY\x01" + b"7" * 32 + b"\x02REAL_TOPIX\x01v\x02\x02",
+        b"TAGS\x01TagA\x02KEYS\x01" + b"7" * 36 + b"\x02REAL_TOPIX\x01v1\x02",  # no UNIQ_KEY
+    ],
+    ids=["tag", "reserved", "soh-in-value", "stx-in-value", "utf8", "empty-value", "no-key"],
+)
+@pytest.mark.parametrize("at", [0, 37, 59])
+def test_a_uniform_column_with_one_bad_blob_names_it(broken, at):
+    blobs = [uniform_blob(i) for i in range(60)]
+    assert len(broken) == len(blobs[0])  # same size: the cheap check sees it first
+    blobs[at] = broken
+    sizes = np.array([len(b) for b in blobs], dtype=np.int64)
+    assert not uniform_blobs_pass(b"".join(blobs), sizes, "TagA")
+    with pytest.raises(InvalidArgumentError) as reference_error:
+        check_property_blob(broken, "TagA")
+    _, error = run_checks(blobs, ["TagA"] * 60)
+    assert error == f"columns.properties of message {at}: {reference_error.value}"

@@ -1,7 +1,7 @@
 """The two ways a push consumer runs its listener: concurrently and orderly.
 
 Both take messages the pull side put into a queue's :class:`ProcessQueue` and report the
-offsets that are done back to the consumer (:meth:`PushConsumer._consumed`), which turns
+offsets that are done back to the consumer (:meth:`MemberState.consumed`), which turns
 them into the queue's committable offset.
 
 Concurrent (RocketMQ's ConsumeMessageConcurrentlyService): batches of up to
@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from rmq_spark.client.groups import send_back
 from rmq_spark.client.push.listener import (
     ConsumeContext,
@@ -38,7 +40,7 @@ from rmq_spark.client.push.message import ReceivedMessage
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
 
 if TYPE_CHECKING:
-    from rmq_spark.client.push.consumer import PushConsumer, _QueueState
+    from rmq_spark.client.push.state import MemberState, QueueState
 
 log = logging.getLogger("rmq_spark.client.push")
 
@@ -48,19 +50,22 @@ ORDERLY_SLICE_S = 60.0
 LEASE_WAIT_S = 0.5
 #: a task running many listener batches reports finished offsets at least this often
 REPORT_EVERY_S = 0.02
+#: a listener call longer than this is slow: a pull's batches are spread over idle threads
+#: (a thread hand-off costs tens of microseconds; a fast listener runs a whole pull in one)
+SPREAD_ABOVE_S = 0.001
 
 
 class _ConsumeService:
-    def __init__(self, consumer: PushConsumer, listener) -> None:
-        self.consumer = consumer
-        self.config = consumer.config
+    def __init__(self, member: MemberState, listener) -> None:
+        self.member = member
+        self.config = member.config
         self.listener = listener
         self.pool = ThreadPoolExecutor(
-            self.config.consume_thread_count, thread_name_prefix=f"rmq-consume-{consumer.group}"
+            self.config.consume_thread_count, thread_name_prefix=f"rmq-consume-{member.group}"
         )
 
     def submit(self, fn, *args) -> None:
-        if self.consumer._pool_closed:
+        if self.member.pool_closed:
             return
         try:
             self.pool.submit(fn, *args)
@@ -71,7 +76,7 @@ class _ConsumeService:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _give_back(
-        self, st: _QueueState, msg: ReceivedMessage, delay_level: int, dead_letter_now: bool
+        self, st: QueueState, msg: ReceivedMessage, delay_level: int, dead_letter_now: bool
     ) -> bool:
         """Send ``msg`` to the retry topic (or the DLQ); False when it must be retried here.
 
@@ -81,11 +86,11 @@ class _ConsumeService:
         given back at all: it is retried locally up to ``max_reconsume_times``, then
         dropped with an error naming it, instead of holding the queue forever.
         """
-        consumer = self.consumer
+        member = self.member
         try:
             result = send_back(
-                consumer._cluster,
-                consumer.group,
+                member.cluster,
+                member.group,
                 msg.message_queue.broker_name,
                 msg.commit_log_offset,
                 msg.topic,
@@ -100,135 +105,189 @@ class _ConsumeService:
                 log.error(
                     "group %r: message %s (offset %d of %s) failed %d times and cannot be "
                     "given back to the broker (%s); it is dropped",
-                    consumer.group,
+                    member.group,
                     msg.msg_id,
                     msg.queue_offset,
                     st.mq,
                     msg.reconsume_times + 1,
                     exc,
                 )
-                consumer._count("dropped")
+                member.count("dropped")
                 return True
             log.warning(
                 "group %r: cannot give message %s (offset %d of %s) back to the broker: %s; "
                 "consuming it again here in %d ms",
-                consumer.group,
+                member.group,
                 msg.msg_id,
                 msg.queue_offset,
                 st.mq,
                 exc,
                 self.config.send_back_retry_delay_ms,
             )
-            consumer._count("send_back_failed")
+            member.count("send_back_failed")
             return False
         if result.dead_lettered:
             log.warning(
                 "group %r: message %s went to the dead-letter queue %s after %d deliveries",
-                consumer.group,
+                member.group,
                 msg.msg_id,
                 result.queue.topic,
                 msg.reconsume_times + 1,
             )
-            consumer._count("dead_lettered")
+            member.count("dead_lettered")
         else:
-            consumer._count("sent_back")
+            member.count("sent_back")
         return True
 
 
 class ConcurrentService(_ConsumeService):
     """Runs a concurrent listener on a thread pool."""
 
-    def __init__(self, consumer: PushConsumer, listener) -> None:
-        super().__init__(consumer, listener)
+    def __init__(self, member: MemberState, listener) -> None:
+        super().__init__(member, listener)
         self._tasks = 0  # submitted, not finished
         self._tasks_lock = threading.Lock()
+        #: how long the latest listener call took (written without a lock: a hint)
+        self._call_s = 0.0
 
-    def dispatch(self, st: _QueueState, messages: Sequence[ReceivedMessage]) -> None:
-        """Split a pull's messages into listener batches and hand them to the pool.
+    def dispatch(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
+        """Hand a pull's messages (``offsets`` are their queue offsets) to the pool.
 
-        Each listener batch may run on its own thread, but a pool task costs a thread
-        hand-off (tens of microseconds), more than a fast listener's work. So the batches
-        are spread over as many tasks as there are idle threads: a busy consumer runs a
-        whole pull's batches in one task, an idle one runs them all in parallel.
+        A pool task costs a thread hand-off (tens of microseconds), more than a fast
+        listener's work, so a whole pull is one task that calls the listener batch after
+        batch. When the listener is slow (a call over ``SPREAD_ABOVE_S``), the batches are
+        spread over the idle threads instead, here or as soon as a task notices.
         """
+        if self._call_s > SPREAD_ABOVE_S:
+            self._spread(st, messages, offsets)
+        else:
+            self._submit(st, messages, offsets)
+
+    def _spread(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
+        """One task per idle thread (one at least), each a run of whole listener batches."""
         size = self.config.consume_message_batch_max_size
-        batches = [list(messages[i : i + size]) for i in range(0, len(messages), size)]
+        batches = -(-len(messages) // size)
         with self._tasks_lock:
             idle = self.config.consume_thread_count - self._tasks
-        tasks = max(1, min(len(batches), idle))
-        per_task = -(-len(batches) // tasks)
-        for start in range(0, len(batches), per_task):
-            self._submit_batches(st, batches[start : start + per_task])
+        tasks = max(1, min(batches, idle))
+        per_task = -(-batches // tasks) * size
+        for start in range(0, len(messages), per_task):
+            stop = start + per_task
+            self._submit(st, messages[start:stop], offsets[start:stop])
 
-    def _submit_batches(self, st: _QueueState, batches: list[list[ReceivedMessage]]) -> None:
+    def _submit(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
         with self._tasks_lock:
             self._tasks += 1
-        self.submit(self._run_batches, st, batches)
+        self.submit(self._run_batches, st, messages, offsets)
 
-    def _run_batches(self, st: _QueueState, batches: list[list[ReceivedMessage]]) -> None:
-        """Run listener batches one after the other; report what is done now and then.
+    def _run_batches(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
+        """Call the listener on each batch in turn; report what is done now and then.
 
         Done offsets and counters are reported once per task (or every
         ``REPORT_EVERY_S`` with a slow listener), not once per listener call: the process
-        queue, the offset store and the counters each take a lock.
+        queue, the offset store and the counters each take a lock. Batches that fully
+        succeed (the usual case) cost no work here beyond the call: their offsets are
+        reported as one slice of ``offsets``.
         """
-        done: list[int] = []
+        size = self.config.consume_message_batch_max_size
+        total = len(messages)
+        listener, mq, clock = self.listener, st.mq, time.monotonic
+        success, context_of = ConsumeStatus.CONSUME_SUCCESS, ConsumeContext
+        done: list[np.ndarray] = []
         counts = {"consumed_ok": 0, "consumed_failed": 0}
-        last_report = time.monotonic()
+        reported = end = 0  # offsets[reported:end] are done and not reported yet
+        last_report = clock()
         try:
-            for batch in batches:
-                self._run(st, batch, done, counts)
-                if done and time.monotonic() - last_report > REPORT_EVERY_S:
-                    self.consumer._consumed(st, done)
+            for start in range(0, total, size):
+                stop = start + size
+                batch = messages[start:stop]
+                began = clock()
+                if st.released:
+                    return  # the queue went to another member; it redelivers these
+                if began >= st.lease_deadline:  # the housekeeping thread renews or drops it
+                    self.member.later(
+                        LEASE_WAIT_S, self._retry, st, messages[start:], offsets[start:]
+                    )
+                    return
+                context = context_of(mq)
+                try:
+                    status = listener(batch, context)
+                except Exception:
+                    log.exception(
+                        "group %r: the listener raised on %d messages of %s; they will be retried",
+                        self.member.group,
+                        len(batch),
+                        mq,
+                    )
+                    status, context.ack_index = ConsumeStatus.RECONSUME_LATER, None
+                if status is success and context.ack_index is None:
+                    counts["consumed_ok"] += len(batch)
+                else:
+                    partly = self._settle(st, batch, offsets[start:stop], status, context, counts)
+                    done += [offsets[reported:start], partly]
+                    reported = stop
+                end = stop
+                now = clock()
+                self._call_s = now - began
+                if stop < total and now - began > SPREAD_ABOVE_S:
+                    self._spread(st, messages[stop:], offsets[stop:])  # the rest in parallel
+                    return
+                if now - last_report > REPORT_EVERY_S:
+                    done.append(offsets[reported:end])
+                    reported = end
+                    self._report(st, done)
                     done = []
-                    last_report = time.monotonic()
+                    last_report = now
         finally:
+            if end > reported:
+                done.append(offsets[reported:end])
             if done:
-                self.consumer._consumed(st, done)
-            self.consumer._count_many(counts)
+                self._report(st, done)
+            self.member.count_many(counts)
             with self._tasks_lock:
                 self._tasks -= 1
 
-    def _retry(self, st: _QueueState, messages: list[ReceivedMessage]) -> None:
-        self._submit_batches(st, [messages])
+    def _report(self, st: QueueState, done: list[np.ndarray]) -> None:
+        done = [part for part in done if len(part)]
+        if done:
+            self.member.consumed(st, done[0] if len(done) == 1 else np.concatenate(done))
 
-    def _run(
-        self,
-        st: _QueueState,
-        messages: list[ReceivedMessage],
-        done: list[int],
-        counts: dict[str, int],
+    def _retry(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
     ) -> None:
-        """One listener call; appends the offsets that are finished to ``done``."""
-        consumer = self.consumer
-        if st.released:
-            return  # the queue went to another member; it redelivers these
-        if not st.lease_valid():
-            consumer._later(LEASE_WAIT_S, self._retry, st, messages)
-            return
-        context = ConsumeContext(st.mq)
-        try:
-            status = self.listener(messages, context)
-        except Exception:
-            log.exception(
-                "group %r: the listener raised on %d messages of %s; they will be retried",
-                consumer.group,
-                len(messages),
-                st.mq,
-            )
-            status, context.ack_index = ConsumeStatus.RECONSUME_LATER, None
+        self._submit(st, messages, offsets)
+
+    def _settle(
+        self,
+        st: QueueState,
+        messages: Sequence[ReceivedMessage],
+        offsets: np.ndarray,
+        status: object,
+        context: ConsumeContext,
+        counts: dict[str, int],
+    ) -> np.ndarray:
+        """A listener call that did not plainly succeed: give failed messages back (or keep
+        them for a local retry); returns the offsets that are finished."""
+        member = self.member
         last = len(messages) - 1
         if status is ConsumeStatus.CONSUME_SUCCESS:
             if context.ack_index is None or context.ack_index >= last:
                 counts["consumed_ok"] += len(messages)
-                done.extend(m.queue_offset for m in messages)
-                return
+                return offsets
             ack = context.ack_index
         elif not isinstance(status, ConsumeStatus):
             log.error(
                 "group %r: the listener returned %r for %d messages of %s; return "
                 "ConsumeStatus.CONSUME_SUCCESS or ConsumeStatus.RECONSUME_LATER. Retrying them.",
-                consumer.group,
+                member.group,
                 status,
                 len(messages),
                 st.mq,
@@ -244,32 +303,36 @@ class ConcurrentService(_ConsumeService):
         keep: list[ReceivedMessage] = []
         if not failed:
             pass
-        elif consumer.message_model == "BROADCASTING":
+        elif member.message_model == "BROADCASTING":
             log.warning(
                 "group %r (broadcasting): %d messages of %s failed and are dropped (broadcast "
                 "messages are not retried), first offset %d",
-                consumer.group,
+                member.group,
                 len(failed),
                 st.mq,
-                failed[0].queue_offset,
+                offsets[ack + 1],
             )
         else:
             level = context.delay_level_when_next_consume
             keep = [m for m in failed if not self._give_back(st, m, level, False)]
+        if not keep:
+            return offsets
         kept = {id(m) for m in keep}
-        done.extend(m.queue_offset for m in messages if id(m) not in kept)
-        if keep:
-            for m in keep:
-                m.reconsume_times += 1
-            consumer._count("local_retries", len(keep))
-            delay_s = self.config.send_back_retry_delay_ms / 1000
-            consumer._later(delay_s, self._retry, st, keep)
+        retried = np.fromiter((id(m) in kept for m in messages), dtype=bool, count=len(messages))
+        for m in keep:
+            m.reconsume_times += 1
+        member.count("local_retries", len(keep))
+        delay_s = self.config.send_back_retry_delay_ms / 1000
+        member.later(delay_s, self._retry, st, keep, offsets[retried])
+        return offsets[~retried]
 
 
 class OrderlyService(_ConsumeService):
     """Runs an orderly listener: one task per queue at a time, in queue order."""
 
-    def dispatch(self, st: _QueueState, messages: Sequence[ReceivedMessage]) -> None:
+    def dispatch(
+        self, st: QueueState, messages: Sequence[ReceivedMessage], offsets: np.ndarray
+    ) -> None:
         with st.lock:
             st.pending.extend(messages)
             if st.running:
@@ -277,21 +340,21 @@ class OrderlyService(_ConsumeService):
             st.running = True
         self.submit(self._run, st)
 
-    def _resume(self, st: _QueueState) -> None:
+    def _resume(self, st: QueueState) -> None:
         self.submit(self._run, st)
 
-    def _run(self, st: _QueueState) -> None:
-        consumer = self.consumer
+    def _run(self, st: QueueState) -> None:
+        member = self.member
         size = self.config.consume_message_batch_max_size
         slice_end = time.monotonic() + ORDERLY_SLICE_S
         while True:
             with st.lock:
-                if st.released or not st.pending or consumer._pool_closed:
+                if st.released or not st.pending or member.pool_closed:
                     st.running = False
                     return
                 batch = list(itertools.islice(st.pending, size))
             if not st.lease_valid():
-                consumer._later(LEASE_WAIT_S, self._resume, st)
+                member.later(LEASE_WAIT_S, self._resume, st)
                 return
             for m in batch:
                 m.reconsume_times = st.base_reconsume.setdefault(
@@ -304,7 +367,7 @@ class OrderlyService(_ConsumeService):
                 log.exception(
                     "group %r: the orderly listener raised on %d messages of %s (first offset "
                     "%d); the queue waits and retries them",
-                    consumer.group,
+                    member.group,
                     len(batch),
                     st.mq,
                     batch[0].queue_offset,
@@ -314,24 +377,24 @@ class OrderlyService(_ConsumeService):
                 log.error(
                     "group %r: the orderly listener returned %r; return OrderlyStatus.SUCCESS or "
                     "OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT. Retrying the messages.",
-                    consumer.group,
+                    member.group,
                     status,
                 )
                 status = OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
             if status is OrderlyStatus.SUCCESS:
-                consumer._count("consumed_ok", len(batch))
+                member.count("consumed_ok", len(batch))
                 self._done(st, batch)
             else:
-                consumer._count("consumed_failed", len(batch))
+                member.count("consumed_failed", len(batch))
                 if self._suspend(st, batch):
                     pause_s = max(0, context.suspend_current_queue_time_ms) / 1000
-                    consumer._later(pause_s, self._resume, st)
+                    member.later(pause_s, self._resume, st)
                     return
             if time.monotonic() >= slice_end:
-                consumer._later(0, self._resume, st)
+                member.later(0, self._resume, st)
                 return
 
-    def _done(self, st: _QueueState, batch: list[ReceivedMessage]) -> None:
+    def _done(self, st: QueueState, batch: list[ReceivedMessage]) -> None:
         offsets = {m.queue_offset for m in batch}
         with st.lock:
             head = list(itertools.islice(st.pending, len(batch)))
@@ -345,9 +408,9 @@ class OrderlyService(_ConsumeService):
             for offset in offsets:
                 st.attempts.pop(offset, None)
                 st.base_reconsume.pop(offset, None)
-        self.consumer._consumed(st, sorted(offsets))
+        self.member.consumed(st, sorted(offsets))
 
-    def _suspend(self, st: _QueueState, batch: list[ReceivedMessage]) -> bool:
+    def _suspend(self, st: QueueState, batch: list[ReceivedMessage]) -> bool:
         """Count a failed attempt; messages out of attempts go to the DLQ. True when the
         queue must wait and retry (some message is still to be consumed)."""
         limit = self.config.max_reconsume_times
@@ -358,10 +421,10 @@ class OrderlyService(_ConsumeService):
             if attempts < limit:
                 st.attempts[m.queue_offset] = attempts + 1
                 retry = True
-            elif self.consumer.message_model == "BROADCASTING":
+            elif self.member.message_model == "BROADCASTING":
                 log.warning(
                     "group %r (broadcasting): message %s of %s failed %d times and is skipped",
-                    self.consumer.group,
+                    self.member.group,
                     m.msg_id,
                     st.mq,
                     attempts + 1,

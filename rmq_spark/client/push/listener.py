@@ -46,7 +46,7 @@ class OrderlyStatus(enum.Enum):
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
 
 
-@dataclass
+@dataclass(init=False)
 class ConsumeContext:
     """Passed to a concurrent listener with each batch; the listener may set its fields.
 
@@ -62,6 +62,21 @@ class ConsumeContext:
     message_queue: MessageQueue
     ack_index: int | None = None
     delay_level_when_next_consume: int = 0
+
+    def __init__(
+        self,
+        message_queue: MessageQueue,
+        ack_index: int | None = None,
+        delay_level_when_next_consume: int = 0,
+    ) -> None:
+        # made once per listener call: a field left at its default reads the class
+        # attribute (None, 0); only values given go through the checks of __setattr__
+        self.__dict__["message_queue"] = message_queue
+        if ack_index is not None:
+            self.ack_index = ack_index
+        delay = delay_level_when_next_consume
+        if type(delay) is not int or delay != 0:
+            self.delay_level_when_next_consume = delay
 
     def __setattr__(self, name: str, value: object) -> None:
         bad_int = not isinstance(value, int) or isinstance(value, bool)

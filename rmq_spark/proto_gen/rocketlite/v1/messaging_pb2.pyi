@@ -141,22 +141,22 @@ class PullMessagesRequest(_message.Message):
     def __init__(self, consumer_group: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., subscription_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...
 
 class PullMessagesResponse(_message.Message):
-    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "records", "record_sizes", "queue_offsets")
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "records", "record_sizes_i32le", "queue_offsets_i64le")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
-    RECORD_SIZES_FIELD_NUMBER: _ClassVar[int]
-    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_SIZES_I32LE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_I64LE_FIELD_NUMBER: _ClassVar[int]
     status: PullStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
     records: bytes
-    record_sizes: _containers.RepeatedScalarFieldContainer[int]
-    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., record_sizes: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+    record_sizes_i32le: bytes
+    queue_offsets_i64le: bytes
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., record_sizes_i32le: _Optional[bytes] = ..., queue_offsets_i64le: _Optional[bytes] = ...) -> None: ...
 
 class QueueOffsetsQuery(_message.Message):
     __slots__ = ("queue", "timestamp_ms", "size_from_offset", "size_to_offset", "size_budget_bytes")

@@ -1,0 +1,181 @@
+"""End-to-end latency at a trickle: a send until its row is visible in ``foreachBatch``.
+
+A producer sends one 100-byte message every ``--interval-ms`` (default 50 ms: 20 msgs/s) to a
+4-queue topic on a broker subprocess on loopback. Two readers take the same messages in the
+same run:
+
+* Spark: ``spark.readStream.format("rocketlite")`` with the default trigger (a new micro-batch
+  as soon as the last one ended) into ``foreachBatch``, which collects each batch's rows and
+  notes, for every row, the time it saw it minus the message's ``bornTimestamp`` (the
+  producer's clock, the same machine);
+* baseline: a ``PullConsumer`` long-polling the same queues (what the broker and the client
+  cost without Spark).
+
+It prints p50, p90, p99 and max of each, in milliseconds. The target is p99 < 1 s for Spark.
+Run: ``.venv/bin/python bench/latency.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import broker_process
+
+TOPIC = "latency"
+QUEUES = 4
+TARGET_P99_MS = 1000.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by the nearest-rank rule."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def send_trickle(endpoint: str, seconds: float, interval_s: float, stop: threading.Event) -> int:
+    """Send one message every ``interval_s`` for ``seconds``; returns how many were sent."""
+    from rmq_spark.client import Producer
+
+    body = bytes(100)
+    sent = 0
+    with Producer(endpoint) as producer:
+        deadline = time.monotonic() + seconds
+        next_at = time.monotonic()
+        while time.monotonic() < deadline and not stop.is_set():
+            producer.send(TOPIC, body, tags="T")
+            sent += 1
+            next_at += interval_s
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    return sent
+
+
+def pull_latencies(endpoint: str, expected: int, stop: threading.Event) -> list[float]:
+    """Latency of every message seen by a long-polling PullConsumer from the queues' ends."""
+    from rmq_spark.client import PullConsumer
+
+    out: list[float] = []
+    with PullConsumer(endpoint) as consumer:
+        queues = consumer.queues(TOPIC)
+        consumer.assign(queues)
+        consumer.seek_to_end(queues)
+        while len(out) < expected and not stop.is_set():
+            for result in consumer.poll(timeout_ms=200):
+                seen_ms = time.time() * 1000
+                born = result.batch.column("bornTimestamp").to_pylist()
+                out.extend(seen_ms - b for b in born)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long to send")
+    parser.add_argument("--interval-ms", type=float, default=50.0)
+    parser.add_argument("--quick", action="store_true", help="10 s of sends")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds = 10.0
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    work = Path(tempfile.mkdtemp(prefix="rmq-latency-bench-"))
+    broker = broker_process(work / "store", work / "broker.log").start()
+    try:
+        spark_ms, pull_ms, sent = run(args, broker.endpoint, work)
+    finally:
+        broker.stop()
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    print(
+        f"\n{sent:,} messages, one every {args.interval_ms:g} ms for {args.seconds:g} s; "
+        "latency = time seen - bornTimestamp, ms"
+    )
+    print(f"{'reader':<44} {'n':>5} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}  target")
+    for name, values, target in (
+        ("Spark readStream, default trigger, foreachBatch", spark_ms, TARGET_P99_MS),
+        ("baseline: PullConsumer long poll", pull_ms, None),
+    ):
+        if not values:
+            print(f"{name:<44} no message seen")
+            continue
+        p99 = percentile(values, 0.99)
+        verdict = (
+            "" if target is None else f"  p99 < {target:g}: {'met' if p99 < target else 'MISSED'}"
+        )
+        print(
+            f"{name:<44} {len(values):>5} {percentile(values, 0.5):>7.0f} "
+            f"{percentile(values, 0.9):>7.0f} {p99:>7.0f} {max(values):>7.0f}{verdict}"
+        )
+    if spark_ms and pull_ms:
+        ratio = statistics.median(spark_ms) / statistics.median(pull_ms)
+        print(f"Spark p50 / baseline p50: {ratio:.1f}x")
+
+
+def run(args, endpoint: str, work: Path) -> tuple[list[float], list[float], int]:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from rmq_spark.client import Admin
+
+    with Admin(endpoint) as admin:
+        admin.create_topic(TOPIC, queues=QUEUES)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_ms: list[float] = []
+
+    def on_batch(df, batch_id: int) -> None:
+        born = df.select(F.unix_millis("bornTimestamp").alias("b")).collect()
+        seen_ms = time.time() * 1000
+        spark_ms.extend(seen_ms - row.b for row in born)
+
+    query = (
+        spark.readStream.format("rocketlite")
+        .option("endpoints", endpoint)
+        .option("topic", TOPIC)
+        .option("startingOffsets", "latest")
+        .load()
+        .writeStream.foreachBatch(on_batch)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .start()
+    )
+    # Wait until the query runs micro-batches (its first one fixes the start offsets).
+    deadline = time.monotonic() + 120
+    while query.lastProgress is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    stop = threading.Event()
+    expected = int(args.seconds * 1000 / args.interval_ms) + 1
+    pull_ms: list[float] = []
+    puller = threading.Thread(
+        target=lambda: pull_ms.extend(pull_latencies(endpoint, expected, stop)), daemon=True
+    )
+    puller.start()
+    time.sleep(0.5)  # the puller has found the queues' ends
+    sent = send_trickle(endpoint, args.seconds, args.interval_ms / 1000, stop)
+    deadline = time.monotonic() + 30
+    while len(spark_ms) < sent and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    puller.join(10)
+    query.stop()
+    spark.stop()
+    return spark_ms, pull_ms, sent
+
+
+if __name__ == "__main__":
+    main()
