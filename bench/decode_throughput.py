@@ -1,22 +1,26 @@
 """Throughput of the vectorised commit-log decoder (``rmq_spark.codec.arrow_decode``).
 
 Builds N records in memory (100-byte bodies; TAGS, KEYS and UNIQ_KEY properties; distinct
-queue and physical offsets; a few producer hosts, one broker), then times one call per
-round, after a warm-up call, of:
+queue and physical offsets; a few producer hosts, one broker), then times:
 
 * ``decode_records(buf)``: the client's path, walking the TOTALSIZE chain first;
 * ``decode_records(buf, starts, sizes)``: the store's path, positions known from the
   consume queue;
 * ``index_records(buf)``: the chain walk and its checks alone;
-* the baseline: the same batch already in Arrow form, read from an in-memory IPC stream and
-  deep-copied column by column (``pa.concat_arrays``). Reading IPC alone is zero-copy and
-  would measure nothing; the copy is the memory traffic that producing this batch costs
-  anyone, so ``decode / baseline`` says how far decoding is from just materialising the
-  output.
+* small batches, 256 and 32 records a call, as a pull or push consumer decodes each pull
+  response (``decode_records(records, sizes=sizes)``, the records of one call side by side):
+  here the fixed cost of a call counts, so each is reported in microseconds per call too.
 
-The contenders run in interleaved rounds (alternating order), because neighbours on a
-shared machine make single timings drift; figures are the best of the rounds (3 by
-default) and the ratios the median of per-round ratios. MB/s counts input bytes (whole
+Each case has a baseline measured in the same run: the same batch already in Arrow form,
+read from an in-memory IPC stream and deep-copied column by column (``pa.concat_arrays``).
+Reading IPC alone is zero-copy and would measure nothing; the copy is the memory traffic
+that producing this batch costs anyone, so ``x baseline`` says how far decoding is from just
+materialising the output.
+
+Contenders run in interleaved rounds (alternating order), because neighbours on a shared
+machine make single timings drift: the whole-buffer cases one call per round, the small
+batches in a loop for a fraction of a second per round. Figures are the best of the rounds
+(3 by default), the ratios the median of per-round ratios. MB/s counts input bytes (whole
 records), 1 MB = 10^6 bytes.
 
 Run: ``.venv/bin/python bench/decode_throughput.py [--count N] [--quick] [--rounds R]``.
@@ -25,6 +29,7 @@ Run: ``.venv/bin/python bench/decode_throughput.py [--count N] [--quick] [--roun
 from __future__ import annotations
 
 import argparse
+import itertools
 import platform
 import time
 import uuid
@@ -96,6 +101,9 @@ def read_and_copy(stream: pa.Buffer) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=table.schema)
 
 
+SMALL_BATCHES = (256, 32)  # records per call of the small-batch cases
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1_000_000, help="records to decode")
@@ -115,41 +123,83 @@ def main() -> None:
     def once(fn):  # one call per round: each call is already a large unit of work
         return looped(lambda: (fn(), count)[1])
 
-    names = [
-        "decode_records(buf)  [walks TOTALSIZE]",
-        "decode_records(buf, starts, sizes)",
-        "index_records(buf)  [the walk alone]",
-        "baseline: IPC read + copy of the batch",
-    ]
-    results = measure_rates(
-        [
-            once(lambda: decode_records(buf)),
+    cases = [
+        ("decode_records(buf)  [walks TOTALSIZE]", count, once(lambda: decode_records(buf))),
+        (
+            "decode_records(buf, starts, sizes)",
+            count,
             once(lambda: decode_records(buf, starts, sizes)),
-            once(lambda: index_records(buf)),
-            once(lambda: read_and_copy(stream)),
-        ],
+        ),
+        ("index_records(buf)  [the walk alone]", count, once(lambda: index_records(buf))),
+    ]
+    whole = measure_rates(
+        [fn for _, _, fn in cases] + [once(lambda: read_and_copy(stream))],
         Timing(warmup_s=0.0, round_s=1e-6, rounds=rounds),
     )
+    *decoded, baseline = whole
+    results = [
+        (name, per_call, result, baseline)
+        for (name, per_call, _), result in zip(cases, decoded, strict=True)
+    ]
+    for per_call in SMALL_BATCHES:
+        decode, baseline = small_batch_contenders(buf, sizes, per_call)
+        small = measure_rates(
+            [decode, baseline],
+            Timing(warmup_s=0.05, round_s=0.1 if args.quick else 0.3, rounds=rounds),
+        )
+        results.append((f"{per_call} records a call (records, sizes)", per_call, *small))
     print(
         f"python {platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}; "
-        f"best of {rounds} interleaved round(s), one call each"
+        f"best of {rounds} interleaved round(s)"
     )
-    table = Table([("case", "<"), ("ms", ">"), ("msgs/s", ">"), ("MB/s", ">"), ("spread", ">")])
-    for name, result in zip(names, results, strict=True):
-        seconds = count / result.best
+    table = Table(
+        [
+            ("case", "<"),
+            ("recs/call", ">"),
+            ("us/call", ">"),
+            ("msgs/s", ">"),
+            ("MB/s", ">"),
+            ("baseline us/call", ">"),
+            ("x baseline", ">"),
+            ("spread", ">"),
+        ]
+    )
+    record_bytes = len(buf) / count
+    for name, per_call, result, baseline in results:
         table.add(
             name,
-            f"{seconds * 1e3:.1f}",
+            fmt_int(per_call),
+            f"{per_call / result.best * 1e6:,.1f}",
             fmt_int(result.best),
-            fmt_mb(result.best * len(buf) / count),
+            fmt_mb(result.best * record_bytes),
+            "" if "index_records" in name else f"{per_call / baseline.best * 1e6:,.1f}",
+            "" if "index_records" in name else f"{ratio(baseline, result):.1f}x",
             f"{result.spread:.0%}",
         )
     table.print()
-    walk, known, _, baseline = results
-    print(
-        f"decode / baseline time: walk {ratio(baseline, walk):.1f}x, "
-        f"known positions {ratio(baseline, known):.1f}x"
-    )
+
+
+def small_batch_contenders(buf: bytearray, sizes: np.ndarray, per_call: int):
+    """Decoding consecutive chunks of ``per_call`` records, each its own buffer (as a pull
+    response holds them), and the IPC read + copy of each chunk's decoded batch."""
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    chunks = []
+    for lo in range(0, min(len(sizes), 64 * per_call) - per_call + 1, per_call):
+        chunk_sizes = sizes[lo : lo + per_call]
+        chunks.append((bytes(buf[bounds[lo] : bounds[lo + per_call]]), chunk_sizes))
+    streams = [ipc_bytes(decode_records(data, sizes=s)) for data, s in chunks]
+    turn = itertools.count()
+
+    def decode() -> int:
+        data, chunk_sizes = chunks[next(turn) % len(chunks)]
+        decode_records(data, sizes=chunk_sizes)
+        return per_call
+
+    def baseline() -> int:
+        read_and_copy(streams[next(turn) % len(streams)])
+        return per_call
+
+    return looped(decode), looped(baseline)
 
 
 def ratio(fast: RateResult, slow: RateResult) -> float:

@@ -11,8 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_spark.codec import arrow_decode
-from rmq_spark.codec.arrow_decode import RECORD_SCHEMA, decode_records, index_records
+from rmq_spark.codec.arrow_decode import (
+    RECORD_SCHEMA,
+    decode_records,
+    headers,
+    index_records,
+    property_map,
+)
 from rmq_spark.codec.properties import KEYS, TAGS, decode_properties, encode_properties
 from rmq_spark.codec.record import (
     POS_MAGIC,
@@ -167,7 +172,7 @@ def test_topics_sharing_a_long_prefix_are_not_merged() -> None:
 
 
 def test_many_records_across_header_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arrow_decode, "_CHUNK_RECORDS", 4)
+    monkeypatch.setattr(headers, "CHUNK_RECORDS", 4)
     records = [
         rec(queue_offset=i, body=bytes([i % 256]) * (i % 30), born_host=f"10.1.2.{i % 9}:{i}")
         for i in range(37)
@@ -434,9 +439,9 @@ def test_property_shapes_decode_like_reference(shape: list[dict[str, str]]) -> N
 
 def test_find_names_matches_only_whole_four_byte_names() -> None:
     keys = pa.array(["x", "TAGS", "KEYS", "TAGSX", "TAG", "TAGS"]).slice(1)
-    tags_at, keys_at = arrow_decode._find_names(keys, TAGS, KEYS)
+    tags_at, keys_at = property_map.find_names(keys, TAGS, KEYS)
     assert tags_at.tolist() == [0, 4] and keys_at.tolist() == [1]
-    empty = arrow_decode._find_names(pa.array([], pa.string()), TAGS, KEYS)
+    empty = property_map.find_names(pa.array([], pa.string()), TAGS, KEYS)
     assert [e.tolist() for e in empty] == [[], []]
 
 
