@@ -10,6 +10,7 @@ A PullConsumer is not thread-safe: use one per thread (as with Kafka's consumer)
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -45,8 +46,6 @@ __all__ = ["ConsumeFrom", "ConsumerConfig", "PullConsumer", "PullResult"]
 
 #: where a queue without a committed offset starts (RocketMQ's ConsumeFromWhere)
 ConsumeFrom = Literal["LAST_OFFSET", "FIRST_OFFSET", "TIMESTAMP"]
-
-_EMPTY_BATCH = pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)
 
 
 @dataclass
@@ -418,7 +417,7 @@ class PullConsumer:
                 f"pull of {mq} got status {response.status}, which this client does not know; "
                 "is the broker newer than the client?"
             ) from None
-        batch = _EMPTY_BATCH
+        batch = _empty_batch()
         if status == PullStatus.FOUND:
             batch = self._filter(decode_pull_response(mq, response))
             if batch.num_rows == 0:
@@ -470,3 +469,10 @@ def _timestamp_position(mq: MessageQueue, answer: offset_rpc.QueueOffsets) -> in
             "is it older than the client?"
         )
     return answer.timestamp_offset
+
+
+@functools.cache
+def _empty_batch() -> pa.RecordBatch:
+    """The batch of a pull that found nothing; built on first use, because building Arrow
+    arrays from Python values makes pyarrow import pandas (about half a second)."""
+    return pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)

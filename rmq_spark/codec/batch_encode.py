@@ -41,7 +41,6 @@ _BYTES_TYPES = frozenset((bytes, bytearray, memoryview))
 
 # The first pa.scalar() call imports pyarrow's pandas shim (~200 ms); pay it at import time
 # rather than inside the store's write lock on the first large batch.
-_EMPTY = pa.scalar(b"", pa.large_binary())
 
 
 @dataclass
@@ -219,7 +218,7 @@ def _join_arrow(batch: PreparedBatch) -> memoryview:
         pa.scalar(batch.topic_part, pa.large_binary()),
         _fixed_column(batch.prop_lens.astype(">u2").tobytes(), 2, n),
         _binary_column(batch.properties, batch.prop_lens),
-        _EMPTY,
+        pa.scalar(b"", pa.large_binary()),
     )
     # Rows were joined in order into one contiguous data buffer: that buffer is the batch.
     offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64, count=n + 1, offset=0)

@@ -109,10 +109,15 @@ class _KnownHosts:
     """
 
     def __init__(self) -> None:
-        self._snapshot = self._publish(np.zeros(0, np.uint64), pa.array([], pa.string()))
+        # Nothing is built here: the module is imported wherever the client is (Spark's
+        # Python processes among them), and pyarrow's first array built from Python values
+        # imports pandas, which costs about half a second.
+        self._snapshot: tuple[np.ndarray, pa.Array, pa.Array] | None = None
 
     def lookup(self, keys: np.ndarray) -> tuple[pa.Array, np.ndarray | pa.Array] | None:
         """Texts and, for each key, its position in them; None unless all are known."""
+        if self._snapshot is None:
+            return None
         known, known_arrow, texts = self._snapshot
         if not len(known):
             return None
@@ -127,6 +132,8 @@ class _KnownHosts:
     def learn(self, keys: np.ndarray) -> tuple[pa.Array, np.ndarray] | None:
         """As :meth:`lookup`, formatting and remembering the hosts not known yet first.
         None when the keys hold more distinct hosts than are kept."""
+        if self._snapshot is None:
+            self._snapshot = self._publish(np.zeros(0, np.uint64), pa.array([], pa.string()))
         known, _, texts = self._snapshot
         new = np.setdiff1d(keys, known)  # sorted, distinct
         if len(new) > KNOWN_LIMIT:
