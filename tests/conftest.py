@@ -37,3 +37,13 @@ def store_factory(tmp_path):
     yield open_store
     for store in opened:
         store.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (``./dev test`` runs two workers with ``--dist loadgroup``), every
+    Spark test goes to one worker, one after another: they share that worker's session
+    SparkSession, and two Spark tests at once would fight over the 2 cores. The other worker
+    runs the rest, which mostly waits on brokers and disks."""
+    for item in items:
+        if item.path.parent.name == "spark":
+            item.add_marker(pytest.mark.xdist_group("spark"))
