@@ -1,7 +1,7 @@
 """Send latency of a broker that holds many waiting calls, next to the same broker idle.
 
     python bench/broker_load.py            # 10,000 held pulls + 1,000 watch streams
-    python bench/broker_load.py --quick    # 1,000 + 100, shorter rounds
+    python bench/broker_load.py --quick    # 500 + 50, one round
 
 One broker subprocess serves three cases, interleaved round by round so that drifting
 conditions hit them alike:
@@ -159,9 +159,9 @@ def start_helper(argv: list[str], ready: str, log_path: Path) -> subprocess.Pope
 
 
 def run_bench(args: argparse.Namespace) -> None:
-    polls, watches = (1_000, 100) if args.quick else (args.polls, args.watches)
-    sends = 200 if args.quick else args.sends
-    rounds = 2 if args.quick else args.rounds
+    polls, watches = (500, 50) if args.quick else (args.polls, args.watches)
+    sends = 100 if args.quick else args.sends
+    rounds = 1 if args.quick else args.rounds
     work = Path(tempfile.mkdtemp(prefix="rocketlite-load-"))
     server = broker_process(work / "store", work / "broker.log").start()
     broker = Broker(server.endpoint)
@@ -235,7 +235,7 @@ def report(results: dict[str, list[list[float]]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1,000 pulls, 100 watches, 200 sends")
+    parser.add_argument("--quick", action="store_true", help="500 pulls, 50 watches, 100 sends, 1 round")
     parser.add_argument("--polls", type=int, default=10_000)
     parser.add_argument("--watches", type=int, default=1_000)
     parser.add_argument("--queues", type=int, default=1_024)

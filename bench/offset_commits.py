@@ -101,11 +101,11 @@ def measure(flush: str, rounds: int, seconds: float) -> tuple[list[float], list[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 rounds of 0.5 s")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 0.3 s")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    rounds, seconds = (2, 0.5) if args.quick else (args.rounds, args.seconds)
+    rounds, seconds = (2, 0.3) if args.quick else (args.rounds, args.seconds)
     table = Table(
         [("flush", "<"), ("commits/s (median)", ">"), ("queue commits/s", ">"),
          ("query baseline calls/s", ">"), ("ratio", ">"), ("spread", ">")]

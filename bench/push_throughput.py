@@ -3,7 +3,7 @@
 The broker runs as a subprocess (``python -m rmq_spark.broker``, flush ASYNC, default
 settings) so that the client and the broker do not share a GIL; both run on this machine
 and talk over loopback. Its store is filled before it starts: N messages (500,000;
-``--quick`` 100,000) of 100 bytes, tag ``TagA``, spread over the 8 queues of one topic.
+``--quick`` 50,000) of 100 bytes, tag ``TagA``, spread over the 8 queues of one topic.
 
 Each case reads all N messages from the beginning with a fresh consumer group:
 
@@ -32,7 +32,7 @@ process and of the broker process over the pass, per message (median over rounds
 moved by neighbours than wall-clock rates.
 
 Run: ``.venv/bin/python bench/push_throughput.py [--quick] [--count N] [--pull-batch B]``;
-about 40 seconds with ``--quick``, 2-3 minutes without (2 CPUs).
+about 15 seconds with ``--quick``, 2-3 minutes without (2 CPUs).
 """
 
 from __future__ import annotations
@@ -77,14 +77,14 @@ from rmq_spark.store.message_store import MessageStore
 
 #: a round is one pass over the N messages, whatever its length; one warm-up pass per case
 DEFAULT_TIMING = Timing(warmup_s=0.0, round_s=1e-9, rounds=5)
-QUICK_TIMING = Timing(warmup_s=0.0, round_s=1e-9, rounds=5, quick=True)
+QUICK_TIMING = Timing(warmup_s=0.0, round_s=1e-9, rounds=3, quick=True)
 
 TOPIC = "BenchPush"
 QUEUES = 8
 BODY_BYTES = 100
 TAG = "TagA"
 DEFAULT_COUNT = 500_000
-QUICK_COUNT = 100_000
+QUICK_COUNT = 50_000
 PUSH_BATCHES = (1, 32)
 DEFAULT_PULL_BATCH = 256
 POOL_MESSAGES = 4096
@@ -244,7 +244,7 @@ def pull_pass(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_timing_args(parser, default=DEFAULT_TIMING, quick=QUICK_TIMING)
-    parser.add_argument("--count", type=int, help="messages to read (500,000; quick 100,000)")
+    parser.add_argument("--count", type=int, help="messages to read (500,000; quick 50,000)")
     parser.add_argument(
         "--pull-batch",
         type=int,

@@ -60,7 +60,7 @@ from rmq_spark.client import Producer as RocketliteProducer
 from rmq_spark.structs import MessageQueue
 
 DEFAULT = Timing(warmup_s=1.0, round_s=3.0, rounds=5)
-QUICK = Timing(warmup_s=0.3, round_s=0.8, rounds=2)
+QUICK = Timing(warmup_s=0.2, round_s=0.5, rounds=2)
 BODY = b"x" * 100
 QUEUES = 4
 

@@ -185,11 +185,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2_000_000, help="100 B messages")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="400,000 messages, 2 rounds")
+    parser.add_argument("--quick", action="store_true", help="100,000 messages, 1 round")
     parser.add_argument("--chart", type=Path, help="draw MB/s vs the ceiling into this PNG")
     args = parser.parse_args()
     if args.quick:
-        args.messages, args.rounds = 400_000, 2
+        args.messages, args.rounds = 100_000, 1
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     counts = {100: args.messages, 1024: args.messages // 4}
