@@ -235,7 +235,9 @@ def report(results: dict[str, list[list[float]]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="500 pulls, 50 watches, 100 sends, 1 round")
+    parser.add_argument(
+        "--quick", action="store_true", help="500 pulls, 50 watches, 100 sends, 1 round"
+    )
     parser.add_argument("--polls", type=int, default=10_000)
     parser.add_argument("--watches", type=int, default=1_000)
     parser.add_argument("--queues", type=int, default=1_024)
