@@ -74,7 +74,7 @@ from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
 
 DEFAULT_TIMING = Timing(warmup_s=0.3, round_s=0.4, rounds=4)
-QUICK_TIMING = Timing(warmup_s=0.1, round_s=0.15, rounds=2, quick=True)
+QUICK_TIMING = Timing(warmup_s=0.05, round_s=0.1, rounds=2, quick=True)
 
 TOPIC = "BenchTopic"
 QUEUES = 4

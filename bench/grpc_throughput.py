@@ -105,7 +105,7 @@ from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
 
 DEFAULT_TIMING = Timing(warmup_s=0.5, round_s=1.0, rounds=3)
-QUICK_TIMING = Timing(warmup_s=0.2, round_s=0.4, rounds=2, quick=True)
+QUICK_TIMING = Timing(warmup_s=0.1, round_s=0.25, rounds=2, quick=True)
 
 PRODUCE_TOPIC = "BenchProduce"
 PULL_TOPIC = "BenchPull"

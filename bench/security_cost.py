@@ -44,7 +44,7 @@ from rmq_spark.client import Admin, ClientConfig, Producer, ProducerConfig, Pull
 from rmq_spark.client.consumer import ConsumerConfig
 
 DEFAULT = Timing(warmup_s=1.0, round_s=2.0, rounds=5)
-QUICK = Timing(warmup_s=0.2, round_s=0.3, rounds=2)
+QUICK = Timing(warmup_s=0.1, round_s=0.2, rounds=2)
 BODY = b"x" * 100
 TOPIC = "bench-security"
 PREFILL = 300_000

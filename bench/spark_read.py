@@ -185,11 +185,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2_000_000, help="100 B messages")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="100,000 messages, 1 round")
+    parser.add_argument("--quick", action="store_true", help="50,000 messages, 1 round")
     parser.add_argument("--chart", type=Path, help="draw MB/s vs the ceiling into this PNG")
     args = parser.parse_args()
     if args.quick:
-        args.messages, args.rounds = 100_000, 1
+        args.messages, args.rounds = 50_000, 1
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     counts = {100: args.messages, 1024: args.messages // 4}
@@ -232,7 +232,7 @@ def run(args, broker, counts: dict[int, int], work: Path) -> list[Case]:
     )
     runs = Runs(spark, broker.endpoint, work)
     # Untimed warm-up: Python workers start and import the client once.
-    for _ in range(2):
+    for _ in range(1 if args.quick else 2):
         runs.batch("warm", (100, 100))
         runs.stream("warm", (100, 100))
         runs.ceiling(topics[1024], (counts[1024], counts[1024] * 1024))
