@@ -9,10 +9,11 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_arrow_decode import oracle_rows  # the reference decoder's rows, as the columns must be
 
 from rmq_spark.codec.arrow_decode import RECORD_SCHEMA, decode_records, hosts, index_records
-from rmq_spark.codec.properties import KEYS, TAGS, decode_properties, encode_properties
-from rmq_spark.codec.record import Record, encode_record, iter_records, offset_msg_id
+from rmq_spark.codec.properties import KEYS, TAGS, encode_properties
+from rmq_spark.codec.record import Record, encode_record
 
 BASE = Record(
     topic="TopicTest",
@@ -24,33 +25,6 @@ BASE = Record(
     born_host="192.168.1.20:53211",
     store_host="10.0.0.5:10911",
 )
-
-
-def reference_rows(buf: bytes) -> list[dict]:
-    rows = []
-    for r in iter_records(buf):
-        props = decode_properties(r.properties)
-        rows.append(
-            {
-                "topic": r.topic,
-                "queueId": r.queue_id,
-                "queueOffset": r.queue_offset,
-                "commitLogOffset": r.physical_offset,
-                "msgId": offset_msg_id(r.store_host, r.physical_offset),
-                "tags": props.get(TAGS),
-                "keys": props.get(KEYS),
-                "body": r.body,
-                "properties": list(props.items()),
-                "bornTimestamp": r.born_timestamp,
-                "storeTimestamp": r.store_timestamp,
-                "bornHost": r.born_host,
-                "storeHost": r.store_host,
-                "reconsumeTimes": r.reconsume_times,
-                "sysFlag": r.sysflag,
-                "flag": r.flag,
-            }
-        )
-    return rows
 
 
 def decode_both_ways(records: list[Record]) -> list[dict]:
@@ -65,7 +39,7 @@ def decode_both_ways(records: list[Record]) -> list[dict]:
 
 def assert_like_reference(records: list[Record]) -> None:
     buf = b"".join(encode_record(r) for r in records)
-    assert decode_both_ways(records) == reference_rows(buf)
+    assert decode_both_ways(records) == oracle_rows(buf)
 
 
 def with_props(props: bytes, i: int = 0, **changes) -> Record:
