@@ -266,8 +266,10 @@ def test_lag_listener_reports_how_far_behind_each_batch_is(spark, broker, topic,
         df = stream(
             spark, broker.endpoint, topic, startingOffsets="earliest", maxMessagesPerTrigger="10"
         )
-        run_available_now(df, tmp_path / "checkpoint")
-        time.sleep(1.0)  # listener events arrive asynchronously
+        batches = len(run_available_now(df, tmp_path / "checkpoint").batches)
+        # Listener events arrive asynchronously, also after the query has ended: wait for one
+        # per batch that had data.
+        wait_for(lambda: len(seen) >= batches, 30, f"lag reports of {batches} batches")
     finally:
         spark.streams.removeListener(listener)
     assert seen, "no lag was reported"
