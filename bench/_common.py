@@ -7,7 +7,7 @@
   baseline) timed in interleaved rounds, so that drifting conditions (disk, CPU frequency,
   neighbours) hit all of them alike; :func:`paired_ratio` compares two of them round by
   round. :func:`looped` turns "do one unit of work" into a contender.
-* :class:`Table`: a plain-text table with aligned columns.
+* :class:`Table`: a plain-text table with aligned columns; :func:`percentile` of latencies.
 * :class:`ServerProcess` / :func:`broker_process`: a broker (or any server printing
   ``... listening on HOST:PORT``) in a subprocess; :func:`append_spread` fills a store's
   queues the way the broker stores tagged sends.
@@ -222,6 +222,13 @@ class Table:
 
     def print(self) -> None:
         print(self.render(), flush=True)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``: the value at index ``int(q * n)`` of the sorted
+    values (the last one for q = 1)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def fmt_int(value: float) -> str:

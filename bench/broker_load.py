@@ -34,7 +34,7 @@ from pathlib import Path
 import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Table, broker_process, fmt_ratio, stop_process
+from _common import Table, broker_process, fmt_ratio, percentile, stop_process
 
 from rmq_spark.proto_gen.rocketlite.v1 import (
     admin_pb2,
@@ -138,11 +138,6 @@ class Broker:
             self.messaging.SendMessages(request, timeout=60)
             latencies.append(time.perf_counter() - started)
         return latencies
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def start_helper(argv: list[str], ready: str, log_path: Path) -> subprocess.Popen:

@@ -31,18 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import broker_process
+from _common import broker_process, percentile
 
 TOPIC = "latency"
 QUEUES = 4
 TARGET_P99_MS = 1000.0
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values`` by the nearest-rank rule."""
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q * len(ordered) + 0.5) - 1))
-    return ordered[rank]
 
 
 def send_trickle(endpoint: str, seconds: float, interval_s: float, stop: threading.Event) -> int:
