@@ -21,11 +21,12 @@ from rmq_spark.client.message import (
     encode_columns,
     new_unique_keys,
 )
+from rmq_spark.codec.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, TAGS, UNIQ_KEY
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 
 #: what a plain message's property blob holds after its tag: the UNIQ_KEY property
-_KEY_NAME = "UNIQ_KEY\x01"
-_END = "\x02"
+_KEY_NAME = UNIQ_KEY + NAME_VALUE_SEPARATOR
+_END = PROPERTY_SEPARATOR
 #: a columnar chunk's bytes besides bodies and properties (as encode_columns counts them)
 _COLUMN_OVERHEAD_BYTES = 32
 _first = operator.itemgetter(0)
@@ -78,7 +79,10 @@ class PlainBatch(Sequence[Message]):
         encoding (then the caller takes that path, which refuses them clearly)."""
         n = len(self.bodies)
         distinct = list(dict.fromkeys(self.tags))
-        heads = {tag: f"TAGS\x01{tag}\x02{_KEY_NAME}" if tag else _KEY_NAME for tag in distinct}
+        heads = {
+            tag: f"{TAGS}{NAME_VALUE_SEPARATOR}{tag}{_END}{_KEY_NAME}" if tag else _KEY_NAME
+            for tag in distinct
+        }
         keys = self.unique_keys
         if len(distinct) == 1:
             head = heads[distinct[0]]
