@@ -61,8 +61,6 @@ class ByteColumn(Sequence[bytes]):
             lengths = self.ends.copy()
             lengths[1:] -= self.ends[:-1]
             self._lengths = lengths
-        self._arrow: pa.LargeBinaryArray | None = None  # made once, on first use
-        self._items: list[bytes] | None = None
         return self._lengths
 
     def offsets(self) -> np.ndarray:
