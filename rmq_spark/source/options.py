@@ -27,6 +27,8 @@ from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import SYSTEM_PREFIXES, validate_group, validate_topic
 from rmq_spark.offsets.json_codec import MAX_OFFSET
 from rmq_spark.offsets.spark import parse_offsets_json, parse_timestamps_json
+from rmq_spark.source.option_checks import check_combinations
+from rmq_spark.source.option_values import RawOptions, bad
 from rmq_spark.structs import MessageQueue
 
 StartKind = Literal["earliest", "latest", "group", "offsets", "timestamp", "byTimestamp"]
@@ -112,10 +114,6 @@ _MAX_INT = 2**31 - 1
 #: queues unread (their offsets still advance) or read twice.
 PARTITIONING_STRATEGIES = ("avg", "avgByCircle", "consistentHash")
 
-_DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)", re.IGNORECASE)
-_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-_BYTES = re.compile(r"(\d+)\s*(b|k|kb|m|mb|g|gb|t|tb)?", re.IGNORECASE)
-_BYTES_SHIFT = {"b": 0, "k": 10, "kb": 10, "m": 20, "mb": 20, "g": 30, "gb": 30, "t": 40, "tb": 40}
 _JSON_SHAPE = "{topic: {brokerName: {queueId: value}}}"
 
 
@@ -201,7 +199,7 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
         """Check ``options`` (Spark's map, any key case) for a streaming or batch query."""
-        raw = _Raw(_canonical_keys(options), streaming)
+        raw = RawOptions(_canonical_keys(options), streaming)
         _check_mode(raw)
         topics, pattern = _subscription_target(raw)
         group = raw.get("group")
@@ -236,7 +234,7 @@ class SourceOptions:
             **_tls(raw),
             **_credentials(raw),
         )
-        _check_combinations(raw, parsed)
+        check_combinations(raw, parsed)
         return parsed
 
     def tls_settings(self) -> dict:
@@ -260,87 +258,6 @@ class SourceOptions:
         if topic.startswith(SYSTEM_PREFIXES) and not self.topic_pattern.startswith("%"):
             return False
         return re.fullmatch(self.topic_pattern, topic) is not None
-
-
-class _Raw:
-    """The options after key normalisation, with typed getters that name the option."""
-
-    def __init__(self, values: dict[str, str], streaming: bool) -> None:
-        self.values = values
-        self.streaming = streaming
-
-    def has(self, name: str) -> bool:
-        return name in self.values
-
-    def get(self, name: str) -> str | None:
-        return self.values.get(name)
-
-    def count(
-        self,
-        name: str,
-        maximum: int,
-        *,
-        minimum: int = 1,
-        default: int | None = None,
-        expected: str | None = None,
-    ) -> int | None:
-        text = self.get(name)
-        if text is None:
-            return default
-        stripped = text.strip()
-        if not (stripped.isascii() and stripped.isdigit() and minimum <= int(stripped) <= maximum):
-            what = f"{expected}: " if expected else ""
-            raise bad(name, text, f"expected {what}a whole number in {minimum}..{maximum}")
-        return int(stripped)
-
-    def setting(self, name: str, maximum: int, minimum: int, default: int) -> int:
-        value = self.count(name, maximum, minimum=minimum, default=default)
-        assert value is not None
-        return value
-
-    def timestamp_ms(self, name: str) -> int | None:
-        return self.count(
-            name, MAX_OFFSET, minimum=0, expected="milliseconds since the epoch, e.g. 1700000000000"
-        )
-
-    def size_bytes(self, name: str) -> int | None:
-        text = self.get(name)
-        if text is None:
-            return None
-        match = _BYTES.fullmatch(text.strip())
-        if match is None or int(match[1]) == 0:
-            raise bad(name, text, "expected a positive size in bytes, e.g. 1048576, 512k or 64m")
-        value = int(match[1]) << _BYTES_SHIFT[(match[2] or "b").lower()]
-        if value > MAX_OFFSET:
-            raise bad(name, text, f"expected at most {MAX_OFFSET} bytes")
-        return value
-
-    def duration_ms(self, name: str, default: int) -> int:
-        text = self.get(name)
-        if text is None:
-            return default
-        match = _DURATION.fullmatch(text.strip())
-        if match is None or int(match[1]) == 0:
-            raise bad(
-                name,
-                text,
-                "expected a positive duration with a unit (ms, s, m, h or d), e.g. 15m, 30s "
-                "or 500ms",
-            )
-        return int(match[1]) * _DURATION_MS[match[2].lower()]
-
-    def flag(self, name: str, default: bool) -> bool:
-        text = self.get(name)
-        if text is None:
-            return default
-        if text.strip().lower() not in ("true", "false"):
-            raise bad(name, text, "expected true or false")
-        return text.strip().lower() == "true"
-
-
-def bad(name: str, value: object, expected: str) -> InvalidArgumentError:
-    """The error for one option with a bad value."""
-    return InvalidArgumentError(f"option {name}={_short(value)} is invalid: {expected}")
 
 
 def _canonical_keys(options: Mapping[str, str]) -> dict[str, str]:
@@ -370,7 +287,7 @@ def _unknown_message(key: str) -> str:
     )
 
 
-def _endpoints(raw: _Raw) -> tuple[str, ...]:
+def _endpoints(raw: RawOptions) -> tuple[str, ...]:
     from rmq_spark.client.endpoints import Endpoints
 
     text = raw.get("endpoints")
@@ -385,7 +302,7 @@ def _endpoints(raw: _Raw) -> tuple[str, ...]:
         raise bad("endpoints", text, str(exc)) from None
 
 
-def _tls(raw: _Raw) -> dict:
+def _tls(raw: RawOptions) -> dict:
     """The TLS options, checked here on the driver: files readable and usable, a client
     certificate with its key."""
     from rmq_spark import tls
@@ -419,7 +336,7 @@ def _tls(raw: _Raw) -> dict:
     return {"tls": enabled, "tls_ca_file": ca, "tls_cert_file": cert, "tls_key_file": key}
 
 
-def _subscription_target(raw: _Raw) -> tuple[tuple[str, ...], str | None]:
+def _subscription_target(raw: RawOptions) -> tuple[tuple[str, ...], str | None]:
     given = [name for name in ("topic", "topics", "topicPattern") if raw.has(name)]
     if len(given) != 1:
         found = f"got {' and '.join(given)}" if given else "got none"
@@ -462,7 +379,7 @@ def _checked(
         raise bad(name, text if option_value is None else option_value, str(exc)) from None
 
 
-def _sub_expression(raw: _Raw) -> Subscription:
+def _sub_expression(raw: RawOptions) -> Subscription:
     text = raw.get("subExpression")
     try:
         return parse_subscription(text)
@@ -470,7 +387,7 @@ def _sub_expression(raw: _Raw) -> Subscription:
         raise bad("subExpression", text, str(exc)) from None
 
 
-def _starting(raw: _Raw, group: str | None) -> StartingPosition:
+def _starting(raw: RawOptions, group: str | None) -> StartingPosition:
     by_timestamp = raw.get("startingOffsetsByTimestamp")
     timestamp = raw.timestamp_ms("startingTimestamp")
     text = raw.get("startingOffsets")
@@ -524,7 +441,9 @@ def _starting(raw: _Raw, group: str | None) -> StartingPosition:
     return StartingPosition("offsets", offsets=offsets)
 
 
-def _starting_from_group(raw: _Raw, group: str | None, timestamp: int | None) -> StartingPosition:
+def _starting_from_group(
+    raw: RawOptions, group: str | None, timestamp: int | None
+) -> StartingPosition:
     if group is None:
         raise InvalidArgumentError(
             "option startingOffsets=group needs the option group (the consumer group whose "
@@ -552,11 +471,11 @@ def _starting_from_group(raw: _Raw, group: str | None, timestamp: int | None) ->
     return StartingPosition("group", timestamp_ms=timestamp, group_fallback=fallback)  # type: ignore[arg-type]
 
 
-def _mode_default(raw: _Raw) -> str:
+def _mode_default(raw: RawOptions) -> str:
     return "latest" if raw.streaming else "earliest"
 
 
-def _ending(raw: _Raw) -> EndingPosition:
+def _ending(raw: RawOptions) -> EndingPosition:
     text = raw.get("endingOffsets")
     timestamp = raw.timestamp_ms("endingTimestamp")
     if timestamp is not None:
@@ -574,7 +493,7 @@ def _ending(raw: _Raw) -> EndingPosition:
     return EndingPosition("offsets", offsets=offsets)
 
 
-def _commit_offsets(raw: _Raw, group: str | None) -> bool:
+def _commit_offsets(raw: RawOptions, group: str | None) -> bool:
     commit = raw.flag("commitOffsets", group is not None and raw.streaming)
     if commit and group is None:
         raise InvalidArgumentError(
@@ -584,7 +503,7 @@ def _commit_offsets(raw: _Raw, group: str | None) -> bool:
     return commit
 
 
-def _allocate_strategy(raw: _Raw) -> str | None:
+def _allocate_strategy(raw: RawOptions) -> str | None:
     text = raw.get("allocateStrategy")
     if text is None:
         return None
@@ -601,7 +520,7 @@ def _allocate_strategy(raw: _Raw) -> str | None:
     raise bad("allocateStrategy", text, expected)
 
 
-def _check_mode(raw: _Raw) -> None:
+def _check_mode(raw: RawOptions) -> None:
     wrong_mode = sorted((BATCH_ONLY if raw.streaming else STREAMING_ONLY).intersection(raw.values))
     if wrong_mode:
         if raw.streaming:
@@ -611,7 +530,7 @@ def _check_mode(raw: _Raw) -> None:
         raise InvalidArgumentError(f"option {wrong_mode[0]} only applies to {where}; remove it")
 
 
-def _credentials(raw: _Raw) -> dict[str, str]:
+def _credentials(raw: RawOptions) -> dict[str, str]:
     """accessKey with secretKey or secretKeyFile (read here, on the driver). Messages name
     the options and the file, never the secret."""
     access_key = raw.get("accessKey")
@@ -637,104 +556,6 @@ def _credentials(raw: _Raw) -> dict[str, str]:
     return {"access_key": access_key, "secret_key": secret}
 
 
-def _check_combinations(raw: _Raw, opts: SourceOptions) -> None:
-    _check_trigger_limits(raw, opts)
-    _check_partitioning(opts)
-    _check_json_topics(opts)
-    _check_start_before_end(opts)
-
-
-def _check_trigger_limits(raw: _Raw, opts: SourceOptions) -> None:
-    low, high = opts.min_messages_per_trigger, opts.max_messages_per_trigger
-    if low is not None and high is not None and low > high:
-        raise InvalidArgumentError(
-            f"option minMessagesPerTrigger={low} is above maxMessagesPerTrigger={high}; "
-            "the minimum must not exceed the maximum"
-        )
-    if raw.has("maxTriggerDelay") and low is None:
-        raise InvalidArgumentError(
-            "option maxTriggerDelay only applies with minMessagesPerTrigger (it bounds how "
-            "long a trigger waits for that many messages); remove it or set both"
-        )
-
-
-def _check_partitioning(opts: SourceOptions) -> None:
-    if (opts.allocate_strategy is None) != (opts.num_partitions is None):
-        given, missing = (
-            ("allocateStrategy", "numPartitions")
-            if opts.num_partitions is None
-            else ("numPartitions", "allocateStrategy")
-        )
-        raise InvalidArgumentError(
-            f"option {given} needs the option {missing}: allocateStrategy groups the queues "
-            "into numPartitions Spark partitions"
-        )
-    splitting = [
-        name
-        for name, value in (
-            ("minPartitions", opts.min_partitions),
-            ("maxMessagesPerPartition", opts.max_messages_per_partition),
-        )
-        if value is not None
-    ]
-    if opts.allocate_strategy is not None and splitting:
-        raise InvalidArgumentError(
-            f"option {splitting[0]} splits queue ranges, allocateStrategy groups whole queues; "
-            "use one or the other"
-        )
-
-
-def _check_json_topics(opts: SourceOptions) -> None:
-    start_name = (
-        "startingOffsetsByTimestamp" if opts.starting.kind == "byTimestamp" else "startingOffsets"
-    )
-    named = [
-        (start_name, opts.starting.offsets),
-        ("endingOffsets", opts.ending and opts.ending.offsets),
-    ]
-    for name, offsets in named:
-        for mq in sorted(offsets or {}):
-            if not opts.subscribes(mq.topic):
-                raise InvalidArgumentError(
-                    f"option {name} names topic {mq.topic!r}, which this source does not "
-                    f"read ({_target(opts)}); remove it or subscribe to it"
-                )
-
-
-def _check_start_before_end(opts: SourceOptions) -> None:
-    start, end = opts.starting, opts.ending
-    if end is None:
-        return
-    if start.kind == "timestamp" and end.kind == "timestamp":
-        assert start.timestamp_ms is not None and end.timestamp_ms is not None
-        if start.timestamp_ms > end.timestamp_ms:
-            raise InvalidArgumentError(
-                f"option startingTimestamp={start.timestamp_ms} is after "
-                f"endingTimestamp={end.timestamp_ms}"
-            )
-    if start.kind == "offsets" and end.kind == "offsets":
-        assert start.offsets is not None and end.offsets is not None
-        for mq in sorted(start.offsets.keys() & end.offsets.keys()):
-            first, last = start.offsets[mq], end.offsets[mq]
-            if first >= 0 and last >= 0 and first > last:
-                raise InvalidArgumentError(
-                    f"option startingOffsets starts topic {mq.topic!r} broker "
-                    f"{mq.broker_name!r} queue {mq.queue_id} at {first}, after its "
-                    f"endingOffsets {last}"
-                )
-
-
 def _check_not_empty(name: str, text: str, offsets: dict[MessageQueue, int]) -> None:
     if not offsets:
         raise bad(name, text, f"names no queue; expected {_JSON_SHAPE}")
-
-
-def _target(opts: SourceOptions) -> str:
-    if opts.topic_pattern is not None:
-        return f"topicPattern={opts.topic_pattern!r}"
-    return f"topics {', '.join(opts.topics)}"
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
