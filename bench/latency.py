@@ -14,6 +14,16 @@ same run:
 Messages sent during a warm-up (``--warmup-seconds``, default 10 s) are not counted: the
 first batches with data start Spark's Python workers, a cost a long-running query pays once.
 
+Spark runs two cases, one after the other in one session, each with its own warm-up and its
+own long-polling baseline:
+
+* ``defaults``: the source's and Spark's defaults (one task per queue with data);
+* ``low latency``: the settings docs/performance.md recommends for latency:
+  ``minMessagesPerPartition`` (a small batch is read by one task; Spark spends 0.1-0.3 s on
+  every task of a micro-batch) and Spark's ``FileSystemBasedCheckpointFileManager`` (the
+  default one makes Hadoop start ``chmod``/``readlink`` processes for every checkpoint log
+  file on a local disk).
+
 It prints p50, p90, p99 and max of each, in milliseconds. The target is p99 < 1 s for Spark.
 Run: ``.venv/bin/python bench/latency.py [--quick]``.
 """
@@ -74,59 +84,79 @@ def pull_latencies(endpoint: str, expected: int, stop: threading.Event) -> list[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=30.0, help="how long to send")
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long to send, per case")
     parser.add_argument("--interval-ms", type=float, default=50.0)
     parser.add_argument("--warmup-seconds", type=float, default=10.0, help="sends not counted")
-    parser.add_argument("--quick", action="store_true", help="4 s of sends after 2 s")
+    parser.add_argument("--quick", action="store_true", help="5 s of sends after 3 s, per case")
     parser.add_argument(
         "--option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an option of the Spark source, e.g. numPartitions=1 (repeatable)",
+        help="an option of the Spark source for both cases, e.g. pullBatchSize=64 (repeatable)",
     )
     args = parser.parse_args()
     if args.quick:
-        args.seconds, args.warmup_seconds = 4.0, 2.0
+        args.seconds, args.warmup_seconds = 5.0, 3.0
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     work = Path(tempfile.mkdtemp(prefix="rmq-latency-bench-"))
     broker = broker_process(work / "store", work / "broker.log").start()
     try:
-        spark_ms, pull_ms, sent = run(args, broker.endpoint, work)
+        results = run(args, broker.endpoint, work)
     finally:
         broker.stop()
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)
     print(
-        f"\n{sent:,} messages, one every {args.interval_ms:g} ms for {args.seconds:g} s; "
+        f"\none message every {args.interval_ms:g} ms for {args.seconds:g} s per case; "
         "latency = time seen - bornTimestamp, ms"
     )
-    print(f"{'reader':<44} {'n':>5} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}  target")
-    for name, values, target in (
-        ("Spark readStream, default trigger, foreachBatch", spark_ms, TARGET_P99_MS),
-        ("baseline: PullConsumer long poll", pull_ms, None),
-    ):
-        if not values:
-            print(f"{name:<44} no message seen")
-            continue
-        p99 = percentile(values, 0.99)
-        verdict = (
-            "" if target is None else f"  p99 < {target:g}: {'met' if p99 < target else 'MISSED'}"
-        )
-        print(
-            f"{name:<44} {len(values):>5} {percentile(values, 0.5):>7.0f} "
-            f"{percentile(values, 0.9):>7.0f} {p99:>7.0f} {max(values):>7.0f}{verdict}"
-        )
-    if spark_ms and pull_ms:
-        ratio = statistics.median(spark_ms) / statistics.median(pull_ms)
-        print(f"Spark p50 / baseline p50: {ratio:.1f}x")
+    print(
+        f"{'case':<12} {'reader':<40} {'n':>5} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}  target"
+    )
+    for case, (spark_ms, pull_ms, sent) in results.items():
+        for name, values, target in (
+            ("Spark readStream, default trigger", spark_ms, TARGET_P99_MS),
+            ("baseline: PullConsumer long poll", pull_ms, None),
+        ):
+            label = f"{case:<12} {name:<40}"
+            if not values:
+                print(f"{label} no message seen (of {sent})")
+                continue
+            p99 = percentile(values, 0.99)
+            verdict = (
+                ""
+                if target is None
+                else f"  p99 < {target:g}: {'met' if p99 < target else 'MISSED'}"
+            )
+            print(
+                f"{label} {len(values):>5} {percentile(values, 0.5):>7.0f} "
+                f"{percentile(values, 0.9):>7.0f} {p99:>7.0f} {max(values):>7.0f}{verdict}"
+            )
+        if spark_ms and pull_ms:
+            ratio = statistics.median(spark_ms) / statistics.median(pull_ms)
+            print(f"{case:<12} Spark p50 / baseline p50: {ratio:.1f}x")
 
 
-def run(args, endpoint: str, work: Path) -> tuple[list[float], list[float], int]:
+#: case -> (source options, Spark SQL settings); see the module doc
+CASES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "defaults": ({}, {}),
+    "low latency": (
+        {"minMessagesPerPartition": "10000"},
+        {
+            "spark.sql.streaming.checkpointFileManagerClass": (
+                "org.apache.spark.sql.execution.streaming.checkpointing."
+                "FileSystemBasedCheckpointFileManager"
+            )
+        },
+    ),
+}
+
+
+def run(args, endpoint: str, work: Path) -> dict[str, tuple[list[float], list[float], int]]:
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     from rmq_spark.client import Admin
 
@@ -140,6 +170,26 @@ def run(args, endpoint: str, work: Path) -> tuple[list[float], list[float], int]
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    extra = dict(kv.split("=", 1) for kv in args.option)
+    try:
+        return {
+            case: run_case(
+                spark, args, endpoint, work / f"checkpoint-{i}", {**options, **extra}, conf
+            )
+            for i, (case, (options, conf)) in enumerate(CASES.items())
+        }
+    finally:
+        spark.stop()
+
+
+def run_case(
+    spark, args, endpoint: str, checkpoint: Path, options: dict[str, str], conf: dict[str, str]
+) -> tuple[list[float], list[float], int]:
+    """One query from the topic's end: warm-up, then the measured trickle."""
+    from pyspark.sql import functions as F
+
+    for key, value in conf.items():
+        spark.conf.set(key, value)
     spark_ms: list[float] = []
 
     def on_batch(df, batch_id: int) -> None:
@@ -152,40 +202,43 @@ def run(args, endpoint: str, work: Path) -> tuple[list[float], list[float], int]
         .option("endpoints", endpoint)
         .option("topic", TOPIC)
         .option("startingOffsets", "latest")
-        .options(**dict(kv.split("=", 1) for kv in args.option))
+        .options(**options)
         .load()
         .writeStream.foreachBatch(on_batch)
-        .option("checkpointLocation", str(work / "checkpoint"))
+        .option("checkpointLocation", str(checkpoint))
         .start()
     )
-    # Wait until the query runs micro-batches (its first one fixes the start offsets), then
-    # warm it up: the first batches with data start Spark's Python workers (seconds each),
-    # which a long-running query pays once. Those messages are not counted.
-    deadline = time.monotonic() + 120
-    while query.lastProgress is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stop = threading.Event()
-    warm = send_trickle(endpoint, args.warmup_seconds, args.interval_ms / 1000, stop)
-    deadline = time.monotonic() + 60
-    while len(spark_ms) < warm and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.0)
-    spark_ms.clear()
-    expected = int(args.seconds * 1000 / args.interval_ms) + 1
-    pull_ms: list[float] = []
-    puller = threading.Thread(
-        target=lambda: pull_ms.extend(pull_latencies(endpoint, expected, stop)), daemon=True
-    )
-    puller.start()
-    time.sleep(0.5)  # the puller has found the queues' ends
-    sent = send_trickle(endpoint, args.seconds, args.interval_ms / 1000, stop)
-    deadline = time.monotonic() + 30
-    while len(spark_ms) < sent and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stop.set()
-    puller.join(10)
-    query.stop()
-    spark.stop()
+    try:
+        # Wait until the query runs micro-batches (its first one fixes the start offsets),
+        # then warm it up: the first batches with data start Spark's Python workers
+        # (seconds each), which a long-running query pays once. Those are not counted.
+        deadline = time.monotonic() + 120
+        while query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop = threading.Event()
+        warm = send_trickle(endpoint, args.warmup_seconds, args.interval_ms / 1000, stop)
+        deadline = time.monotonic() + 60
+        while len(spark_ms) < warm and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        spark_ms.clear()
+        expected = int(args.seconds * 1000 / args.interval_ms) + 1
+        pull_ms: list[float] = []
+        puller = threading.Thread(
+            target=lambda: pull_ms.extend(pull_latencies(endpoint, expected, stop)), daemon=True
+        )
+        puller.start()
+        time.sleep(0.5)  # the puller has found the queues' ends
+        sent = send_trickle(endpoint, args.seconds, args.interval_ms / 1000, stop)
+        deadline = time.monotonic() + 30
+        while len(spark_ms) < sent and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop.set()
+        puller.join(10)
+    finally:
+        query.stop()
+        for key in conf:
+            spark.conf.unset(key)
     return spark_ms, pull_ms, sent
 
 

@@ -63,6 +63,17 @@ def _check_partitioning(opts: SourceOptions) -> None:
             f"option {splitting[0]} splits queue ranges, allocateStrategy groups whole queues; "
             "use one or the other"
         )
+    if opts.min_messages_per_partition is not None:
+        if opts.allocate_strategy is not None:
+            raise InvalidArgumentError(
+                "option minMessagesPerPartition groups queues by their message counts, "
+                "allocateStrategy by a RocketMQ strategy; use one or the other"
+            )
+        if splitting:
+            raise InvalidArgumentError(
+                f"option {splitting[0]} splits queue ranges, minMessagesPerPartition groups "
+                "whole queues; use one or the other"
+            )
 
 
 def _check_json_topics(opts: SourceOptions) -> None:

@@ -59,6 +59,7 @@ OPTION_NAMES: tuple[str, ...] = (
     "numPartitions",
     "minPartitions",
     "maxMessagesPerPartition",
+    "minMessagesPerPartition",
     "pullBatchSize",
     "pullTimeoutMs",
     "maxRetries",
@@ -173,6 +174,8 @@ class SourceOptions:
     num_partitions: int | None = None
     min_partitions: int | None = None
     max_messages_per_partition: int | None = None
+    #: group whole queues until a partition holds this many messages (small batches: one task)
+    min_messages_per_partition: int | None = None
     pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE
     pull_timeout_ms: int = DEFAULT_PULL_TIMEOUT_MS
     max_retries: int = DEFAULT_MAX_RETRIES
@@ -224,6 +227,7 @@ class SourceOptions:
             num_partitions=raw.count("numPartitions", MAX_PARTITIONS),
             min_partitions=raw.count("minPartitions", MAX_PARTITIONS),
             max_messages_per_partition=raw.count("maxMessagesPerPartition", MAX_OFFSET),
+            min_messages_per_partition=raw.count("minMessagesPerPartition", MAX_OFFSET),
             pull_batch_size=raw.setting(
                 "pullBatchSize", MAX_PULL_BATCH_SIZE, 1, DEFAULT_PULL_BATCH_SIZE
             ),

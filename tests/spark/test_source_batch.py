@@ -109,6 +109,17 @@ def test_max_messages_per_partition_splits_large_queues(spark, broker, topic):
     assert rows_of(df) == sent
 
 
+def test_min_messages_per_partition_reads_a_small_batch_in_one_task(spark, broker, topic):
+    create_topic(broker.endpoint, topic, queues=4)
+    sent = produce(broker.endpoint, topic, {0: 10, 1: 0, 2: 7, 3: 40})
+    df = batch(spark, broker.endpoint, topic, minMessagesPerPartition="100", pullBatchSize="8")
+    assert df.rdd.getNumPartitions() == 1
+    assert rows_of(df) == sent
+    df = batch(spark, broker.endpoint, topic, minMessagesPerPartition="15")
+    assert df.rdd.getNumPartitions() == 2  # queues 0 + 2 (17 messages), then queue 3
+    assert rows_of(df) == sent
+
+
 def test_streaming_only_option_fails_a_batch_query_naming_it(spark, broker, topic):
     create_topic(broker.endpoint, topic, queues=1)
     with pytest.raises(Exception, match="option maxMessagesPerTrigger only applies to streaming"):

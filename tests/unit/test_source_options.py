@@ -396,6 +396,24 @@ def test_splitting_options() -> None:
     )
 
 
+def test_grouping_option() -> None:
+    assert parse(minMessagesPerPartition="5000").min_messages_per_partition == 5000
+    fails(
+        "option minMessagesPerPartition groups queues by their message counts, "
+        "allocateStrategy by a RocketMQ strategy",
+        minMessagesPerPartition="5000",
+        allocateStrategy="avg",
+        numPartitions="2",
+    )
+    fails(
+        "option maxMessagesPerPartition splits queue ranges, minMessagesPerPartition groups "
+        "whole queues",
+        minMessagesPerPartition="5000",
+        maxMessagesPerPartition="100",
+    )
+    fails("option minMessagesPerPartition='0' is invalid", minMessagesPerPartition="0")
+
+
 def test_pull_and_retry_options() -> None:
     opts = parse(pullBatchSize="32", pullTimeoutMs="2500", maxRetries="0", retryBackoffMs="0")
     assert (opts.pull_batch_size, opts.pull_timeout_ms) == (32, 2500)

@@ -30,6 +30,7 @@ from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import (
     PlannedPartition,
     QueueRange,
+    group_queues,
     piece_counts,
     plan_for_options,
     plan_partitions,
@@ -316,6 +317,33 @@ def test_piece_count_table(
 
 
 @pytest.mark.parametrize(
+    ("sizes", "min_messages", "expected"),
+    [
+        ([5, 5, 5, 5], 100, [[0, 1, 2, 3]]),  # a small batch: one task
+        ([50, 60, 70, 80], 10, [[0], [1], [2], [3]]),  # a large one: a task per queue
+        ([5, 0, 3, 9], 8, [[0, 2], [3]]),  # queues without messages are left out
+        ([9, 1, 1], 8, [[0, 1, 2]]),  # a last group under the minimum joins the one before
+        ([4, 4, 4, 4, 4], 8, [[0, 1], [2, 3, 4]]),
+        ([0, 0], 8, []),
+    ],
+)
+def test_group_queues_table(sizes: list[int], min_messages: int, expected: list) -> None:
+    groups = group_queues({mq(i): n for i, n in enumerate(sizes)}, min_messages)
+    assert [[q.queue_id for q in group] for group in groups] == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(ranges_strategy, st.integers(1, 20_000))
+def test_grouping_reads_every_range_whole_and_once(ranges: dict, min_messages: int) -> None:
+    partitions = plan_partitions(ranges, min_messages_per_partition=min_messages)
+    assert_exact_cover(ranges, partitions)
+    assert all(len({r.mq for r in p.ranges}) == len(p.ranges) for p in partitions)
+    assert all(p.size >= min_messages for p in partitions[:-1])
+    if sum(e - s for s, e in ranges.values()) < 2 * min_messages:
+        assert len(partitions) <= 1
+
+
+@pytest.mark.parametrize(
     ("start", "end", "parts", "expected"),
     [
         (10, 20, 3, [(10, 14), (14, 17), (17, 20)]),
@@ -399,6 +427,10 @@ def test_planning_argument_errors() -> None:
         plan_partitions(
             {mq(0): (0, 1)}, allocate_strategy="avg", num_partitions=2, min_partitions=4
         )
+    with pytest.raises(InvalidArgumentError, match="it cannot be combined with min_partitions"):
+        plan_partitions({mq(0): (0, 1)}, min_messages_per_partition=4, min_partitions=2)
+    with pytest.raises(InvalidArgumentError, match="min_messages_per_partition must be >= 1"):
+        plan_partitions({mq(0): (0, 1)}, min_messages_per_partition=0)
     with pytest.raises(InvalidArgumentError, match=r"range 5\.\.3 of"):
         plan_partitions({mq(0): (5, 3)})
     with pytest.raises(InvalidArgumentError, match="unknown allocate strategy 'nope'"):
