@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="how long to send, per case")
     parser.add_argument("--interval-ms", type=float, default=50.0)
     parser.add_argument("--warmup-seconds", type=float, default=10.0, help="sends not counted")
-    parser.add_argument("--quick", action="store_true", help="5 s of sends after 3 s, per case")
+    parser.add_argument("--quick", action="store_true", help="4 s of sends after 2 s, per case")
     parser.add_argument(
         "--option",
         action="append",
@@ -97,7 +97,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        args.seconds, args.warmup_seconds = 5.0, 3.0
+        args.seconds, args.warmup_seconds = 4.0, 2.0
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     work = Path(tempfile.mkdtemp(prefix="rmq-latency-bench-"))
