@@ -5,11 +5,12 @@ with ``--port 0`` can read the bound port::
 
     rocketlite broker broker-a listening on 127.0.0.1:40123 store=/data/broker-a
 
-Logs go to stderr. SIGTERM or SIGINT shuts it down cleanly; SIGUSR1 writes every thread's
-stack to the log. Bad flags or settings (TLS files that cannot be read or do not match
-included) print one error line and exit with 2; a broker that cannot start (port taken,
-store locked or unreadable, a non-loopback ``--host`` without TLS and ``--acl`` or
-``--insecure``) prints one error line and exits with 1.
+Logs go to stderr. SIGTERM or SIGINT shuts it down cleanly (one arriving while it starts
+stops it once its store is open); SIGUSR1 writes every thread's stack to the log. Bad flags
+or settings (TLS files that cannot be read or do not match included) print one error line
+and exit with 2; a broker that cannot start (port taken, store locked or unreadable, a
+non-loopback ``--host`` without TLS and ``--acl`` or ``--insecure``) prints one error line
+and exits with 1.
 """
 
 from __future__ import annotations
