@@ -286,8 +286,8 @@ def serve(config: BrokerConfig, on_started: Callable[[BrokerServer], None] | Non
 
     def on_signal(signum, _frame):
         # Only note it. The handler runs between two bytecodes of the main thread, wherever
-        # that was (inside a lock's wait too), so taking a lock here (a threading.Event, a
-        # log handler) could deadlock; the main thread below does the rest.
+        # that was: taking a lock the main thread holds (a threading.Event's) would deadlock,
+        # and a log line could land inside one being written. The main thread does the rest.
         signals.append(signum)
 
     # Before the store is opened: from then on a signal must get a clean shutdown (the
