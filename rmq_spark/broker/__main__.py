@@ -5,17 +5,21 @@ with ``--port 0`` can read the bound port::
 
     rocketlite broker broker-a listening on 127.0.0.1:40123 store=/data/broker-a
 
-Logs go to stderr. SIGTERM or SIGINT shuts it down cleanly. Bad flags or settings (TLS files
-that cannot be read or do not match included) print one error line and exit with 2; a broker
-that cannot start (port taken, store locked or unreadable, a non-loopback ``--host`` without
-TLS and ``--acl`` or ``--insecure``) prints one error line and exits with 1.
+Logs go to stderr. SIGTERM or SIGINT shuts it down cleanly (one arriving while it starts
+stops it once its store is open); SIGUSR1 writes every thread's stack to the log. Bad flags
+or settings (TLS files that cannot be read or do not match included) print one error line
+and exit with 2; a broker that cannot start (port taken, store locked or unreadable, a
+non-loopback ``--host`` without TLS and ``--acl`` or ``--insecure``) prints one error line
+and exits with 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import re
+import signal
 import sys
 
 from rmq_spark.broker.config import DEFAULT_DELAY_LEVELS, DEFAULT_PORT, BrokerConfig
@@ -285,6 +289,9 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format=LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S", stream=sys.stderr
     )
+    # SIGUSR1 writes every thread's Python stack to the log (stderr): a hung broker tells
+    # where it waits without a debugger.
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     try:
         config = config_from_args(args)
         faults.install_from_environment()  # test-only fault injection, off unless set

@@ -36,6 +36,8 @@ log = logging.getLogger("rmq_spark.broker")
 
 #: calls that may wait to be picked up by the event loop (gRPC's default is 1,000)
 MAX_PENDING_CALLS = 100_000
+#: the longest a signal waits for serve() to act on it (see there)
+SIGNAL_CHECK_S = 0.1
 
 
 class _LoopThread:
@@ -91,9 +93,12 @@ class BrokerServer:
         return self.broker.endpoint
 
     def start(self) -> BrokerServer:
-        if self._stopped.is_set():  # a signal stopped it before it started
-            return self
-        self._loop_thread.call(self._server.start())
+        # Not while stop() runs (a failed store stops the broker from a thread of its own):
+        # it closes the event loop, and a start queued on a closed loop never ends.
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return self
+            self._loop_thread.call(self._server.start())
         config = self.broker.config
         log.info(
             "broker %s listening on %s, %s (store %s, flush %s)",
@@ -146,8 +151,9 @@ class BrokerServer:
     def stopped(self) -> bool:
         return self._stopped.is_set()
 
-    def wait(self) -> None:
-        self._stopped.wait()
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until stopped (or ``timeout_s`` passed); whether it is stopped."""
+        return self._stopped.wait(timeout_s)
 
     def __enter__(self) -> BrokerServer:
         return self.start()
@@ -272,22 +278,38 @@ async def _bind(
 def serve(config: BrokerConfig, on_started: Callable[[BrokerServer], None] | None = None) -> None:
     """Run a broker in the foreground until SIGTERM or SIGINT, then shut down cleanly.
 
-    ``on_started`` runs once the broker serves (e.g. to announce the bound port).
+    ``on_started`` runs once the broker serves (e.g. to announce the bound port). A signal
+    that arrives while the broker opens its store stops it once the store is open, without
+    serving.
     """
-    broker_server, _ = create_server(config)
+    signals: list[int] = []
 
     def on_signal(signum, _frame):
-        log.info("received %s, shutting down", signal.Signals(signum).name)
-        threading.Thread(target=broker_server.stop, name="rmq-shutdown").start()
+        # Only note it. The handler runs between two bytecodes of the main thread, wherever
+        # that was: taking a lock the main thread holds (a threading.Event's) would deadlock,
+        # and a log line could land inside one being written. The main thread does the rest.
+        signals.append(signum)
 
-    # Before start(): whoever sees the broker up may stop it at once, and must get a clean
-    # shutdown (a default SIGTERM would leave the store to crash recovery).
+    # Before the store is opened: from then on a signal must get a clean shutdown (the
+    # default action would leave the store to crash recovery).
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    broker_server.start()
-    if on_started is not None:
-        on_started(broker_server)
-    broker_server.wait()
+    broker_server, _ = create_server(config)
+    try:
+        if not signals:
+            broker_server.start()
+            if on_started is not None:
+                on_started(broker_server)
+        # Wait in short slices, never in one unbounded wait: the kernel may hand SIGTERM to
+        # any thread of the process, and CPython then only flags it for the main thread, so a
+        # main thread blocked on a lock would never run the handler and the broker would
+        # ignore the signal. Waking up every slice runs the flagged handler.
+        while not signals and not broker_server.wait(SIGNAL_CHECK_S):
+            pass
+        if signals:
+            log.info("received %s, shutting down", signal.Signals(signals[0]).name)
+    finally:
+        broker_server.stop()
     failure = broker_server.broker.store.failure
     if failure is not None:
         raise StoreFailedError(

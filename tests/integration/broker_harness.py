@@ -95,17 +95,24 @@ class BrokerProcess:
         ]
 
     def start(self, *extra_args: str, env: dict[str, str] | None = None) -> BrokerProcess:
-        """Start it; ``extra_args`` and ``env`` (added to this environment) for this start
-        only."""
+        """Start it and wait until it serves; ``extra_args`` and ``env`` (added to this
+        environment) for this start only."""
+        self.start_process(*extra_args, env=env)
+        self.ready_line = self._read_ready_line()
+        self.port = int(self.ready_line.split(" listening on ")[1].split()[0].rsplit(":", 1)[1])
+        return self
+
+    def start_process(
+        self, *extra_args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
+        """Start the process without waiting for it to serve (``start`` waits)."""
         assert not self.running, f"broker {self.name} is already running"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 self.command(extra_args), stdout=subprocess.PIPE, stderr=log, env=env
             )
-        self.ready_line = self._read_ready_line()
-        self.port = int(self.ready_line.split(" listening on ")[1].split()[0].rsplit(":", 1)[1])
-        return self
+        return self.process
 
     def _read_ready_line(self) -> str:
         assert self.process is not None and self.process.stdout is not None
