@@ -180,10 +180,14 @@ def serve_echo() -> int:
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # The handler only notes the signal (setting an Event there could wait on a lock the
+    # main thread holds); the main thread sleeps in slices so it runs the handler even when
+    # the kernel hands the signal to another thread.
+    signals: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: signals.append(signum))
     print(f"echo listening on 127.0.0.1:{port}", flush=True)
-    stop.wait()
+    while not signals:
+        time.sleep(0.1)
     server.stop(0.5).wait()
     return 0
 

@@ -24,7 +24,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 
 from rmq_spark.client.push import ConsumeStatus, PushConsumer, PushConsumerConfig
@@ -77,20 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     consumer.subscribe(args.topic)
     consumer.register_listener(listener)
 
-    stop = threading.Event()
-
-    def on_signal(signum, _frame):
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # The handler only notes the signal: it runs between two bytecodes of the main thread,
+    # and setting an Event there could wait on the Event's lock the main thread holds.
+    signals: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: signals.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: signals.append(signum))
 
     consumer.start()
     sys.stdout.write(f"ready {consumer.client_id}\n")
     sys.stdout.flush()
-    while not stop.wait(0.2):
-        pass
+    while not signals:
+        time.sleep(0.2)
+    log.info("signal %d: shutting down", signals[0])
     started = time.monotonic()
     consumer.shutdown()
     log.info(
