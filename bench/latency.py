@@ -118,7 +118,7 @@ def main() -> None:
     print(
         f"{'case':<12} {'reader':<40} {'n':>5} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}  target"
     )
-    for case, (spark_ms, pull_ms, sent) in results.items():
+    for case, (spark_ms, pull_ms, sent, _) in results.items():
         for name, values, target in (
             ("Spark readStream, default trigger", spark_ms, TARGET_P99_MS),
             ("baseline: PullConsumer long poll", pull_ms, None),
@@ -140,6 +140,10 @@ def main() -> None:
         if spark_ms and pull_ms:
             ratio = statistics.median(spark_ms) / statistics.median(pull_ms)
             print(f"{case:<12} Spark p50 / baseline p50: {ratio:.1f}x")
+    print("\nmedian ms of each part of a micro-batch with messages (the query's durationMs)")
+    print(f"{'case':<12} " + " ".join(f"{part:>16}" for part in CYCLE_PARTS))
+    for case, (*_, cycle) in results.items():
+        print(f"{case:<12} " + " ".join(f"{cycle.get(part, 0):>16.0f}" for part in CYCLE_PARTS))
 
 
 #: case -> (source options, Spark SQL settings); see the module doc
@@ -157,7 +161,7 @@ CASES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
 }
 
 
-def run(args, endpoint: str, work: Path) -> dict[str, tuple[list[float], list[float], int]]:
+def run(args, endpoint: str, work: Path) -> dict[str, tuple]:
     from pyspark.sql import SparkSession
 
     from rmq_spark.client import Admin
@@ -187,8 +191,10 @@ def run(args, endpoint: str, work: Path) -> dict[str, tuple[list[float], list[fl
 
 def run_case(
     spark, args, endpoint: str, checkpoint: Path, options: dict[str, str], conf: dict[str, str]
-) -> tuple[list[float], list[float], int]:
-    """One query from the topic's end: warm-up, then the measured trickle."""
+) -> tuple[list[float], list[float], int, dict[str, float]]:
+    """One query from the topic's end: warm-up, then the measured trickle. Returns the
+    latencies seen by Spark and by the baseline, how many were sent, and the median parts
+    of the micro-batches that read messages."""
     from pyspark.sql import functions as F
 
     for key, value in conf.items():
@@ -238,11 +244,26 @@ def run_case(
             time.sleep(0.1)
         stop.set()
         puller.join(10)
+        cycle = cycle_parts(query.recentProgress)
     finally:
         query.stop()
         for key in conf:
             spark.conf.unset(key)
-    return spark_ms, pull_ms, sent
+    return spark_ms, pull_ms, sent, cycle
+
+
+#: the parts of a micro-batch's progress (``durationMs``) worth printing
+CYCLE_PARTS = ("triggerExecution", "addBatch", "walCommit", "commitOffsets", "latestOffset")
+
+
+def cycle_parts(progress: list[dict]) -> dict[str, float]:
+    """Median ``durationMs`` of each part over the batches that read messages."""
+    batches = [p for p in progress if p.get("numInputRows")]
+    return {
+        part: statistics.median(p["durationMs"].get(part, 0) for p in batches)
+        for part in CYCLE_PARTS
+        if batches
+    }
 
 
 if __name__ == "__main__":
