@@ -289,9 +289,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format=LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S", stream=sys.stderr
     )
-    # SIGUSR1 writes every thread's Python stack to the log (stderr): a hung broker tells
-    # where it waits without a debugger.
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    _dump_stacks_on_sigusr1()
     try:
         config = config_from_args(args)
         faults.install_from_environment()  # test-only fault injection, off unless set
@@ -304,6 +302,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _dump_stacks_on_sigusr1() -> None:
+    """SIGUSR1 writes every thread's Python stack to the log (stderr): a hung broker tells
+    where it waits without a debugger. Skipped where stderr is no file (the broker run
+    inside another program that captures it) or the platform has no SIGUSR1."""
+    try:
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr.fileno(), all_threads=True)
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
