@@ -19,7 +19,6 @@ a batch with no data has no partitions. Four layouts:
   message. A queue cut into ``k`` pieces gets near-equal ones: the first ``n % k`` hold
   one message more. (Kafka's KafkaOffsetRangeCalculator rounds shares instead and may end
   above or below ``P``; this rule reaches ``P`` exactly when there are enough messages.)
-
 - **minMessagesPerPartition = M**: whole queues, in queue order, are grouped until a group
   holds at least ``M`` messages; a last group below ``M`` joins the one before it. A batch
   of fewer than ``M`` messages in all is one partition, while a large batch keeps one
@@ -109,11 +108,8 @@ def plan_partitions(
                 f"allocate_strategy={allocate_strategy!r} and num_partitions={num_partitions!r}"
                 " go together; num_partitions must be >= 1"
             )
-        if (min_partitions, max_messages_per_partition, min_messages_per_partition) != (
-            None,
-            None,
-            None,
-        ):
+        layout = (min_partitions, max_messages_per_partition, min_messages_per_partition)
+        if any(value is not None for value in layout):
             raise InvalidArgumentError(
                 "an allocation strategy groups whole queues; it cannot be combined with "
                 "min_partitions, max_messages_per_partition or min_messages_per_partition"
