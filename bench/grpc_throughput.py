@@ -11,7 +11,7 @@ Produce: 100-byte bodies, tag ``TagA``, batches of 1, 256 and 1024 messages, sen
 * 8 producers as 8 threads of one process (one ``Producer`` each);
 * 8 producers as 8 processes (one ``Producer`` each, ``multiprocessing`` spawn).
 
-Pull: N messages (1,000,000; ``--quick`` 100,000) of 100 bytes stored in 8 queues, read
+Pull: N messages (1,000,000; ``--quick`` 40,000) of 100 bytes stored in 8 queues, read
 to Arrow record batches over loopback by
 
 * ``PullConsumer.pull`` of one queue after the other, ``--pull-batch`` messages a call;
@@ -117,7 +117,7 @@ PRODUCERS = 8
 #: distinct messages per batch size; batches are consecutive slices, reused in turn
 POOL_MESSAGES = 4096
 DEFAULT_COUNT = 1_000_000
-QUICK_COUNT = 100_000
+QUICK_COUNT = 40_000
 DEFAULT_PULL_BATCH = 16_384
 #: bytes a pull may return: high enough that --pull-batch messages always fit
 PULL_MAX_BYTES = 32 << 20
@@ -832,7 +832,7 @@ def run_profiles(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_timing_args(parser, default=DEFAULT_TIMING, quick=QUICK_TIMING)
-    parser.add_argument("--count", type=int, help="messages to pull (1,000,000; quick 100,000)")
+    parser.add_argument("--count", type=int, help="messages to pull (1,000,000; quick 40,000)")
     parser.add_argument(
         "--pull-batch", type=int, default=DEFAULT_PULL_BATCH, help="messages per pull (%(default)s)"
     )

@@ -1,7 +1,7 @@
 """How long a broker takes to serve again after a crash, with a full commit-log segment.
 
     python bench/restart_time.py            # one full 1 GiB segment of 1 KiB messages
-    python bench/restart_time.py --quick    # a 32 MiB segment
+    python bench/restart_time.py --quick    # an 8 MiB segment
 
 A child process fills a store (default geometry: 1 GiB segments) through the store API and
 dies without closing it (``os._exit``: the ``abort`` marker stays, as after a SIGKILL), with
@@ -71,7 +71,7 @@ def crash_copy(store: Path, crashed: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a 32 MiB segment, 2 rounds")
+    parser.add_argument("--quick", action="store_true", help="an 8 MiB segment, 2 rounds")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fill", metavar="DIR", help=argparse.SUPPRESS)
     parser.add_argument("--segment-bytes", type=int, default=1 << 30, help=argparse.SUPPRESS)
@@ -79,7 +79,7 @@ def main() -> None:
     if args.fill:
         fill_and_crash(args.fill, args.segment_bytes)
         return
-    segment = (32 << 20) if args.quick else args.segment_bytes
+    segment = (8 << 20) if args.quick else args.segment_bytes
     rounds = 2 if args.quick else args.rounds
     work = Path(tempfile.mkdtemp(prefix="rocketlite-restart-"))
     try:
