@@ -15,7 +15,7 @@ from rmq_spark.source.option_values import RawOptions
 if TYPE_CHECKING:
     from rmq_spark.source.options import SourceOptions
 
-__all__ = ["check_combinations", "target"]
+__all__ = ["check_combinations"]
 
 
 def check_combinations(raw: RawOptions, opts: SourceOptions) -> None:
@@ -89,7 +89,7 @@ def _check_json_topics(opts: SourceOptions) -> None:
             if not opts.subscribes(mq.topic):
                 raise InvalidArgumentError(
                     f"option {name} names topic {mq.topic!r}, which this source does not "
-                    f"read ({target(opts)}); remove it or subscribe to it"
+                    f"read ({_target(opts)}); remove it or subscribe to it"
                 )
 
 
@@ -116,7 +116,7 @@ def _check_start_before_end(opts: SourceOptions) -> None:
                 )
 
 
-def target(opts: SourceOptions) -> str:
+def _target(opts: SourceOptions) -> str:
     if opts.topic_pattern is not None:
         return f"topicPattern={opts.topic_pattern!r}"
     return f"topics {', '.join(opts.topics)}"

@@ -13,7 +13,7 @@ import re
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.offsets.json_codec import MAX_OFFSET
 
-__all__ = ["RawOptions", "bad", "short"]
+__all__ = ["RawOptions", "bad"]
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)", re.IGNORECASE)
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -99,9 +99,9 @@ class RawOptions:
 
 def bad(name: str, value: object, expected: str) -> InvalidArgumentError:
     """The error for one option with a bad value."""
-    return InvalidArgumentError(f"option {name}={short(value)} is invalid: {expected}")
+    return InvalidArgumentError(f"option {name}={_short(value)} is invalid: {expected}")
 
 
-def short(value: object) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 120 else text[:117] + "..."
