@@ -259,10 +259,11 @@ CYCLE_PARTS = ("triggerExecution", "addBatch", "walCommit", "commitOffsets", "la
 def cycle_parts(progress: list[dict]) -> dict[str, float]:
     """Median ``durationMs`` of each part over the batches that read messages."""
     batches = [p for p in progress if p.get("numInputRows")]
+    if not batches:
+        return {}
     return {
         part: statistics.median(p["durationMs"].get(part, 0) for p in batches)
         for part in CYCLE_PARTS
-        if batches
     }
 
 

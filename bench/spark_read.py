@@ -237,13 +237,13 @@ def run(args, broker, counts: dict[int, int], work: Path) -> list[Case]:
     )
     runs = Runs(spark, broker.endpoint, work)
     # Untimed warm-up: Python workers start and import the client once.
-    # (--quick checks that every case runs, its figures are not quoted: one batch read.)
-    for _ in range(0 if args.quick else 2):
+    if args.quick:  # checks that every case runs; its figures are not quoted
         runs.batch("warm", (100, 100))
-        runs.stream("warm", (100, 100))
-        runs.ceiling(topics[1024], (counts[1024], counts[1024] * 1024))
-    if args.quick:
-        runs.batch("warm", (100, 100))
+    else:
+        for _ in range(2):
+            runs.batch("warm", (100, 100))
+            runs.stream("warm", (100, 100))
+            runs.ceiling(topics[1024], (counts[1024], counts[1024] * 1024))
     plan: list[tuple[Case, Callable[[str, tuple[int, int]], None], bool]] = []
     fixed = Case("stream", 0, 100, 100)  # AvailableNow of 100 messages: per-query cost
     plan.append((fixed, runs.stream, False))
