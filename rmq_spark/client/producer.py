@@ -23,11 +23,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
+from rmq_spark.client.auto_batch import Accumulator
 from rmq_spark.client.cluster import Cluster
-from rmq_spark.client.connection import NO_RETRY, ClientConfig, Connection, MiB, RetryPolicy
+from rmq_spark.client.connection import NO_RETRY, Connection, RetryPolicy
 from rmq_spark.client.endpoints import Endpoints
 from rmq_spark.client.message import (
     ColumnsChunk,
@@ -39,6 +39,7 @@ from rmq_spark.client.message import (
     to_message,
 )
 from rmq_spark.client.plain_batch import PlainBatch
+from rmq_spark.client.producer_config import ProducerConfig
 from rmq_spark.client.selector import RoundRobinSelector, select_by_sharding_key
 from rmq_spark.errors import (
     InvalidArgumentError,
@@ -58,44 +59,6 @@ __all__ = ["Producer", "ProducerConfig"]
 
 #: errors after which a round-robin send tries another broker
 _FAILOVER_ERRORS = (UnavailableError, PermissionDeniedError, NotFoundError)
-
-
-@dataclass
-class ProducerConfig(ClientConfig):
-    """Producer settings (plus the shared :class:`ClientConfig` ones)."""
-
-    #: extra attempts of a round-robin send on other brokers (RocketMQ's default is 2)
-    retry_times_when_send_failed: int = 2
-    #: how long a broker that answered UNAVAILABLE is left out of round robin
-    unavailable_broker_backoff_ms: int = 5_000
-    #: largest encoded batch in one SendMessages request; bigger batches are split
-    max_batch_bytes: int = 63 * MiB
-    #: threads running send_async calls
-    async_workers: int = 4
-    #: sends of at least this many messages go as columns (MessageColumns), which costs
-    #: both sides far less per message; smaller ones as one Message each; 0 = never columns
-    columns_min_batch: int = 16
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.retry_times_when_send_failed < 0:
-            raise InvalidArgumentError(
-                f"retry_times_when_send_failed={self.retry_times_when_send_failed!r} must be >= 0"
-            )
-        if not 1 <= self.max_batch_bytes <= self.max_grpc_message_bytes - 64 * 1024:
-            raise InvalidArgumentError(
-                f"max_batch_bytes={self.max_batch_bytes!r} must be between 1 and "
-                f"max_grpc_message_bytes - 64 KiB ({self.max_grpc_message_bytes - 64 * 1024})"
-            )
-        if self.columns_min_batch < 0:
-            raise InvalidArgumentError(
-                f"columns_min_batch={self.columns_min_batch!r} must be >= 0 (0 = never)"
-            )
-        if self.async_workers < 1 or self.unavailable_broker_backoff_ms < 0:
-            raise InvalidArgumentError(
-                f"async_workers={self.async_workers!r} must be >= 1 and "
-                f"unavailable_broker_backoff_ms={self.unavailable_broker_backoff_ms!r} >= 0"
-            )
 
 
 QueueArg = MessageQueue | int | None
@@ -135,7 +98,19 @@ class Producer:
         self._segment_bytes: dict[str, int] = {}  # by endpoint; 0: the broker does not say
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
-        self._closed = False
+        self._closing = False  # close() has begun: no new sends
+        self._closed = False  # the connections are closed
+        self._accumulator = (
+            Accumulator(
+                self._send_held,
+                max_delay_ms=self.config.batch_max_delay_ms,
+                max_bytes=self.config.batch_max_bytes,
+                total_max_bytes=self.config.total_batch_max_bytes,
+                senders=self.config.async_workers,
+            )
+            if self.config.auto_batch
+            else None
+        )
 
     # --- public API ----------------------------------------------------------------------
 
@@ -158,6 +133,9 @@ class Producer:
         ``delay_level`` 1..18 delivers it later (1s 5s 10s 30s 1m ... 2h).
         """
         message = Message(body, tags, keys, properties)
+        held = self._hold(topic, message, queue, sharding_key, delay_level)
+        if held is not None:
+            return held.result()
         return self._send(topic, [message], queue, sharding_key, delay_level)[0]
 
     def send_batch(
@@ -202,6 +180,11 @@ class Producer:
         self._check_open()
         # Build the message now so a bad argument raises here, not inside the future.
         message = Message(body, tags, keys, properties)
+        held = self._hold(topic, message, queue, sharding_key, delay_level)
+        if held is not None:
+            if callback is not None:
+                held.add_done_callback(callback)
+            return held
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
@@ -221,13 +204,17 @@ class Producer:
 
     def close(self) -> None:
         """Wait for pending async sends, then close the connections."""
-        if self._closed:
-            return
-        self._closed = True
         with self._lock:
+            if self._closing:
+                return
+            self._closing = True
             executor, self._executor = self._executor, None
+        # What was accepted goes out while the connections are still open.
+        if self._accumulator is not None:
+            self._accumulator.close()
         if executor is not None:
             executor.shutdown(wait=True)
+        self._closed = True
         self._cluster.close()
 
     def __enter__(self) -> Producer:
@@ -238,6 +225,27 @@ class Producer:
 
     # --- sending -------------------------------------------------------------------------
 
+    def _hold(
+        self,
+        topic: str,
+        message: Message,
+        queue: QueueArg,
+        sharding_key: str | None,
+        delay_level: int,
+    ) -> Future[SendResult] | None:
+        """With auto_batch, hold a round-robin send for its topic's next batch; None when
+        it goes on its own (auto_batch off, a queue, sharding key or delay, or full)."""
+        if self._accumulator is None or queue is not None or sharding_key is not None:
+            return None
+        if delay_level != 0:
+            return None
+        self._check_open()
+        validate_topic(topic, allow_system=True)  # a bad name fails here, not in the batch
+        return self._accumulator.add(topic, message)
+
+    def _send_held(self, topic: str, messages: list[Message]) -> list[SendResult]:
+        return self._send(topic, messages, None, None, 0)
+
     def _send(
         self,
         topic: str,
@@ -246,7 +254,7 @@ class Producer:
         sharding_key: str | None,
         delay_level: int,
     ) -> list[SendResult]:
-        self._check_open()
+        self._check_open(accepted=True)
         validate_topic(topic, allow_system=True)
         if queue is not None and sharding_key is not None:
             raise InvalidArgumentError(
@@ -499,6 +507,8 @@ class Producer:
         with self._lock:
             self._faulty_until[broker_name] = until
 
-    def _check_open(self) -> None:
-        if self._closed:
+    def _check_open(self, accepted: bool = False) -> None:
+        """Refuse new sends once close() has begun; a send ``accepted`` before (a pending
+        async or held one) runs until the connections close."""
+        if self._closed or (self._closing and not accepted):
             raise RocketliteError("the producer is closed; create a new Producer")

@@ -32,6 +32,7 @@ from rmq_spark.errors import (
     InvalidNameError,
     NotFoundError,
     PermissionDeniedError,
+    RocketliteError,
     UnavailableError,
 )
 from rmq_spark.structs import MessageQueue, PullStatus
@@ -229,6 +230,16 @@ def test_send_async_futures_and_callbacks(producer):
     failing = producer.send_async("NoSuchTopic", b"x")
     with pytest.raises(NotFoundError, match="NoSuchTopic"):
         failing.result(timeout=10)
+
+
+def test_close_sends_the_pending_async_sends_then_refuses_new_ones(endpoints):
+    producer = Producer(endpoints, config=producer_config())
+    futures = [producer.send_async(TOPIC, b"p%d" % i) for i in range(50)]
+    producer.close()  # most of these have not started yet
+    assert [f.exception(timeout=0) for f in futures] == [None] * 50
+    assert len({(r.message_queue, r.queue_offset) for r in (f.result() for f in futures)}) == 50
+    with pytest.raises(RocketliteError, match="producer is closed"):
+        producer.send_async(TOPIC, b"late")
 
 
 def test_round_robin_fails_over_when_a_broker_stops(brokers, endpoints, caplog):
