@@ -6,7 +6,8 @@ message a call caps a broker at a few hundred sends a second. With
 ``ProducerConfig(auto_batch=True)``, :meth:`Producer.send` and :meth:`Producer.send_async`
 of a message to a topic (round robin: no queue, sharding key or delay) go through here:
 
-* when no batch of the topic is waiting for its answer, the message goes out at once;
+* when no batch of the topic is waiting for its answer, the message goes out at once (a
+  ``send`` sends it in the calling thread, as without auto batching);
 * otherwise it is held, with every other message for the topic that arrives meanwhile, and
   they go out as one request when that answer comes, when they reach ``batch_max_bytes``,
   or when the first of them has waited ``batch_max_delay_ms``, whichever is first.
@@ -137,26 +138,31 @@ class Accumulator:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
 
-    def add(self, topic: str, message: Message) -> Future[SendResult] | None:
+    def add(
+        self, topic: str, message: Message, *, inline: bool = False
+    ) -> Future[SendResult] | None:
         """Hold ``message`` for ``topic``; its future. None when the accumulator is full
-        (``total_max_bytes`` held or in flight) or closing: send it on its own then."""
+        (``total_max_bytes`` held or in flight) or closing: send it on its own then.
+
+        ``inline``: when nothing of the topic is held or in flight, send the message in the
+        calling thread, now, and return its future done (what a waiting ``send`` wants: no
+        hand-off to other threads); later messages of the topic wait for it as for a batch.
+        """
         size = message_bytes(message)
         future: Future[SendResult] = Future()
         with self._cond:
             if self._closing or self._total + size > self._total_max_bytes:
                 return None
-            if self._thread is None:
-                self._start()
-            held = self._held.get(topic)
-            if held is None:
-                held = self._held[topic] = Held(topic, time.monotonic())
-                self._cond.notify()  # due now if nothing is in flight; else a new deadline
-            held.messages.append(message)
-            held.futures.append(future)
-            held.size += size
-            self._total += size
-            if held.size >= self._max_bytes:
-                self._cond.notify()
+            alone = topic not in self._held and not self._in_flight.get(topic)
+            if inline and alone:
+                self._in_flight[topic] = 1
+                self._total += size
+                now = Held(topic, time.monotonic(), [message], [future], size)
+            else:
+                now = None
+                self._hold(topic, message, future, size)
+        if now is not None:
+            self._send(now)
         return future
 
     def close(self) -> None:
@@ -170,7 +176,22 @@ class Accumulator:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    # --- the flusher thread ---------------------------------------------------------------
+    # --- holding, and the flusher thread --------------------------------------------------
+
+    def _hold(self, topic: str, message: Message, future: Future[SendResult], size: int) -> None:
+        """Add ``message`` to the topic's held batch (``self._cond`` is held)."""
+        if self._thread is None:
+            self._start()
+        held = self._held.get(topic)
+        if held is None:
+            held = self._held[topic] = Held(topic, time.monotonic())
+            self._cond.notify()  # due now if nothing is in flight; else a new deadline
+        held.messages.append(message)
+        held.futures.append(future)
+        held.size += size
+        self._total += size
+        if held.size >= self._max_bytes:
+            self._cond.notify()
 
     def _start(self) -> None:
         self._pool = ThreadPoolExecutor(self._senders, thread_name_prefix="rmq-auto-batch-send")

@@ -133,7 +133,7 @@ class Producer:
         ``delay_level`` 1..18 delivers it later (1s 5s 10s 30s 1m ... 2h).
         """
         message = Message(body, tags, keys, properties)
-        held = self._hold(topic, message, queue, sharding_key, delay_level)
+        held = self._hold(topic, message, queue, sharding_key, delay_level, inline=True)
         if held is not None:
             return held.result()
         return self._send(topic, [message], queue, sharding_key, delay_level)[0]
@@ -232,16 +232,18 @@ class Producer:
         queue: QueueArg,
         sharding_key: str | None,
         delay_level: int,
+        inline: bool = False,
     ) -> Future[SendResult] | None:
         """With auto_batch, hold a round-robin send for its topic's next batch; None when
-        it goes on its own (auto_batch off, a queue, sharding key or delay, or full)."""
+        it goes on its own (auto_batch off, a queue, sharding key or delay, or full).
+        ``inline``: a send that waits goes out in this thread when nothing else is pending."""
         if self._accumulator is None or queue is not None or sharding_key is not None:
             return None
         if delay_level != 0:
             return None
         self._check_open()
         validate_topic(topic, allow_system=True)  # a bad name fails here, not in the batch
-        return self._accumulator.add(topic, message)
+        return self._accumulator.add(topic, message, inline=inline)
 
     def _send_held(self, topic: str, messages: list[Message]) -> list[SendResult]:
         return self._send(topic, messages, None, None, 0)
