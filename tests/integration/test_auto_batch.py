@@ -37,7 +37,7 @@ def endpoint(tmp_path_factory):
     broker = BrokerProcess("broker-a", base / "store", base / "broker.log", TEST_STORE_FLAGS)
     broker.start()
     with Admin(broker.endpoint, ClientConfig(retry=FAST_RETRY)) as admin:
-        for topic in (TOPIC, "Lone", "Closing", "Threads", "Ordered", "Full"):
+        for topic in (TOPIC, "Lone", "Closing", "Threads", "Ordered", "Full", "Left", "Right"):
             admin.create_topic(topic, queues=4)
     yield broker.endpoint
     broker.clean_up()
@@ -137,6 +137,25 @@ def test_many_threads_sending_one_message_at_a_time(endpoint) -> None:
     assert len({(r.message_queue, r.queue_offset) for r in results}) == 200
     expected = sorted(b"t%d-%02d" % (k, i) for k in range(8) for i in range(25))
     assert sorted(stored_bodies(endpoint, "Threads", 200)) == expected
+
+
+def test_two_topics_at_once_keep_their_messages_apart(endpoint) -> None:
+    futures: dict[str, list] = {"Left": [], "Right": []}
+
+    def sender(topic: str) -> None:
+        futures[topic] = [p.send_async(topic, b"%s-%03d" % (topic.encode(), i)) for i in range(150)]
+
+    with producer(endpoint) as p:
+        threads = [threading.Thread(target=sender, args=(topic,)) for topic in futures]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for topic, sent in futures.items():
+            assert {f.result(timeout=30).message_queue.topic for f in sent} == {topic}
+    for topic in futures:
+        expected = sorted(b"%s-%03d" % (topic.encode(), i) for i in range(150))
+        assert sorted(stored_bodies(endpoint, topic, 150)) == expected
 
 
 def test_a_failed_batch_fails_each_of_its_messages_and_the_producer_goes_on(endpoint) -> None:
