@@ -12,6 +12,10 @@ Queue choice (one queue per call, so a batch stays together):
 
 Sends are at least once: a send that failed because the connection broke may have been
 stored, and is then stored again by the retry (with the same message id).
+
+With ``ProducerConfig(auto_batch=True)``, round-robin single sends that arrive while a
+batch of their topic waits for its answer go together as one request
+(:mod:`rmq_spark.client.auto_batch`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ from rmq_spark.client.message import (
     ColumnsChunk,
     Message,
     SendResult,
-    encode_columns,
     offset_msg_ids,
     split_by_size,
     to_message,
@@ -41,6 +44,7 @@ from rmq_spark.client.message import (
 from rmq_spark.client.plain_batch import PlainBatch
 from rmq_spark.client.producer_config import ProducerConfig
 from rmq_spark.client.selector import RoundRobinSelector, select_by_sharding_key
+from rmq_spark.client.send_chunks import Chunk, encode_requests, fit_segment
 from rmq_spark.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -62,16 +66,9 @@ _FAILOVER_ERRORS = (UnavailableError, PermissionDeniedError, NotFoundError)
 
 
 QueueArg = MessageQueue | int | None
-#: what one SendMessages request carries: Message protos, or a batch in columns
-Chunk = Sequence[messaging_pb2.Message] | ColumnsChunk
 #: how a broker that predates MessageColumns refuses a columnar send (it sees no messages)
 _NO_COLUMNS_ERROR = "messages is empty"
 _new_result = functools.partial(tuple.__new__, SendResult)
-#: what a stored record takes besides its body, properties and topic name, counted high: the
-#: 91-byte header, the UNIQ_KEY and delay properties the broker adds, and some margin
-_RECORD_OVERHEAD_BYTES = 256
-#: a segment ends with an 8-byte marker that no batch may use
-_SEGMENT_END_MARKER_BYTES = 8
 
 
 class Producer:
@@ -174,6 +171,8 @@ class Producer:
         callback: Callable[[Future[SendResult]], Any] | None = None,
     ) -> Future[SendResult]:
         """Like :meth:`send`, on a small thread pool; ``callback(future)`` runs when done.
+        With ``auto_batch``, a round-robin send joins its topic's next batch instead
+        (:mod:`rmq_spark.client.auto_batch`).
 
         >>> producer.send_async("orders", b"x").result(timeout=5)  # doctest: +SKIP
         """
@@ -186,6 +185,7 @@ class Producer:
                 held.add_done_callback(callback)
             return held
         with self._lock:
+            self._check_open()  # again: close() may have begun since
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
                     self.config.async_workers, thread_name_prefix="rmq-producer-async"
@@ -268,7 +268,8 @@ class Producer:
                 f"delay_level={delay_level!r} must be 0 (now) or a level 1..18"
             )
         now_ms = time.time_ns() // 1_000_000
-        chunks = self._encode(messages, now_ms)
+        config = self.config
+        chunks = encode_requests(messages, now_ms, config.max_batch_bytes, config.columns_min_batch)
         target = self._fixed_queue(topic, queue, sharding_key)
         if target is None:
             target, results = self._send_round_robin(topic, chunks[0], delay_level)
@@ -277,21 +278,6 @@ class Producer:
         for chunk in chunks[1:]:
             results += self._send_to(target, chunk, delay_level, self.config.retry)
         return results
-
-    def _encode(self, messages: list[Message] | PlainBatch, now_ms: int) -> list[Chunk]:
-        """The requests' contents: columns for a batch, else (or when a message needs the
-        per-message form to be refused with the usual error) one Message each."""
-        if isinstance(messages, PlainBatch) and (
-            plain := messages.encode(now_ms, self.config.max_batch_bytes)
-        ):
-            return list(plain)
-        min_batch = self.config.columns_min_batch
-        if min_batch and len(messages) >= min_batch:
-            columns = encode_columns(messages, now_ms, self.config.max_batch_bytes)
-            if columns is not None:
-                return list(columns)
-        encoded = [m.to_pb(now_ms) for m in messages]
-        return list(split_by_size(encoded, self.config.max_batch_bytes))
 
     def _fixed_queue(
         self, topic: str, queue: QueueArg, sharding_key: str | None
@@ -368,29 +354,9 @@ class Producer:
         endpoint = self._cluster.endpoint_of(mq.broker_name)
         conn = self._cluster.connection(endpoint)
         results: list[SendResult] = []
-        for part in self._fit_segment(conn, endpoint, mq.topic, chunk):
+        for part in fit_segment(chunk, self._segment_bytes_of(conn, endpoint), mq.topic):
             results += self._send_part(conn, endpoint, mq, part, delay_level, retry)
         return results
-
-    def _fit_segment(self, conn: Connection, endpoint: str, topic: str, chunk: Chunk) -> list:
-        """``chunk`` as requests whose records fit in one of the broker's commit-log
-        segments (a broker refuses a batch that does not: it never splits one)."""
-        segment = self._segment_bytes_of(conn, endpoint)
-        if not segment:
-            return [chunk]
-        budget = segment - _SEGMENT_END_MARKER_BYTES
-        per_message = _RECORD_OVERHEAD_BYTES + 2 * len(topic.encode())
-        if isinstance(chunk, ColumnsChunk):
-            columns = chunk.columns
-            count = len(chunk.messages)
-            if len(columns.bodies) + len(columns.properties) + per_message * count <= budget:
-                return [chunk]
-            parts = encode_columns(chunk.messages, chunk.now_ms, budget, per_message)
-            assert parts is not None, "these messages were encoded in columns before"
-            return parts
-        if sum(m.ByteSize() for m in chunk) + per_message * len(chunk) <= budget:
-            return [chunk]
-        return list(split_by_size(chunk, budget, per_message))
 
     def _segment_bytes_of(self, conn: Connection, endpoint: str) -> int:
         known = self._segment_bytes.get(endpoint)
