@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import select
 import signal
@@ -181,6 +182,42 @@ def measure_rate(step: Callable[[], int], timing: Timing) -> RateResult:
 def paired_ratio(a: RateResult, b: RateResult) -> float:
     """Median over rounds of a/b, each round of ``a`` against the round of ``b`` next to it."""
     return statistics.median(x / y for x, y in zip(a.rates, b.rates, strict=True))
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` so far, all its threads (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds a server process and this (client) process use during a contender's
+    rounds, per message: wraps the contender; ``reset()`` forgets the warm-up."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self.server_s = self.client_s = 0.0
+        self.units = 0
+
+    def wrap(self, run: RoundFn) -> RoundFn:
+        def measured(seconds: float) -> tuple[int, int, float]:
+            server, client = process_cpu_seconds(self.server_pid), time.process_time()
+            calls, units, elapsed = run(seconds)
+            self.server_s += process_cpu_seconds(self.server_pid) - server
+            self.client_s += time.process_time() - client
+            self.units += units
+            return calls, units, elapsed
+
+        return measured
+
+    def reset(self) -> None:
+        self.server_s = self.client_s = 0.0
+        self.units = 0
+
+    def per_million(self) -> tuple[float, float]:
+        """(server, client) CPU seconds per million messages."""
+        scale = 1e6 / self.units if self.units else float("nan")
+        return self.server_s * scale, self.client_s * scale
 
 
 class Table:

@@ -80,6 +80,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc
 from _common import (
+    CpuMeter,
     RateResult,
     RoundFn,
     ServerProcess,
@@ -94,6 +95,7 @@ from _common import (
     looped,
     measure_rates,
     paired_ratio,
+    process_cpu_seconds,
     stored_properties,
     timing_from_args,
 )
@@ -273,12 +275,6 @@ def produce_floor(echo: EchoClient, producer: Producer, batch: list[bytes]) -> R
         return len(batch)
 
     return looped(step)
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of process ``pid`` so far, all its threads (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class BrokerCpu:
@@ -663,42 +659,6 @@ def measure_produce(
     print("\nbroker CPU-seconds (utime + stime) per million messages accepted", flush=True)
     table.print()
     return rows
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class CpuMeter:
-    """CPU seconds a server process and this (client) process use during a contender's
-    rounds, per message: wraps the contender; ``reset()`` forgets the warm-up."""
-
-    def __init__(self, server_pid: int) -> None:
-        self.server_pid = server_pid
-        self.server_s = self.client_s = 0.0
-        self.units = 0
-
-    def wrap(self, run: RoundFn) -> RoundFn:
-        def measured(seconds: float) -> tuple[int, int, float]:
-            server, client = process_cpu_s(self.server_pid), time.process_time()
-            calls, units, elapsed = run(seconds)
-            self.server_s += process_cpu_s(self.server_pid) - server
-            self.client_s += time.process_time() - client
-            self.units += units
-            return calls, units, elapsed
-
-        return measured
-
-    def reset(self) -> None:
-        self.server_s = self.client_s = 0.0
-        self.units = 0
-
-    def per_million(self) -> tuple[float, float]:
-        """(server, client) CPU seconds per million messages."""
-        scale = 1e6 / self.units if self.units else float("nan")
-        return self.server_s * scale, self.client_s * scale
 
 
 def measure_pull(

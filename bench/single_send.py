@@ -26,12 +26,13 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
 from _common import (
+    CpuMeter,
     RateResult,
+    RoundFn,
     Table,
     Timing,
     add_timing_args,
@@ -41,7 +42,6 @@ from _common import (
     paired_ratio,
     timing_from_args,
 )
-from spark_read import broker_cpu_seconds
 
 from rmq_spark.client import Producer, ProducerConfig
 
@@ -51,8 +51,6 @@ THREADS = 8
 WINDOW = 256  # sends a send_async case keeps outstanding at most
 DEFAULT = Timing(warmup_s=0.5, round_s=2.0, rounds=5)
 QUICK = Timing(warmup_s=0.1, round_s=0.3, rounds=2, quick=True)
-
-RoundFn = Callable[[float], tuple[int, int, float]]
 
 
 def sync_one_thread(producer: Producer) -> RoundFn:
@@ -103,18 +101,6 @@ def sync_threads(producer: Producer) -> RoundFn:
     return run
 
 
-def with_broker_cpu(run: RoundFn, pid: int, cpu: list[float]) -> RoundFn:
-    """``run``, adding the broker's CPU seconds during each round to ``cpu[0]``."""
-
-    def measured(seconds: float) -> tuple[int, int, float]:
-        before = broker_cpu_seconds(pid)
-        result = run(seconds)
-        cpu[0] += broker_cpu_seconds(pid) - before
-        return result
-
-    return measured
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_timing_args(parser, default=DEFAULT, quick=QUICK)
@@ -137,11 +123,8 @@ def main() -> None:
             (f"send, {THREADS} threads", "off", sync_threads(plain)),
             (f"send, {THREADS} threads", "on", sync_threads(batched)),
         ]
-        cpu = [[0.0] for _ in cases]
-        contenders = [
-            with_broker_cpu(run, broker.pid, spent)
-            for (_, _, run), spent in zip(cases, cpu, strict=True)
-        ]
+        meters = [CpuMeter(broker.pid) for _ in cases]
+        contenders = [meter.wrap(run) for (_, _, run), meter in zip(cases, meters, strict=True)]
         print(
             "single-message sends, 100 B bodies, 8 queues, broker subprocess on loopback; "
             f"{timing.rounds} interleaved rounds of {timing.round_s:g} s per case after "
@@ -150,18 +133,18 @@ def main() -> None:
         )
 
         def forget_warm_up() -> None:
-            for spent in cpu:
-                spent[0] = 0.0
+            for meter in meters:
+                meter.reset()
 
         results = measure_rates(contenders, timing, after_warmup=forget_warm_up)
     finally:
         plain.close()
         batched.close()
         broker.stop()
-    report(cases, results, cpu)
+    report(cases, results, meters)
 
 
-def report(cases, results: list[RateResult], cpu: list[list[float]]) -> None:
+def report(cases, results: list[RateResult], meters: list[CpuMeter]) -> None:
     table = Table(
         [
             ("case", "<"),
@@ -173,14 +156,15 @@ def report(cases, results: list[RateResult], cpu: list[list[float]]) -> None:
         ]
     )
     baseline = results[0]
-    for (name, auto, _), result, spent in zip(cases, results, cpu, strict=True):
+    for (name, auto, _), result, meter in zip(cases, results, meters, strict=True):
+        broker_s_per_million, _ = meter.per_million()
         table.add(
             name,
             auto,
             fmt_int(result.median),
             f"{result.spread:.0%}",
             f"{paired_ratio(result, baseline):.1f}x",
-            f"{spent[0] / result.units * 1e6:,.0f}" if result.units else "",
+            f"{broker_s_per_million:,.0f}" if result.units else "",
         )
     table.print()
     alone, many_async, many_threads = (paired_ratio(results[i], results[i - 1]) for i in (1, 3, 5))

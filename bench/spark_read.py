@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import broker_process
+from _common import broker_process, process_cpu_seconds
 
 QUEUES = 8
 #: (body bytes, topic); the 1 KiB topic holds a quarter as many messages
@@ -78,12 +78,6 @@ def build_store(store_dir: Path, counts: dict[int, int]) -> None:
                         for i in range(first, first + n)
                     ]
                     store.append(topic, qid, [body] * n, props, tags=["TagA"] * n)
-
-
-def broker_cpu_seconds(pid: int) -> float:
-    """utime + stime of process ``pid`` (Linux /proc), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def baseline_source(samples: dict[str, object], counts: dict[str, int]):
@@ -258,12 +252,12 @@ def run(args, broker, counts: dict[int, int], work: Path) -> list[Case]:
     for round_no in range(args.rounds):
         # rotate the order so no case always runs first (or right after the store build)
         for case, fn, on_broker in plan[round_no % 3 :] + plan[: round_no % 3]:
-            cpu = broker_cpu_seconds(broker.pid)
+            cpu = process_cpu_seconds(broker.pid)
             started = time.perf_counter()
             fn(topics.get(case.size, "warm"), (case.messages, case.body_bytes))
             case.seconds.append(time.perf_counter() - started)
             if on_broker:
-                case.broker_cpu.append(broker_cpu_seconds(broker.pid) - cpu)
+                case.broker_cpu.append(process_cpu_seconds(broker.pid) - cpu)
         print(f"round {round_no + 1}/{args.rounds} done", flush=True)
     spark.stop()
     return [case for case, _, _ in plan]
