@@ -35,7 +35,6 @@ holds the messages and runs one thread that sends each batch when it is due.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -43,8 +42,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from rmq_spark.client.message import Message, SendResult
-
-log = logging.getLogger("rmq_spark.client")
 
 __all__ = ["Accumulator", "Held", "is_due", "message_bytes", "next_wake"]
 

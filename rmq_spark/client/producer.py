@@ -237,9 +237,8 @@ class Producer:
         """With auto_batch, hold a round-robin send for its topic's next batch; None when
         it goes on its own (auto_batch off, a queue, sharding key or delay, or full).
         ``inline``: a send that waits goes out in this thread when nothing else is pending."""
-        if self._accumulator is None or queue is not None or sharding_key is not None:
-            return None
-        if delay_level != 0:
+        own_request = queue is not None or sharding_key is not None or delay_level != 0
+        if self._accumulator is None or own_request:
             return None
         self._check_open()
         validate_topic(topic, allow_system=True)  # a bad name fails here, not in the batch
