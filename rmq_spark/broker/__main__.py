@@ -20,6 +20,7 @@ import faulthandler
 import logging
 import re
 import signal
+import socket
 import sys
 
 from rmq_spark.broker.config import DEFAULT_DELAY_LEVELS, DEFAULT_PORT, BrokerConfig
@@ -65,6 +66,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--host", default="127.0.0.1", help="IP address to listen on")
     net.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help="port to listen on; 0 picks a free one"
+    )
+    net.add_argument(
+        "--remoting-port",
+        type=_remoting_port,
+        default=None,
+        metavar="PORT|off",
+        help="port for RocketMQ's remoting protocol, where Apache RocketMQ's clients and "
+        "mqadmin connect as to a name server (namesrvAddr=host:PORT); 0 picks a free one; "
+        f"default {REMOTING_DEFAULT_PORT} when it is free, else off",
     )
     net.add_argument("--name", default="broker-a", help="broker name (unique per cluster)")
     net.add_argument(
@@ -224,6 +234,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+REMOTING_DEFAULT_PORT = 9876
+_REMOTING_OFF = -1
+
+
+def _remoting_port(text: str) -> int:
+    if text.lower() == "off":
+        return _REMOTING_OFF
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0..65535) or 'off'")
+    return int(text)
+
+
+def _default_remoting_port(args: argparse.Namespace) -> int | None:
+    """The flag's port; without the flag RocketMQ's 9876 when no one listens there."""
+    if args.remoting_port == _REMOTING_OFF:
+        return None
+    if args.remoting_port is not None:
+        return args.remoting_port
+    if args.acl:
+        return None  # it checks no signatures yet: never on by default beside an ACL
+    probe = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    try:
+        probe.bind((args.host, REMOTING_DEFAULT_PORT))
+    except OSError:
+        logging.getLogger("rmq_spark.broker").info(
+            "port %d is taken: the remoting protocol is off (choose a port with --remoting-port)",
+            REMOTING_DEFAULT_PORT,
+        )
+        return None
+    finally:
+        probe.close()
+    return REMOTING_DEFAULT_PORT
+
+
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     """A validated BrokerConfig (store settings included); InvalidArgumentError if bad."""
     config = BrokerConfig(
@@ -231,6 +275,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         name=args.name,
         host=args.host,
         port=args.port,
+        remoting_port=_default_remoting_port(args),
         advertised_endpoint=args.advertised_endpoint,
         flush_mode=args.flush,
         broker_perm=args.broker_perm,
@@ -277,9 +322,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _announce(server: BrokerServer) -> None:
     config = server.broker.config
+    remoting = "" if server.remoting_port is None else f"remoting={server.remoting_address} "
     print(
         f"rocketlite broker {config.name} listening on {config.host}:{server.port} "
-        f"store={config.store_dir}",
+        f"{remoting}store={config.store_dir}",
         flush=True,
     )
 

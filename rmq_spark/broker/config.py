@@ -45,6 +45,9 @@ class BrokerConfig:
     port: int = DEFAULT_PORT
     #: the address clients are told to use (routes); default host:bound-port
     advertised_endpoint: str | None = None
+    #: port for RocketMQ's remoting protocol (name server and broker roles): None = off,
+    #: 0 = any free port (the bound one is BrokerServer.remoting_port)
+    remoting_port: int | None = None
     flush_mode: str = "ASYNC"
     #: broker-wide permission: 6 read+write, 4 read-only (writes answer PERMISSION_DENIED)
     broker_perm: int = 6
@@ -95,6 +98,13 @@ class BrokerConfig:
             raise InvalidArgumentError(f"broker_perm {self.broker_perm!r} must be 2, 4 or 6")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise InvalidArgumentError(f"port {self.port!r} must be 0..65535 (0 = any free)")
+        if self.remoting_port is not None and (
+            not isinstance(self.remoting_port, int) or not 0 <= self.remoting_port <= 65535
+        ):
+            raise InvalidArgumentError(
+                f"remoting port {self.remoting_port!r} must be 0..65535 (0 = any free) or "
+                "None (off)"
+            )
         check_whole_numbers(
             self,
             (
@@ -139,6 +149,12 @@ class BrokerConfig:
             )
             raise InvalidArgumentError(
                 f"{given} needs {missing}: TLS takes a certificate and its private key"
+            )
+        if self.acl_file is not None and self.remoting_port is not None:
+            raise InvalidArgumentError(
+                "--acl with --remoting-port: the remoting port does not check RocketMQ's "
+                "ACL signatures yet, so it would serve everyone; turn it off "
+                "(--remoting-port off) on a broker with access control"
             )
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:
             raise InvalidArgumentError(

@@ -75,12 +75,15 @@ class BrokerServer:
         workers: Workers,
         v2_service=None,
         acl=None,
+        remoting=None,
     ) -> None:
         self.broker = broker
         #: the ACL file in force (an rmq_spark.auth.acl_file.AclFile), or None
         self.acl = acl
         #: the RocketMQ 5 service (None when its package is not installed)
         self.v2 = v2_service
+        #: the remoting protocol's (listener, service), or None when it is off
+        self._remoting = remoting
         self.port = port
         self._server = server
         self._loop_thread = loop_thread
@@ -92,6 +95,16 @@ class BrokerServer:
     def endpoint(self) -> str:
         return self.broker.endpoint
 
+    @property
+    def remoting_port(self) -> int | None:
+        """The bound port of the remoting protocol, or None when it is off."""
+        return None if self._remoting is None else self._remoting[0].port
+
+    @property
+    def remoting_address(self) -> str | None:
+        """``host:port`` RocketMQ clients use as ``namesrvAddr``, or None when off."""
+        return None if self._remoting is None else self._remoting[1].address
+
     def start(self) -> BrokerServer:
         # Not while stop() runs (a failed store stops the broker from a thread of its own):
         # it closes the event loop, and a start queued on a closed loop never ends.
@@ -99,6 +112,8 @@ class BrokerServer:
             if self._stopped.is_set():
                 return self
             self._loop_thread.call(self._server.start())
+            if self._remoting is not None:
+                self._loop_thread.call(_start_remoting(self._remoting[0]))
         config = self.broker.config
         log.info(
             "broker %s listening on %s, %s (store %s, flush %s)",
@@ -128,6 +143,8 @@ class BrokerServer:
                 return
             if self.v2 is not None:
                 self._loop_thread.call(self.v2.stop())
+            if self._remoting is not None:
+                self._loop_thread.call(_stop_remoting(*self._remoting))
             self.broker.notifier.close()  # release held pulls so the grace period is short
             self.broker.consumers.close()  # end watch streams
             self._loop_thread.call(self._server.stop(grace_s))
@@ -235,12 +252,74 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         loop_thread.close()
         broker.close()
         raise
-    broker_server = BrokerServer(broker, server, port, loop_thread, workers, v2_service, acl)
+    try:
+        remoting = _bind_remoting(config, broker, workers, loop_thread)
+    except BaseException:
+        workers.shutdown()
+        loop_thread.call(server.stop(None))
+        loop_thread.close()
+        broker.close()
+        raise
+    broker_server = BrokerServer(
+        broker, server, port, loop_thread, workers, v2_service, acl, remoting
+    )
     if acl is not None:
         acl.start()
         log.info("access control on: ACL file %s (reloaded when it changes)", config.acl_file)
     broker.store.add_failure_listener(broker_server.stop_after_failure)
     return broker_server, port
+
+
+def _bind_remoting(config: BrokerConfig, broker: Broker, workers: Workers, loop_thread):
+    """Bind the remoting port (when configured): (listener, service), or None."""
+    if config.remoting_port is None:
+        return None
+    # Imported only when configured: a broker without it loads none of it.
+    from rmq_spark.broker.remoting.server import RemotingListener
+    from rmq_spark.broker.remoting.service import RemotingService
+
+    holder: dict = {}
+    listener = RemotingListener.bind(
+        config.host, config.remoting_port, lambda: holder["service"].make_connection(),
+        remoting_tls(config),
+    )  # fmt: skip
+    host = (config.advertised_endpoint or config.host).rsplit(":", 1)[0]
+    if config.advertised_endpoint is None and host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    service = RemotingService(broker, workers, f"{host}:{listener.port}")
+    holder["service"] = service
+    return listener, service
+
+
+async def _start_remoting(listener) -> None:
+    listener.start()
+
+
+async def _stop_remoting(listener, service) -> None:
+    listener.close()
+    service.close()
+
+
+def remoting_tls(config: BrokerConfig):
+    """An SSLContext for the remoting port from the same files as the gRPC port, or None."""
+    material = config.tls_material()
+    if material is None:
+        return None
+    import ssl
+    import tempfile
+
+    cert, key, client_ca = material
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    # ssl loads certificates from files only: the checked PEM bytes go through a private
+    # temporary file that is gone once loaded.
+    with tempfile.NamedTemporaryFile("wb", suffix=".pem") as pem:
+        pem.write(cert + b"\n" + key)
+        pem.flush()
+        context.load_cert_chain(pem.name)
+    if client_ca is not None:
+        context.load_verify_locations(cadata=client_ca.decode())
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def server_credentials(config: BrokerConfig) -> grpc.ServerCredentials | None:

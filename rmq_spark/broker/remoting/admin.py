@@ -1,0 +1,338 @@
+"""What ``mqadmin`` and the dashboard call on a broker: topics (17, 215, 351, 21), broker
+runtime info (28), topic and consumer statistics (202, 208, 43, 201), consumer connections
+(203) and messages by id (33, 12).
+
+Statistics keyed by message queue use fastjson's object keys (see
+:func:`rmq_spark.remoting.bodies.mq_keyed`): ``mqadmin`` reads them only in that form.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rmq_spark.broker.core import Broker
+from rmq_spark.broker.offset_service import progress_topics
+from rmq_spark.broker.remoting.answers import Refusal
+from rmq_spark.broker.remoting.membership import Membership
+from rmq_spark.broker.remoting.namesrv import required
+from rmq_spark.broker.status import Workers
+from rmq_spark.codec.record import decode_record
+from rmq_spark.errors import InvalidArgumentError, NotFoundError
+from rmq_spark.names import validate_group, validate_topic
+from rmq_spark.remoting import bodies
+from rmq_spark.remoting.codes import OUR_VERSION, RequestCode, ResponseCode
+from rmq_spark.remoting.frame import Command
+from rmq_spark.remoting.headers import whole
+from rmq_spark.structs import MessageQueue
+
+#: how ``clusterList`` shows this broker's version
+VERSION_DESC = "V5_3_3"
+
+
+class Administration:
+    def __init__(
+        self, broker: Broker, workers: Workers, address: str, membership: Membership
+    ) -> None:
+        self._broker = broker
+        self._workers = workers
+        self._address = address
+        self._membership = membership
+
+    def handlers(self):
+        return {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.GET_TOPIC_CONFIG: self.topic_config,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_configs,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+            RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
+            RequestCode.GET_CONSUME_STATS: self.consume_stats,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.all_offsets,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.group_configs,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
+            RequestCode.QUERY_MESSAGE: self.query_message,
+        }
+
+    async def update_topic(self, connection, request: Command) -> Command:
+        ext = request.ext
+        topic = validate_topic(required(request, "topic"))
+        read = whole(ext, "readQueueNums", self._broker.config.default_topic_queues)
+        write = whole(ext, "writeQueueNums", read)
+        perm = whole(ext, "perm", 6) & 6  # the inherit bit means nothing for a user topic
+        topics = self._broker.store.topics
+
+        def create_or_update():
+            if topics.find(topic) is None:
+                topics.create(topic, read, read_queues=read, write_queues=write, perm=perm)
+            else:
+                topics.update(topic, read_queues=read, write_queues=write, perm=perm)
+
+        await self._workers.run(create_or_update)
+        return request.reply()
+
+    async def delete_topic(self, connection, request: Command) -> Command:
+        topic = validate_topic(required(request, "topic"), allow_system=True)
+
+        def delete():
+            try:
+                self._broker.store.delete_topic(topic)
+            except NotFoundError:
+                pass  # RocketMQ answers success for a topic it does not have
+
+        await self._workers.run(delete)
+        self._broker.notifier.notify_topic(topic)
+        return request.reply()
+
+    async def topic_config(self, connection, request: Command) -> Command:
+        topic = required(request, "topic")
+        config = self._broker.store.topics.find(topic)
+        if config is None:
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+        response = request.reply()
+        response.body = bodies.dumps(_topic_config_json(config)).encode()
+        return response
+
+    async def all_topic_configs(self, connection, request: Command) -> Command:
+        configs = self._broker.store.topics.list()
+        response = request.reply()
+        table = {config.name: _topic_config_json(config) for config in configs}
+        body = {"dataVersion": _data_version(), "topicConfigTable": table}
+        response.body = bodies.dumps(body).encode()
+        return response
+
+    async def runtime_info(self, connection, request: Command) -> Command:
+        broker = self._broker
+        stats = broker.store.stats()
+        table = {
+            "brokerVersionDesc": VERSION_DESC,
+            "brokerVersion": str(OUR_VERSION),
+            "brokerActive": "true",
+            "putTps": "0.0 0.0 0.0",
+            "getTransferredTps": "0.0 0.0 0.0",
+            "getTransferedTps": "0.0 0.0 0.0",  # the spelling of RocketMQ 4.x
+            "sendThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0",
+            "earliestMessageTimeStamp": str(broker.start_ms),
+            "commitLogDiskRatio": f"{_disk_ratio(broker):.4f}",
+            "msgPutTotalTodayNow": "0",
+            "msgGetTotalTodayNow": str(broker.messages_pulled),
+            "commitLogMinOffset": str(stats.get("commitlog_min_offset", 0)),
+            "commitLogMaxOffset": str(stats.get("commitlog_max_offset", 0)),
+            "bootTimestamp": str(broker.start_ms),
+            "runtime": _uptime(broker.start_ms),
+        }
+        response = request.reply()
+        response.body = bodies.dumps({"table": table}).encode()
+        return response
+
+    async def topic_stats(self, connection, request: Command) -> Command:
+        topic = validate_topic(required(request, "topic"), allow_system=True)
+        store = self._broker.store
+        config = store.topics.find(topic)
+        if config is None:
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+
+        def stats():
+            table = {}
+            for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
+                mq = MessageQueue(topic, self._broker.name, queue_id)
+                table[mq] = {
+                    "lastUpdateTimestamp": _last_store_time(store, topic, queue_id),
+                    "maxOffset": store.max_offset(topic, queue_id),
+                    "minOffset": store.min_offset(topic, queue_id),
+                }
+            return bodies.mq_keyed(table, topicPutTps=0.0)
+
+        response = request.reply()
+        response.body = (await self._workers.run(stats)).encode()
+        return response
+
+    async def consume_stats(self, connection, request: Command) -> Command:
+        group = validate_group(required(request, "consumerGroup"))
+        only = request.ext.get("topic")
+        broker = self._broker
+        store = broker.store
+
+        def stats():
+            topics = [only] if only else progress_topics(broker, group)
+            table = {}
+            for topic in topics:
+                config = store.topics.find(topic)
+                if config is None:
+                    raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+                committed = store.offsets.query(group, topic)
+                for queue_id in range(config.read_queue_nums):
+                    consumer = max(committed.get(queue_id, 0), 0)
+                    last = _store_time_at(store, topic, queue_id, consumer - 1)
+                    table[MessageQueue(topic, broker.name, queue_id)] = {
+                        "brokerOffset": store.max_offset(topic, queue_id),
+                        "consumerOffset": consumer,
+                        "lastTimestamp": last,
+                        "pullOffset": consumer,
+                    }
+            return bodies.mq_keyed(table, consumeTps=0.0)
+
+        response = request.reply()
+        response.body = (await self._workers.run(stats)).encode()
+        return response
+
+    async def consumer_connections(self, connection, request: Command) -> Command:
+        group = validate_group(required(request, "consumerGroup"))
+        registry = self._broker.consumers
+        members = registry.members(group)
+        if not members:
+            raise Refusal(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        connections, subscriptions = [], {}
+        info = None
+        for client_id in members:
+            info = registry.consumer_info(group, client_id)
+            peer = self._membership.connections.get(client_id)
+            connections.append(
+                {
+                    "clientAddr": peer.peer if peer is not None else "",
+                    "clientId": client_id,
+                    "language": peer.language if peer is not None else "PYTHON",
+                    "version": peer.version if peer is not None else OUR_VERSION,
+                }
+            )
+            for topic, expression in info.subscriptions if info is not None else ():
+                subscriptions[topic] = _subscription_json(topic, expression)
+        body = {
+            "connectionSet": connections,
+            "consumeFromWhere": "CONSUME_FROM_"
+            + (info.consume_from_where if info else "LAST_OFFSET"),
+            "consumeType": "CONSUME_PASSIVELY"
+            if info and info.consume_type == "PUSH"
+            else "CONSUME_ACTIVELY",
+            "messageModel": info.message_model if info else "CLUSTERING",
+            "subscriptionTable": subscriptions,
+        }
+        response = request.reply()
+        response.body = bodies.dumps(body).encode()
+        return response
+
+    async def all_offsets(self, connection, request: Command) -> Command:
+        snapshot = self._broker.store.offsets.snapshot()
+        table = {
+            f"{topic}@{group}": {str(q): offset for q, offset in sorted(queues.items())}
+            for (topic, group), queues in snapshot.items()
+        }
+        response = request.reply()
+        response.body = bodies.dumps({"offsetTable": table}).encode()
+        return response
+
+    async def group_configs(self, connection, request: Command) -> Command:
+        snapshot = self._broker.store.offsets.snapshot()
+        groups = {group for _, group in snapshot} | set(self._broker.consumers.groups())
+        table = {
+            group: {
+                "brokerId": 0,
+                "consumeBroadcastEnable": True,
+                "consumeEnable": True,
+                "consumeFromMinEnable": True,
+                "groupName": group,
+                "retryMaxTimes": self._broker.config.max_reconsume_times,
+                "retryQueueNums": 1,
+                "whichBrokerWhenConsumeSlowly": 1,
+            }
+            for group in sorted(groups)
+        }
+        body = {"dataVersion": _data_version(), "subscriptionGroupTable": table}
+        response = request.reply()
+        response.body = bodies.dumps(body).encode()
+        return response
+
+    async def view_message(self, connection, request: Command) -> Command:
+        physical = whole(request.ext, "offset")
+        if physical < 0:
+            raise InvalidArgumentError(f"offset {physical} must be >= 0")
+
+        def read() -> bytes:
+            record = self._broker.store.read_record(physical)
+            if decode_record(record, check_crc=False).physical_offset != physical:
+                raise NotFoundError(f"no message starts at commit-log offset {physical}")
+            return record
+
+        try:
+            data = await self._workers.run(read)
+        except NotFoundError:
+            raise Refusal(
+                ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {physical}"
+            ) from None
+        response = request.reply()
+        response.body = data
+        return response
+
+    async def query_message(self, connection, request: Command) -> Command:
+        raise Refusal(
+            ResponseCode.QUERY_NOT_FOUND,
+            "this broker keeps no message index yet: query by key is not supported; look a "
+            "message up by its offset message id instead",
+        )
+
+
+def _topic_config_json(config) -> dict:
+    return {
+        "order": False,
+        "perm": config.perm,
+        "readQueueNums": config.read_queue_nums,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": config.name,
+        "topicSysFlag": 0,
+        "writeQueueNums": config.write_queue_nums,
+    }
+
+
+def _subscription_json(topic: str, expression: str) -> dict:
+    from rmq_spark.codec.subscription import parse_subscription
+    from rmq_spark.codec.taghash import tag_hash_code
+
+    tags = sorted(parse_subscription(expression).tags or ())
+    return {
+        "classFilterMode": False,
+        "codeSet": [tag_hash_code(tag) for tag in tags],
+        "expressionType": "TAG",
+        "subString": expression,
+        "subVersion": 0,
+        "tagsSet": tags,
+        "topic": topic,
+    }
+
+
+def _data_version() -> dict:
+    return {"counter": 0, "timestamp": time.time_ns() // 1_000_000}
+
+
+def _store_time_at(store, topic: str, queue_id: int, offset: int) -> int:
+    if offset < store.min_offset(topic, queue_id) or offset >= store.max_offset(topic, queue_id):
+        return 0
+    result = store.get_messages(topic, queue_id, offset, 1)
+    if not result.count:
+        return 0
+    return decode_record(result.data, check_crc=False).store_timestamp
+
+
+def _last_store_time(store, topic: str, queue_id: int) -> int:
+    return _store_time_at(store, topic, queue_id, store.max_offset(topic, queue_id) - 1)
+
+
+def _disk_ratio(broker: Broker) -> float:
+    try:
+        usage = os.statvfs(broker.store.config.store_dir)
+    except OSError:
+        return 0.0
+    total = usage.f_blocks * usage.f_frsize
+    return 0.0 if not total else 1 - usage.f_bavail * usage.f_frsize / total
+
+
+def _uptime(start_ms: int) -> str:
+    seconds = max(0, (time.time_ns() // 1_000_000 - start_ms) // 1000)
+    days, hours = seconds // 86400, seconds // 3600 % 24
+    return f"[ {days} days, {hours} hours, {seconds // 60 % 60} minutes, {seconds % 60} seconds ]"

@@ -1,0 +1,57 @@
+"""How a remoting request fails: RocketMQ's response codes for rocketlite's errors.
+
+A handler raises :class:`Refusal` for an answer with a specific code (TOPIC_NOT_EXIST,
+QUERY_NOT_FOUND, ...), or any :mod:`rmq_spark.errors` class, which :func:`response_code`
+maps once for every handler. Anything else is a bug: it is logged and answered as
+SYSTEM_ERROR, and the broker keeps serving.
+"""
+
+from __future__ import annotations
+
+from rmq_spark.errors import (
+    FlushTimeoutError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    RocketliteError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from rmq_spark.remoting.codes import ResponseCode
+
+
+class Refusal(RocketliteError):
+    """An answer other than SUCCESS with RocketMQ's ``code`` and ``remark``."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+
+
+#: the first matching class wins: subclasses before their bases
+_CODES: tuple[tuple[type[RocketliteError], int], ...] = (
+    (InvalidArgumentError, ResponseCode.INVALID_PARAMETER),
+    (NotFoundError, ResponseCode.TOPIC_NOT_EXIST),
+    (UnauthenticatedError, ResponseCode.NO_PERMISSION),
+    (PermissionDeniedError, ResponseCode.NO_PERMISSION),
+    (FlushTimeoutError, ResponseCode.FLUSH_DISK_TIMEOUT),
+    (UnavailableError, ResponseCode.SERVICE_NOT_AVAILABLE),
+    (ResourceExhaustedError, ResponseCode.SYSTEM_BUSY),
+)
+
+
+def response_code(error: RocketliteError) -> int:
+    """The response code a RocketMQ client expects for ``error``.
+
+    >>> response_code(NotFoundError("topic 'x' does not exist"))
+    17
+    >>> response_code(Refusal(22, "no offset"))
+    22
+    """
+    if isinstance(error, Refusal):
+        return error.code
+    for cls, code in _CODES:
+        if isinstance(error, cls):
+            return int(code)
+    return int(ResponseCode.SYSTEM_ERROR)

@@ -1,0 +1,259 @@
+"""Reads over remoting: PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361) with long polling,
+and the offset calls (14, 15, 29, 30, 31, 32).
+
+A pull's answer body is the stored records back to back, as they lie in the commit log:
+the store gathers them and the connection writes that buffer as it is. A pull that finds
+nothing new waits on the broker's long-poll notifier (no thread held) until a write to its
+queue or its suspend timeout, then answers PULL_NOT_FOUND, well before the 30 s after which
+RocketMQ's clients give up on a pull.
+
+Offsets are the broker's one consumer-offset table: a Java consumer's commits are what
+``rocketlite offsets`` and the Spark source's ``startingOffsets=group`` read, and back.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from rmq_spark.broker.core import Broker
+from rmq_spark.broker.pull import check_readable
+from rmq_spark.broker.remoting.answers import Refusal
+from rmq_spark.broker.remoting.membership import TAG_EXPRESSION, Membership
+from rmq_spark.broker.status import Workers
+from rmq_spark.codec.record import decode_record
+from rmq_spark.codec.subscription import parse_subscription
+from rmq_spark.errors import InvalidArgumentError, NotFoundError
+from rmq_spark.names import validate_group, validate_topic
+from rmq_spark.remoting import codes
+from rmq_spark.remoting.codes import RequestCode, ResponseCode
+from rmq_spark.remoting.frame import Command
+from rmq_spark.remoting.headers import text, whole
+from rmq_spark.store.message_store import GetResult
+from rmq_spark.structs import PullStatus
+
+#: a held pull answers this long before the client's own 30 s timeout at the latest
+MAX_SUSPEND_MS = 25_000
+DEFAULT_PULL_BYTES = 4 << 20
+
+_STATUS = {
+    PullStatus.FOUND: (ResponseCode.SUCCESS, "FOUND"),
+    PullStatus.NO_NEW_MSG: (ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE"),
+    PullStatus.NO_MATCHED_MSG: (ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE"),
+    PullStatus.OFFSET_ILLEGAL: (ResponseCode.PULL_OFFSET_MOVED, "OFFSET_ILLEGAL"),
+}
+
+
+class Consuming:
+    def __init__(self, broker: Broker, workers: Workers, membership: Membership) -> None:
+        self._broker = broker
+        self._workers = workers
+        self._membership = membership
+
+    def handlers(self):
+        return {
+            RequestCode.PULL_MESSAGE: self.pull,
+            RequestCode.LITE_PULL_MESSAGE: self.pull,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_offset,
+            RequestCode.GET_MAX_OFFSET: self.max_offset,
+            RequestCode.GET_MIN_OFFSET: self.min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_time,
+        }
+
+    # -- pulls ------------------------------------------------------------------------------
+
+    async def pull(self, connection, request: Command) -> Command:
+        ext = request.ext
+        group = validate_group(text(ext, "consumerGroup"))
+        topic = validate_topic(text(ext, "topic"), allow_system=True)
+        queue_id = whole(ext, "queueId")
+        offset = whole(ext, "queueOffset")
+        sys_flag = whole(ext, "sysFlag", 0)
+        config = self._broker.config
+        max_count = min(max(whole(ext, "maxMsgNums", 32), 1), config.max_pull_messages)
+        max_bytes = min(whole(ext, "maxMsgBytes", DEFAULT_PULL_BYTES) or DEFAULT_PULL_BYTES,
+                        config.max_pull_bytes)  # fmt: skip
+        tag_codes = self._tag_codes(group, topic, ext, sys_flag)
+        commit = None
+        if sys_flag & codes.PULL_COMMIT_OFFSET:
+            commit = whole(ext, "commitOffset", -1)
+        read = functools.partial(
+            self._read, group, topic, queue_id, offset, max_count, max_bytes, tag_codes, commit
+        )
+        result = await self._workers.run(read)
+        if result.status == PullStatus.NO_NEW_MSG and sys_flag & codes.PULL_SUSPEND:
+            suspend_ms = min(whole(ext, "suspendTimeoutMillis", 15_000), MAX_SUSPEND_MS)
+            store = self._broker.store
+            arrived = await self._broker.notifier.wait(
+                topic,
+                queue_id,
+                max(suspend_ms, 0) / 1000,
+                is_ready=lambda: store.max_offset(topic, queue_id) > offset,
+            )
+            if arrived:
+                reread = functools.partial(
+                    self._read, group, topic, queue_id, offset, max_count, max_bytes, tag_codes
+                )
+                result = await self._workers.run(reread)
+        code, remark = _STATUS[result.status]
+        response = request.reply(
+            code,
+            remark,
+            suggestWhichBrokerId="0",
+            nextBeginOffset=str(result.next_begin_offset),
+            minOffset=str(result.min_offset),
+            maxOffset=str(result.max_offset),
+        )
+        response.body = result.data
+        self._broker.pull_calls += 1
+        self._broker.messages_pulled += result.count
+        return response
+
+    def _tag_codes(self, group: str, topic: str, ext, sys_flag: int) -> list[int] | None:
+        if sys_flag & codes.PULL_SUBSCRIPTION:
+            kind = (ext.get("expressionType") or TAG_EXPRESSION).upper()
+            if kind != TAG_EXPRESSION:
+                raise Refusal(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                    f"{kind} filters are not supported by this broker; subscribe with tags",
+                )
+            expression = ext.get("subscription") or "*"
+        else:
+            # RocketMQ's push consumer pulls without its subscription: the broker uses the
+            # one its heartbeats carried.
+            found = self._membership.subscription(group, topic)
+            if found is None:
+                raise Refusal(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's subscription of {topic!r} in group {group!r} is not "
+                    "known yet (no heartbeat names it)",
+                )
+            expression = found
+        limit = self._broker.config.max_subscription_chars
+        if len(expression) > limit:
+            raise Refusal(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"the subscription is {len(expression):,} characters; at most {limit:,}",
+            )
+        try:
+            return parse_subscription(expression).tag_codes
+        except InvalidArgumentError as exc:
+            raise Refusal(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
+
+    def _read(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tag_codes: list[int] | None,
+        commit: int | None = None,
+    ) -> GetResult:
+        broker = self._broker
+        config = broker.store.topics.find(topic)
+        if config is None:
+            raise Refusal(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please!",
+            )
+        try:
+            check_readable(broker, config, queue_id)
+        except NotFoundError as exc:
+            raise Refusal(ResponseCode.INVALID_PARAMETER, str(exc)) from None
+        if queue_id < 0:
+            raise Refusal(ResponseCode.INVALID_PARAMETER, f"queueId {queue_id} is negative")
+        if commit is not None and commit >= 0:
+            broker.store.offsets.commit(group, topic, {queue_id: commit})
+        if offset < 0:
+            offset = -1  # below every queue's minimum: answered as OFFSET_MOVED
+        return broker.store.get_messages(topic, queue_id, offset, max_count, max_bytes, tag_codes)
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    async def query_offset(self, connection, request: Command) -> Command:
+        ext = request.ext
+        group = validate_group(text(ext, "consumerGroup"))
+        topic = validate_topic(text(ext, "topic"), allow_system=True)
+        queue_id = whole(ext, "queueId")
+        store = self._broker.store
+        offset = store.offsets.query_one(group, topic, queue_id)
+        if offset is None:
+            zero_if_none = ext.get("setZeroIfNotFound", "true").lower() != "false"
+            # RocketMQ's rule: a group with no offset starts at 0 while the queue still holds
+            # its first message (a new group reads a young queue from its start).
+            if (
+                zero_if_none
+                and store.min_offset(topic, queue_id) == 0
+                and (store.max_offset(topic, queue_id) > 0)
+            ):
+                offset = 0
+            else:
+                raise Refusal(
+                    ResponseCode.QUERY_NOT_FOUND,
+                    "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+                )
+        return request.reply(offset=str(offset))
+
+    async def update_offset(self, connection, request: Command) -> Command:
+        ext = request.ext
+        group = validate_group(text(ext, "consumerGroup"))
+        topic = validate_topic(text(ext, "topic"), allow_system=True)
+        queue_id = whole(ext, "queueId")
+        offset = whole(ext, "commitOffset")
+        if queue_id < 0 or offset < 0:
+            raise InvalidArgumentError(f"queueId {queue_id} and commitOffset {offset} must be >= 0")
+        if self._broker.store.topics.find(topic) is None:
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        commit = functools.partial(
+            self._broker.store.offsets.commit, group, topic, {queue_id: offset}
+        )
+        await self._workers.run(commit)
+        return request.reply()
+
+    async def max_offset(self, connection, request: Command) -> Command:
+        topic, queue_id = self._queue(request)
+        return request.reply(offset=str(self._broker.store.max_offset(topic, queue_id)))
+
+    async def min_offset(self, connection, request: Command) -> Command:
+        topic, queue_id = self._queue(request)
+        return request.reply(offset=str(self._broker.store.min_offset(topic, queue_id)))
+
+    async def search_offset(self, connection, request: Command) -> Command:
+        topic, queue_id = self._queue(request)
+        timestamp = whole(request.ext, "timestamp")
+        upper = request.ext.get("boundaryType", "lower").lower() == "upper"
+        store = self._broker.store
+
+        def search() -> int:
+            if not upper:
+                return store.offset_by_timestamp(topic, queue_id, timestamp)
+            # the last offset stored at or before the time
+            after = store.offset_by_timestamp(topic, queue_id, timestamp + 1)
+            return max(store.min_offset(topic, queue_id), after - 1)
+
+        return request.reply(offset=str(await self._workers.run(search)))
+
+    async def earliest_time(self, connection, request: Command) -> Command:
+        topic, queue_id = self._queue(request)
+        store = self._broker.store
+
+        def earliest() -> int:
+            low = store.min_offset(topic, queue_id)
+            result = store.get_messages(topic, queue_id, low, 1)
+            if not result.count:
+                raise Refusal(ResponseCode.SYSTEM_ERROR, f"queue {queue_id} of {topic!r} is empty")
+            return decode_record(result.data, check_crc=False).store_timestamp
+
+        return request.reply(timestamp=str(await self._workers.run(earliest)))
+
+    def _queue(self, request: Command) -> tuple[str, int]:
+        topic = validate_topic(text(request.ext, "topic"), allow_system=True)
+        queue_id = whole(request.ext, "queueId")
+        if self._broker.store.topics.find(topic) is None:
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        if queue_id < 0:
+            raise InvalidArgumentError(f"queueId {queue_id} must be >= 0")
+        return topic, queue_id

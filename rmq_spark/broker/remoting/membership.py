@@ -1,0 +1,232 @@
+"""Group membership over remoting: HEART_BEAT (34), UNREGISTER_CLIENT (35),
+GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42).
+
+Members go into the broker's one :class:`~rmq_spark.broker.groups.ConsumerRegistry` and
+queue locks into its one lock table, so a group's members are the same whichever protocol
+each speaks, and so are its locks. A remoting member's connection stands for it as
+RocketMQ's channel does: while the connection is open a watch of the group sends it
+NOTIFY_CONSUMER_IDS_CHANGED (40) at every change, and when the connection closes the
+member leaves the group at once and the others are told.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import logging
+
+from rmq_spark.broker import retry
+from rmq_spark.broker.core import Broker
+from rmq_spark.broker.remoting.answers import Refusal
+from rmq_spark.broker.remoting.server import Connection
+from rmq_spark.broker.status import Workers
+from rmq_spark.codec.subscription import parse_subscription
+from rmq_spark.errors import InvalidArgumentError, shown
+from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
+from rmq_spark.remoting import bodies
+from rmq_spark.remoting.codes import FLAG_ONEWAY, OUR_VERSION, RequestCode, ResponseCode
+from rmq_spark.remoting.frame import Command
+from rmq_spark.structs import MessageQueue
+
+log = logging.getLogger("rmq_spark.broker.remoting")
+
+_CONSUME_TYPES = {"CONSUME_PASSIVELY": "PUSH", "CONSUME_ACTIVELY": "PULL", "CONSUME_POP": "PULL"}
+_FROM_WHERE = {
+    "CONSUME_FROM_LAST_OFFSET": "LAST_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET": "FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP": "TIMESTAMP",
+}
+TAG_EXPRESSION = "TAG"
+
+
+class Membership:
+    def __init__(self, broker: Broker, workers: Workers) -> None:
+        self._broker = broker
+        self._workers = workers
+        self._opaques = itertools.count()
+        #: (group, topic) -> expression type of subscriptions that are not tag expressions
+        self.other_filters: dict[tuple[str, str], str] = {}
+        #: live connections by client id (for consumer connection lists)
+        self.connections: dict[str, Connection] = {}
+
+    def handlers(self):
+        return {
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.LOCK_BATCH_MQ: self.lock,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock,
+        }
+
+    async def heartbeat(self, connection: Connection, request: Command) -> Command:
+        data = _json_body(request, "HeartbeatData")
+        client_id = data.get("clientID")
+        if not isinstance(client_id, str) or not client_id:
+            raise InvalidArgumentError("the heartbeat names no clientID")
+        connection.client_id = client_id
+        connection.language = request.language
+        connection.version = request.version
+        self.connections[client_id] = connection
+        for producer in data.get("producerDataSet") or ():
+            if isinstance(producer, dict) and isinstance(producer.get("groupName"), str):
+                connection.producer_groups.add(producer["groupName"])
+        consumers = [self._consumer(item) for item in data.get("consumerDataSet") or ()]
+        if consumers:
+            await self._workers.run(self._join, client_id, consumers)
+        for group, *_ in consumers:
+            if group not in connection.watches:
+                watch = self._watch(connection, group, client_id)
+                connection.watches[group] = connection.spawn(watch)
+        return request.reply()
+
+    def _consumer(self, item: object) -> tuple:
+        if not isinstance(item, dict):
+            raise InvalidArgumentError(f"consumerDataSet holds {shown(item)}, not an object")
+        group = validate_group(item.get("groupName"))
+        model = item.get("messageModel", "CLUSTERING")
+        if model not in ("CLUSTERING", "BROADCASTING"):
+            raise InvalidArgumentError(
+                f"messageModel {shown(model)} is not CLUSTERING or BROADCASTING"
+            )
+        consume_type = _CONSUME_TYPES.get(item.get("consumeType", ""), "PUSH")
+        from_where = _FROM_WHERE.get(item.get("consumeFromWhere", ""), "LAST_OFFSET")
+        subscriptions = []
+        limit = self._broker.config.max_subscription_chars
+        for sub in item.get("subscriptionDataSet") or ():
+            if not isinstance(sub, dict):
+                raise InvalidArgumentError(f"subscriptionDataSet holds {shown(sub)}")
+            topic = validate_topic(sub.get("topic"), allow_system=True)
+            text = str(sub.get("subString") or "*")
+            if len(text) > limit:
+                raise InvalidArgumentError(
+                    f"the subscription to {topic!r} is {len(text):,} characters long; this "
+                    f"broker takes at most {limit:,}"
+                )
+            kind = str(sub.get("expressionType") or TAG_EXPRESSION).upper()
+            if kind == TAG_EXPRESSION:
+                self.other_filters.pop((group, topic), None)
+                text = parse_subscription(text).expression
+            else:
+                self.other_filters[(group, topic)] = kind
+            subscriptions.append((topic, text))
+        return group, subscriptions, model, consume_type, from_where
+
+    def _join(self, client_id: str, consumers: list[tuple]) -> None:
+        registry = self._broker.consumers
+        for group, subscriptions, model, consume_type, from_where in consumers:
+            registry.heartbeat(client_id, group, subscriptions, model, consume_type, from_where)
+            if model == "CLUSTERING":
+                # RocketMQ creates the group's retry topic on its first heartbeat; mqadmin's
+                # consumerProgress and consumerConnection start from its route.
+                self._broker.store.topics.ensure_system_topic(
+                    retry_topic(group), retry.RETRY_QUEUE_NUMS
+                )
+
+    async def _watch(self, connection: Connection, group: str, client_id: str) -> None:
+        first = True
+        async for _ in self._broker.consumers.watch(group, client_id):
+            if first:  # the membership the member joined into: it rebalances anyway
+                first = False
+                continue
+            connection.send(
+                Command(
+                    code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                    ext={"consumerGroup": group},
+                    opaque=next(self._opaques) & 0x7FFFFFFF,
+                    flag=FLAG_ONEWAY,
+                    version=OUR_VERSION,
+                )
+            )
+
+    def subscription(self, group: str, topic: str) -> str | None:
+        """The tag expression the group's live members gave for ``topic`` in their
+        heartbeats (the newest member's wins), or None when no member subscribes to it."""
+        if (group, topic) in self.other_filters:
+            raise Refusal(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"the {self.other_filters[(group, topic)]} filter of group {group!r} on "
+                f"{topic!r} is not supported by this broker; subscribe with tags",
+            )
+        registry = self._broker.consumers
+        for client_id in reversed(registry.members(group)):
+            info = registry.consumer_info(group, client_id)
+            if info is None:
+                continue
+            for name, expression in info.subscriptions:
+                if name == topic:
+                    return expression
+        if topic.startswith(RETRY_PREFIX) and topic == retry_topic(group):
+            return "*"  # every member reads its group's retry topic
+        return None
+
+    async def unregister(self, connection: Connection, request: Command) -> Command:
+        client_id = request.ext.get("clientID") or connection.client_id
+        group = request.ext.get("consumerGroup")
+        if group:
+            watch = connection.watches.pop(group, None)
+            if watch is not None:
+                watch.cancel()
+            self._broker.consumers.unregister(client_id, group)
+        producer_group = request.ext.get("producerGroup")
+        if producer_group:
+            connection.producer_groups.discard(producer_group)
+        return request.reply()
+
+    async def consumer_list(self, connection: Connection, request: Command) -> Command:
+        group = validate_group(request.ext.get("consumerGroup"))
+        members = self._broker.consumers.members(group)
+        if not members:
+            raise Refusal(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        response = request.reply()
+        response.body = bodies.dumps({"consumerIdList": members}).encode()
+        return response
+
+    async def lock(self, connection: Connection, request: Command) -> Command:
+        group, client_id, queues = self._lock_body(request)
+        lock = functools.partial(self._broker.locks.lock, group, client_id, queues)
+        locked, _ = await self._workers.run(lock)
+        response = request.reply()
+        response.body = bodies.dumps({"lockOKMQSet": [_mq_json(mq) for mq in locked]}).encode()
+        return response
+
+    async def unlock(self, connection: Connection, request: Command) -> Command:
+        group, client_id, queues = self._lock_body(request)
+        unlock = functools.partial(self._broker.locks.unlock, group, client_id, queues)
+        await self._workers.run(unlock)
+        return request.reply()
+
+    def _lock_body(self, request: Command) -> tuple[str, str, list[MessageQueue]]:
+        data = _json_body(request, "LockBatchRequestBody")
+        group = validate_group(data.get("consumerGroup"))
+        client_id = data.get("clientId")
+        if not isinstance(client_id, str) or not client_id:
+            raise InvalidArgumentError("the lock request names no clientId")
+        queues = []
+        for item in data.get("mqSet") or ():
+            if not isinstance(item, dict) or not isinstance(item.get("queueId"), int):
+                raise InvalidArgumentError(f"mqSet holds {shown(item)}, not a message queue")
+            if item.get("brokerName") not in (None, self._broker.name):
+                continue  # another broker's queue: that broker locks it
+            topic = validate_topic(item.get("topic"), allow_system=True)
+            queues.append(MessageQueue(topic, self._broker.name, item["queueId"]))
+        return group, client_id, queues
+
+    def forget(self, connection: Connection) -> None:
+        """The connection closed: its watches end with it (and its members leave)."""
+        if connection.client_id and self.connections.get(connection.client_id) is connection:
+            del self.connections[connection.client_id]
+
+
+def _json_body(request: Command, what: str) -> dict:
+    try:
+        data = json.loads(request.body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidArgumentError(f"the {what} body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidArgumentError(f"the {what} body is not a JSON object")
+    return data
+
+
+def _mq_json(mq: MessageQueue) -> dict:
+    return {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}

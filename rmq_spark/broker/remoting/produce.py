@@ -1,0 +1,195 @@
+"""Writes over remoting: SEND_MESSAGE (10, the Go client's), SEND_MESSAGE_V2 (310, Java's),
+SEND_BATCH_MESSAGE (320), END_TRANSACTION (37) and CONSUMER_SEND_MSG_BACK (36).
+
+A message is stored as the producer sent it: its properties text, flag, born time and the
+compression bits of its sysFlag (a compressed body stays compressed; consumers inflate it).
+The broker adds a UNIQ_KEY when the producer sent none. ``DELAY`` goes through the delay
+levels, ``TRAN_MSG`` makes a half message, and everything else through
+:meth:`Broker.put_messages`, the one write path every protocol shares.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from rmq_spark.broker import retry
+from rmq_spark.broker.core import Broker
+from rmq_spark.broker.remoting.answers import Refusal
+from rmq_spark.broker.send import RoundRobin, UniqueIdGenerator, offset_msg_ids
+from rmq_spark.broker.status import Workers
+from rmq_spark.codec import properties as props
+from rmq_spark.codec.record import decode_record, offset_msg_id
+from rmq_spark.errors import InvalidArgumentError, NotFoundError
+from rmq_spark.names import RETRY_PREFIX, SCHEDULE_TOPIC, validate_group, validate_topic
+from rmq_spark.remoting import headers
+from rmq_spark.remoting.codes import RequestCode, ResponseCode
+from rmq_spark.remoting.frame import Command
+
+#: sysFlag bits a producer may set: compressed, multi tags, compression type
+SENDER_SYSFLAG_MASK = 0x1 | 0x2 | 0x700
+TRAN_MSG = "TRAN_MSG"
+PGROUP = "PGROUP"
+#: EndTransaction's commitOrRollback values (MessageSysFlag transaction types)
+TRANSACTION_COMMIT = 8
+TRANSACTION_ROLLBACK = 12
+REGION = "DefaultRegion"
+
+
+class Producing:
+    def __init__(self, broker: Broker, workers: Workers, address: str) -> None:
+        self._broker = broker
+        self._workers = workers
+        self._address = address
+        self._round_robin = RoundRobin()
+        self._unique_ids = UniqueIdGenerator(broker.store_host)
+
+    def handlers(self):
+        return {
+            RequestCode.SEND_MESSAGE: functools.partial(self.send, short_names=False),
+            RequestCode.SEND_MESSAGE_V2: self.send,
+            RequestCode.SEND_BATCH_MESSAGE: self.send,
+            RequestCode.END_TRANSACTION: self.end_transaction,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+        }
+
+    async def send(self, connection, request: Command, short_names: bool = True) -> Command:
+        try:
+            header = headers.send_header(request.ext, short_names=short_names)
+        except InvalidArgumentError as exc:
+            raise Refusal(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
+        return await self._workers.run(self._store, request, header, batch, connection.peer)
+
+    def _store(self, request: Command, header: headers.SendHeader, batch: bool, peer: str):
+        broker = self._broker
+        topic = self._topic(header.topic)
+        try:
+            if batch:
+                flags, bodies, blobs = headers.decode_batch(request.body)
+            else:
+                flags, bodies = [header.flag], [request.body]
+                blobs = [header.properties.encode()]
+            parsed = [props.decode_properties(blob) for blob in blobs]
+            unique = self._unique_keys(parsed)
+            blobs = [
+                blob if props.UNIQ_KEY in fields else blob + _property(props.UNIQ_KEY, key)
+                for blob, fields, key in zip(blobs, parsed, unique, strict=True)
+            ]
+        except InvalidArgumentError as exc:
+            raise Refusal(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        config = broker.topic_for_write(topic)
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = self._round_robin.next(topic) % config.write_queue_nums
+        tags = [fields.get(props.TAGS) for fields in parsed]
+        fields = {
+            "born_host": peer,
+            "born_timestamps": [header.born_timestamp] * len(bodies),
+            "flags": flags,
+            "reconsume_times": header.reconsume_times,
+            "sysflag": header.sys_flag & SENDER_SYSFLAG_MASK,
+        }
+        first = parsed[0]
+        if not batch and first.get(TRAN_MSG, "").lower() == "true":
+            result = broker.transactions.prepare(
+                topic,
+                queue_id,
+                bodies[0],
+                blobs[0],
+                tags[0],
+                transaction_id=unique[0],
+                born_host=peer,
+                born_timestamp_ms=header.born_timestamp,
+            )
+        elif not batch and int(first.get(props.DELAY, "0") or 0) > 0:
+            level = int(first[props.DELAY])
+            result = broker.delays.submit(topic, queue_id, bodies, blobs, tags, level, **fields)
+        else:
+            result = broker.put_messages(topic, queue_id, bodies, blobs, tags, **fields)
+        ids = offset_msg_ids(self._address, result.physical_offsets)
+        return request.reply(
+            msgId=",".join(ids),
+            queueId=str(queue_id),
+            queueOffset=str(result.first_queue_offset),
+            transactionId=unique[0],
+            MSG_REGION=REGION,
+            TRACE_ON="true",
+        )
+
+    def _topic(self, name: str) -> str:
+        topic = validate_topic(name, allow_system=True)
+        if topic == SCHEDULE_TOPIC or (
+            topic.startswith("%") and not topic.startswith(RETRY_PREFIX)
+        ):
+            raise Refusal(
+                ResponseCode.NO_PERMISSION,
+                f"topic {topic!r} is the broker's own; send to a topic of yours",
+            )
+        if topic.startswith(RETRY_PREFIX):
+            # A consumer's fallback when CONSUMER_SEND_MSG_BACK failed: a plain send there.
+            validate_group(topic[len(RETRY_PREFIX) :])
+            self._broker.store.topics.ensure_system_topic(topic, retry.RETRY_QUEUE_NUMS)
+        return topic
+
+    def _unique_keys(self, parsed: list[dict[str, str]]) -> list[str]:
+        missing = sum(1 for fields in parsed if not fields.get(props.UNIQ_KEY))
+        made = iter(self._unique_ids.next_ids(missing) if missing else ())
+        return [fields.get(props.UNIQ_KEY) or next(made) for fields in parsed]
+
+    async def end_transaction(self, connection, request: Command) -> Command:
+        ext = request.ext
+        resolution = headers.whole(ext, "commitOrRollback")
+        transaction_id = ext.get("msgId") or ext.get("transactionId")
+        if not transaction_id:
+            raise InvalidArgumentError("END_TRANSACTION names no msgId or transactionId")
+        if resolution not in (TRANSACTION_COMMIT, TRANSACTION_ROLLBACK):
+            return request.reply()  # unknown: the broker's check asks again later
+        end = functools.partial(
+            self._broker.transactions.end,
+            transaction_id,
+            resolution == TRANSACTION_COMMIT,
+            topic=ext.get("topic") or None,
+        )
+        await self._workers.run(end)
+        return request.reply()
+
+    async def send_back(self, connection, request: Command) -> Command:
+        ext = request.ext
+        group = validate_group(headers.text(ext, "group"))
+        physical = headers.whole(ext, "offset")
+        delay_level = headers.whole(ext, "delayLevel", 0)
+        max_times = headers.whole(ext, "maxReconsumeTimes", 0)
+        origin_topic = ext.get("originTopic", "")
+
+        send_back = functools.partial(
+            _send_back, self._broker, physical, group, origin_topic, delay_level, max_times
+        )
+        await self._workers.run(send_back)
+        return request.reply()
+
+
+def _send_back(
+    broker: Broker, physical: int, group: str, origin_topic: str, level: int, max_times: int
+) -> None:
+    """RocketMQ's send-back rule (:func:`retry.plan_send_back`): delay level 0 lets the
+    broker pick, a negative level dead-letters now."""
+    if physical < 0:
+        raise InvalidArgumentError(f"offset {physical} must be >= 0")
+    record = decode_record(broker.store.read_record(physical))
+    if record.physical_offset != physical:
+        raise NotFoundError(f"no message starts at commit-log offset {physical}")
+    plan = retry.plan_send_back(
+        record,
+        group=group,
+        record_msg_id=offset_msg_id(record.store_host, physical),
+        original_topic=origin_topic,
+        delay_level=max(level, 0),
+        max_reconsume_times=max_times or broker.config.max_reconsume_times,
+        dead_letter_now=level < 0,
+        consumer_reconsume_times=record.reconsume_times,
+    )
+    retry.write_send_back(broker, record, plan)
+
+
+def _property(name: str, value: str) -> bytes:
+    return f"{name}\x01{value}\x02".encode()

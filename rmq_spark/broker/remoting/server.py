@@ -1,0 +1,224 @@
+"""The remoting listener: TCP connections carrying RocketMQ's remoting frames.
+
+Runs on the broker's event loop beside gRPC. Each connection is an :class:`asyncio.Protocol`
+that splits frames out of what arrives, hands each request to the service (which answers on
+the loop or hands store work to the broker's workers) and matches responses to the requests
+the broker itself sent (none wait for an answer today: NOTIFY_CONSUMER_IDS_CHANGED is
+oneway). A connection that sends a frame that cannot be read is closed, as RocketMQ does;
+the broker keeps serving everyone else.
+
+TLS shares the port: RocketMQ tells a TLS hello from a plaintext frame by the first byte
+(0x16 is a TLS handshake record; a frame under 16 MiB starts with 0x00). A broker with TLS
+files serves TLS only, as its gRPC port does, and closes plaintext connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rmq_spark.errors import UnavailableError
+from rmq_spark.remoting.frame import Command, FrameError, decode, encode_parts, split_frames
+
+if TYPE_CHECKING:
+    from rmq_spark.broker.remoting.service import RemotingService
+
+log = logging.getLogger("rmq_spark.broker.remoting")
+
+TLS_HANDSHAKE = 0x16
+#: how long a new connection may stay silent before its first byte (TLS sniffing)
+FIRST_BYTE_TIMEOUT_S = 30.0
+#: bytes a connection may have waiting to be sent before it stops reading requests
+WRITE_HIGH_WATER = 8 << 20
+
+
+class Connection(asyncio.Protocol):
+    """One client connection (a RocketMQ "channel")."""
+
+    def __init__(self, service: RemotingService, max_frame_bytes: int) -> None:
+        self.service = service
+        self.max_frame_bytes = max_frame_bytes
+        self.peer = "127.0.0.1:0"
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = False
+        #: the client id it said in its heartbeats (empty before the first)
+        self.client_id = ""
+        #: what the last heartbeat said: language and version, for connection lists
+        self.language = "JAVA"
+        self.version = 0
+        #: groups with a task watching membership for this connection, by group name
+        self.watches: dict[str, asyncio.Task] = {}
+        #: producer groups this connection said it belongs to
+        self.producer_groups: set[str] = set()
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        address = transport.get_extra_info("peername")
+        if isinstance(address, tuple) and len(address) >= 2:
+            host = address[0]
+            self.peer = f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+        self.service.connection_opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        try:
+            frames, used = split_frames(buffer, self.max_frame_bytes)
+            del buffer[:used]
+            for frame in frames:
+                self._received(decode(frame))
+        except FrameError as exc:
+            log.warning("closing remoting connection from %s: %s", self.peer, exc)
+            self.close()
+
+    def _received(self, command: Command) -> None:
+        if self._closed:
+            return
+        if command.is_response:
+            return  # the broker's own requests are all oneway: nothing waits for an answer
+        self.service.dispatch(self, command)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        for task in list(self._tasks) + list(self.watches.values()):
+            task.cancel()
+        self.service.connection_closed(self)
+
+    def pause_writing(self) -> None:
+        # A client that does not read its answers stops being read: its requests wait in
+        # the socket instead of piling up answers in memory.
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.resume_reading()
+
+    # -- used by the service ---------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send(self, command: Command) -> None:
+        if self._closed or self.transport is None:
+            return
+        head, body = encode_parts(command)
+        if body:
+            self.transport.writelines((head, body))
+        else:
+            self.transport.write(head)
+
+    def spawn(self, coroutine) -> asyncio.Task:
+        """Run ``coroutine`` as a task that ends with this connection."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def close(self) -> None:
+        self._closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class RemotingListener:
+    """Accepts connections on one port and gives each a :class:`Connection`."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        make_connection: Callable[[], Connection],
+        tls: ssl.SSLContext | None,
+    ) -> None:
+        self._socket = sock
+        self._make_connection = make_connection
+        self._tls = tls
+        self._accepting: asyncio.Task | None = None
+        self._admitting: set[asyncio.Task] = set()
+        self.port: int = sock.getsockname()[1]
+
+    @classmethod
+    def bind(
+        cls, host: str, port: int, make_connection: Callable[[], Connection], tls=None
+    ) -> RemotingListener:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            sock = socket.create_server((host, port), family=family, backlog=1024)
+        except OSError as exc:
+            raise UnavailableError(
+                f"cannot listen for the remoting protocol on {host}:{port}: {exc.strerror}; "
+                "is the port in use? (choose another with --remoting-port, or 'off')"
+            ) from None
+        sock.setblocking(False)
+        return cls(sock, make_connection, tls)
+
+    def start(self) -> None:
+        """Start accepting (call on the event loop)."""
+        self._accepting = asyncio.get_running_loop().create_task(self._accept_loop())
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(self._socket)
+            except OSError as exc:  # e.g. out of file descriptors: wait, then go on
+                log.warning("remoting accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            admitting = loop.create_task(self._admit(sock))
+            self._admitting.add(admitting)
+            admitting.add_done_callback(self._admitting.discard)
+
+    async def _admit(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tls = None
+        if self._tls is not None:
+            first = await _first_byte(loop, sock)
+            if first != TLS_HANDSHAKE:
+                log.warning(
+                    "closed a plaintext remoting connection: this broker serves TLS only "
+                    "(clients need useTLS / tls.enable=true)"
+                )
+                sock.close()
+                return
+            tls = self._tls
+        try:
+            await loop.connect_accepted_socket(self._make_connection, sock, ssl=tls)
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("remoting connection failed to start: %s", exc)
+            sock.close()
+
+    def close(self) -> None:
+        """Stop accepting (call on the event loop); open connections are the service's."""
+        if self._accepting is not None:
+            self._accepting.cancel()
+        self._socket.close()
+
+
+async def _first_byte(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> int | None:
+    """The first byte the peer sent, left unread; None if it sent nothing in time."""
+    readable = loop.create_future()
+    loop.add_reader(sock.fileno(), lambda: readable.done() or readable.set_result(None))
+    try:
+        await asyncio.wait_for(readable, FIRST_BYTE_TIMEOUT_S)
+    except TimeoutError:
+        return None
+    finally:
+        loop.remove_reader(sock.fileno())
+    try:
+        peeked = sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return None
+    return peeked[0] if peeked else None
