@@ -74,6 +74,13 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def remoting_address(self) -> str:
+        """The name-server address of its remoting port (started with --remoting-port)."""
+        part = self.ready_line.split(" remoting=")
+        assert len(part) == 2, f"broker {self.name} serves no remoting port: {self.ready_line}"
+        return part[1].split()[0]
+
+    @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
@@ -90,6 +97,10 @@ class BrokerProcess:
             "127.0.0.1",
             "--name",
             self.name,
+            # off unless a test asks for it (a later flag wins): brokers of parallel tests
+            # must not race for RocketMQ's default port 9876
+            "--remoting-port",
+            "off",
             *self.args,
             *extra_args,
         ]

@@ -1,0 +1,292 @@
+"""Apache RocketMQ's own Java client and ``mqadmin`` against the broker's remoting port.
+
+These need a build of Apache RocketMQ 4.9 (its ``lib/`` of jars, as a binary distribution
+has it) named by ``ROCKETMQ_HOME``, and ``javac``; without them the module is skipped with
+the reason. The Java side is ``tests/java/RemotingProbe.java``, compiled once per run: it
+sends and consumes with DefaultMQProducer, TransactionMQProducer, DefaultMQPushConsumer and
+DefaultLitePullConsumer and prints one line per event.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rmq_spark.client import Admin
+from rmq_spark.client.push import ConsumeStatus, PushConsumer, PushConsumerConfig
+from tests.integration.broker_harness import BrokerProcess, read_queue
+
+ROCKETMQ_HOME = os.environ.get("ROCKETMQ_HOME", "")
+PROBE = Path(__file__).parent.parent / "java" / "RemotingProbe.java"
+
+pytestmark = [
+    pytest.mark.skipif(
+        not (ROCKETMQ_HOME and (Path(ROCKETMQ_HOME) / "lib").is_dir()),
+        reason="needs Apache RocketMQ 4.9's jars: set ROCKETMQ_HOME to a build with lib/ "
+        "(see the README, 'Testing against Apache RocketMQ')",
+    ),
+    pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),
+    pytest.mark.xdist_group("java"),
+]
+
+JVM_FLAGS = [
+    "-Xmx256m",
+    "--add-opens",
+    "java.base/java.nio=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.lang=ALL-UNNAMED",
+]
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory):
+    """``java(*args, timeout_s=...) -> stdout lines`` running RemotingProbe."""
+    work = tmp_path_factory.mktemp("java")
+    classes = work / "classes"
+    lib = f"{ROCKETMQ_HOME}/lib/*"
+    subprocess.run(
+        ["javac", "-nowarn", "-cp", lib, "-d", str(classes), str(PROBE)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    logs = work / "logs"
+    logback = work / "logback.xml"
+    logback.write_text(
+        '<configuration><appender name="F" class="ch.qos.logback.core.FileAppender">'
+        f"<file>{logs}/client.log</file><encoder><pattern>%d %p %c - %m%n</pattern></encoder>"
+        '</appender><root level="WARN"><appender-ref ref="F"/></root></configuration>'
+    )
+    command = [
+        "java",
+        *JVM_FLAGS,
+        f"-Drocketmq.client.logRoot={logs}",
+        f"-Dlogback.configurationFile={logback}",
+        "-Dlogback.statusListenerClass=ch.qos.logback.core.status.NopStatusListener",
+        "-cp",
+        f"{lib}:{classes}",
+    ]
+
+    def run(*args: str, timeout_s: float = 90) -> list[str]:
+        done = subprocess.run(
+            [*command, "RemotingProbe", *args], capture_output=True, text=True, timeout=timeout_s
+        )
+        lines = done.stdout.splitlines()
+        assert "DONE" in lines, f"RemotingProbe {args} failed:\n{done.stdout}\n{done.stderr}"
+        return lines
+
+    def start(*args: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [*command, "RemotingProbe", *args], stdout=subprocess.PIPE, text=True
+        )
+
+    def mqadmin(*args: str, timeout_s: float = 60) -> str:
+        done = subprocess.run(
+            [*command, "org.apache.rocketmq.tools.command.MQAdminStartup", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, "ROCKETMQ_HOME": ROCKETMQ_HOME},
+        )
+        return done.stdout + done.stderr
+
+    run.start = start  # type: ignore[attr-defined]
+    run.mqadmin = mqadmin  # type: ignore[attr-defined]
+    return run
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    root = tmp_path_factory.mktemp("remoting-broker")
+    process = BrokerProcess(
+        "broker-a",
+        root / "store",
+        root / "broker.log",
+        [
+            "--remoting-port",
+            "0",
+            "--auto-create-topics",
+            "--delay-levels",
+            "1s 1s 1s 1s 1s 1s",
+            "--transaction-check-after-ms",
+            "60000",
+        ],
+    ).start()
+    yield process
+    process.stop()
+
+
+def sent(lines: list[str]) -> list[tuple[int, int]]:
+    return [(int(x.split()[1]), int(x.split()[2])) for x in lines if x.startswith("SENT ")]
+
+
+def got(lines) -> list[dict]:
+    out = []
+    for line in lines:
+        if line.startswith("GOT "):
+            _, queue, offset, times, tags, keys, body = line.split(" ", 6)
+            out.append(
+                {"queue": int(queue), "offset": int(offset), "times": int(times),
+                 "tags": tags, "keys": keys, "body": body}
+            )  # fmt: skip
+    return out
+
+
+def bodies(n: int) -> list[str]:
+    return [f"body-{i}" for i in range(n)]
+
+
+def test_java_sends_are_stored_and_read_back_by_rocketlites_own_client(broker, java):
+    lines = java("produce", broker.remoting_address, "JavaSync", "8", "sync")
+    positions = sent(lines)
+    assert len(positions) == 8 and len(set(positions)) == 8
+    records = [
+        row for q in range(4) for row in read_queue(broker.endpoint, "JavaSync", q, "broker-a")
+    ]
+    assert sorted(row["body"].decode() for row in records) == sorted(bodies(8))
+    by_body = {row["body"].decode(): row for row in records}
+    assert by_body["body-3"]["tags"] == "TagB" and by_body["body-3"]["keys"] == "key-3"
+    assert dict(by_body["body-3"]["properties"])["seq"] == "3"
+    # what Java's SendResult said is where the message is
+    assert sorted((row["queueId"], row["queueOffset"]) for row in records) == sorted(positions)
+
+
+@pytest.mark.parametrize("mode", ["batch", "async", "oneway", "orderly"])
+def test_every_send_mode_is_consumed_exactly_once_by_a_java_push_consumer(broker, java, mode):
+    topic = f"Java{mode.capitalize()}"
+    java("produce", broker.remoting_address, topic, "9", mode)
+    lines = java("push", broker.remoting_address, topic, f"g-{mode}", "9", "30", "concurrent")
+    received = got(lines)
+    assert sorted(m["body"] for m in received) == sorted(bodies(9))
+    if mode == "orderly":  # sharded by i % 3: one queue per key, in send order
+        queues = {int(m["body"].split("-")[1]) % 3: set() for m in received}
+        for m in received:
+            queues[int(m["body"].split("-")[1]) % 3].add(m["queue"])
+        assert all(len(q) == 1 for q in queues.values())
+
+
+def test_tag_filters_deliver_only_matching_messages(broker, java):
+    java("produce", broker.remoting_address, "JavaTags", "10", "sync")
+    lines = java(
+        "push", broker.remoting_address, "JavaTags", "g-tags", "5", "20", "concurrent", "TagA"
+    )
+    received = got(lines)
+    assert sorted(m["body"] for m in received) == sorted(f"body-{i}" for i in range(0, 10, 2))
+    assert {m["tags"] for m in received} == {"TagA"}
+
+
+def test_delayed_messages_arrive_after_their_level(broker, java):
+    before = time.monotonic()
+    java("produce", broker.remoting_address, "JavaDelay", "4", "delay")
+    lines = java("push", broker.remoting_address, "JavaDelay", "g-delay", "4", "30", "concurrent")
+    assert sorted(m["body"] for m in got(lines)) == sorted(bodies(4))
+    assert time.monotonic() - before >= 1.0
+
+
+def test_transactions_deliver_committed_messages_only(broker, java):
+    java("produce", broker.remoting_address, "JavaTx", "6", "tx")
+    lines = java("push", broker.remoting_address, "JavaTx", "g-tx", "3", "20", "concurrent")
+    assert sorted(m["body"] for m in got(lines)) == ["body-0", "body-2", "body-4"]
+
+
+def test_a_failed_message_comes_back_through_the_retry_topic(broker, java):
+    java("produce", broker.remoting_address, "JavaRetry", "3", "sync")
+    lines = java("push", broker.remoting_address, "JavaRetry", "g-retry", "3", "40", "retry")
+    received = got(lines)
+    first = sorted(m["body"] for m in received if m["times"] == 0)
+    again = sorted(m["body"] for m in received if m["times"] == 1)
+    assert first == again == sorted(bodies(3))
+
+
+def test_broadcasting_consumers_each_get_every_message(broker, java):
+    java("produce", broker.remoting_address, "JavaBroadcast", "6", "sync")
+    args = ("push", broker.remoting_address, "JavaBroadcast", "g-bc", "6", "30", "broadcast")
+    results: list[list[str]] = []
+    threads = [threading.Thread(target=lambda: results.append(java(*args))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [sorted(m["body"] for m in got(r)) for r in results] == [sorted(bodies(6))] * 2
+
+
+def test_lite_pull_commits_are_the_groups_offsets(broker, java):
+    java("produce", broker.remoting_address, "JavaLite", "8", "sync")
+    lines = java("lite", broker.remoting_address, "JavaLite", "g-lite", "8", "30")
+    assert sorted(m["body"] for m in got(lines)) == sorted(bodies(8))
+    with Admin(broker.endpoint) as admin:
+        offsets = admin.consumer_offsets("g-lite", "JavaLite")
+        maxima = {mq: q.max_offset for mq, q in admin.query_offsets(list(offsets)).items()}
+    assert offsets and offsets == maxima
+
+
+def test_assign_and_seek_read_every_queue_from_its_start(broker, java):
+    java("produce", broker.remoting_address, "JavaSeek", "8", "sync")
+    lines = java("seek", broker.remoting_address, "JavaSeek", "g-seek")
+    assert [line for line in lines if line.startswith("SEEK")] == [
+        f"SEEK {q} byTime0=0" for q in range(4)
+    ]
+    assert sorted(m["body"] for m in got(lines)) == sorted(bodies(8))
+
+
+def test_java_and_python_members_of_one_group_share_the_queues(broker, java):
+    topic, group = "JavaMixed", "g-mixed"
+    with Admin(broker.endpoint) as admin:
+        admin.create_topic(topic, 4)
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def on_messages(messages, context):
+        with lock:
+            seen.extend(m.body.decode() for m in messages)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    config = PushConsumerConfig(consume_from="FIRST_OFFSET")
+    python_member = PushConsumer(group, broker.endpoint, config=config)
+    python_member.subscribe(topic)
+    python_member.register_listener(on_messages)
+    python_member.start()
+    try:
+        args = ("push", broker.remoting_address, topic, group, "40", "25", "concurrent")
+        java_member = java.start(*args)  # type: ignore[attr-defined]
+        assert java_member.stdout.readline().strip() == "STARTED"
+        time.sleep(3)  # both members rebalanced: each owns half of the queues
+        java("produce", broker.remoting_address, topic, "40", "sync")
+        out, _ = java_member.communicate(timeout=60)
+    finally:
+        python_member.shutdown()
+    java_bodies = [m["body"] for m in got(out.splitlines())]
+    assert sorted(java_bodies + seen) == sorted(bodies(40))  # each message once in all
+    assert java_bodies and seen, "both members should own queues"
+
+
+def test_mqadmin_commands(broker, java):
+    ns = broker.remoting_address
+    admin = java.mqadmin  # type: ignore[attr-defined]
+    assert "success" in admin(
+        "updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", "AdminT", "-r", "3", "-w", "3"
+    )
+    assert "AdminT" in admin("topicList", "-n", ns).split()
+    assert '"readQueueNums":3' in admin("topicRoute", "-n", ns, "-t", "AdminT").replace(" ", "")
+    lines = java("produce", ns, "AdminT", "3", "sync")
+    status = admin("topicStatus", "-n", ns, "-t", "AdminT")
+    max_offsets = [int(row.split()[3]) for row in status.splitlines() if row.startswith("broker-a")]
+    assert sum(max_offsets) == 3 and len(max_offsets) == 3
+    cluster = admin("clusterList", "-n", ns)
+    assert "DefaultCluster" in cluster and ns in cluster and "Exception" not in cluster
+    assert "brokerActive" in admin("brokerStatus", "-n", ns, "-b", ns)
+    java("push", ns, "AdminT", "g-admin", "3", "20", "concurrent")
+    progress = admin("consumerProgress", "-n", ns, "-g", "g-admin")
+    rows = [row.split() for row in progress.splitlines() if row.startswith("AdminT")]
+    assert len(rows) == 3 and all(row[3] == row[4] for row in rows)  # broker = consumer offset
+    offset_id = lines[0].split()[4]
+    message = admin("queryMsgById", "-n", ns, "-i", offset_id)
+    assert "Topic:               AdminT" in message and "Keys:                [key-0]" in message
+    assert "success" in admin("deleteTopic", "-n", ns, "-c", "DefaultCluster", "-t", "AdminT")
+    assert "AdminT" not in admin("topicList", "-n", ns).split()
