@@ -25,11 +25,16 @@ log = logging.getLogger("rmq_spark.broker")
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, bound_port: int) -> None:
+    def __init__(
+        self, config: BrokerConfig, bound_port: int, remoting_port: int | None = None
+    ) -> None:
         self.config = config
         self.port = bound_port
         self.endpoint = config.advertised_endpoint or f"{config.host}:{bound_port}"
-        self.store_host = f"{config.host}:{bound_port}"
+        # The address inside offset message ids. With the remoting port on, it is that port's:
+        # RocketMQ's tools (mqadmin queryMsgById) dial the address in an id with the remoting
+        # protocol, and the id a send answers must be the one consumers see in the record.
+        self.store_host = f"{config.host}:{remoting_port or bound_port}"
         store_config = config.store_config()
         store_config.store_host = self.store_host
         self.store = MessageStore.open(store_config)

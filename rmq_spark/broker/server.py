@@ -233,9 +233,13 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         loop_thread.close()
         raise
     workers = Workers(config.worker_threads)
+    listener = None
     try:
-        broker = Broker(config, port)
+        listener = _bind_remoting(config)
+        broker = Broker(config, port, None if listener is None else listener.port)
     except BaseException:
+        if listener is not None:
+            listener.close()
         workers.shutdown()
         loop_thread.call(server.stop(None))
         loop_thread.close()
@@ -246,15 +250,12 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(broker, workers, acl), server)
     try:
         v2_service = v2.add_to_server(server, broker, workers)
+        remoting = None
+        if listener is not None:
+            remoting = (listener, _remoting_service(config, broker, workers, listener))
     except BaseException:
-        workers.shutdown()
-        loop_thread.call(server.stop(None))
-        loop_thread.close()
-        broker.close()
-        raise
-    try:
-        remoting = _bind_remoting(config, broker, workers, loop_thread)
-    except BaseException:
+        if listener is not None:
+            listener.close()
         workers.shutdown()
         loop_thread.call(server.stop(None))
         loop_thread.close()
@@ -270,25 +271,25 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     return broker_server, port
 
 
-def _bind_remoting(config: BrokerConfig, broker: Broker, workers: Workers, loop_thread):
-    """Bind the remoting port (when configured): (listener, service), or None."""
+def _bind_remoting(config: BrokerConfig):
+    """Bind the remoting port when configured (its listener), else None."""
     if config.remoting_port is None:
         return None
     # Imported only when configured: a broker without it loads none of it.
     from rmq_spark.broker.remoting.server import RemotingListener
+
+    return RemotingListener.bind(config.host, config.remoting_port, remoting_tls(config))
+
+
+def _remoting_service(config: BrokerConfig, broker: Broker, workers: Workers, listener):
     from rmq_spark.broker.remoting.service import RemotingService
 
-    holder: dict = {}
-    listener = RemotingListener.bind(
-        config.host, config.remoting_port, lambda: holder["service"].make_connection(),
-        remoting_tls(config),
-    )  # fmt: skip
     host = (config.advertised_endpoint or config.host).rsplit(":", 1)[0]
     if config.advertised_endpoint is None and host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     service = RemotingService(broker, workers, f"{host}:{listener.port}")
-    holder["service"] = service
-    return listener, service
+    listener.make_connection = service.make_connection
+    return service
 
 
 async def _start_remoting(listener) -> None:

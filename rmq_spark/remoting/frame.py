@@ -146,7 +146,7 @@ def decode(frame: bytes) -> Command:
 def _decode_json_header(header: bytes) -> Command:
     try:
         data = json.loads(header)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FrameError(f"header is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise FrameError("header is JSON but not an object")

@@ -36,19 +36,30 @@ SEND_V2_NAMES = {
 }
 
 
-def whole(ext: Mapping[str, str], name: str, default: int | None = None) -> int:
-    """A whole-number field; ``default`` when absent (required when no default)."""
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def whole(ext: Mapping[str, str], name: str, default: int | None = None, bounds=INT64) -> int:
+    """A whole-number field as Java's parseInt/parseLong reads it (``bounds``: INT32 or
+    INT64); ``default`` when absent (required when no default)."""
     value = ext.get(name)
     if value is None or value == "":
         if default is None:
             raise InvalidArgumentError(f"the header field {name} is missing")
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise InvalidArgumentError(
             f"the header field {name}={shown(value)} is not a whole number"
         ) from None
+    low, high = bounds
+    if not low <= number <= high:
+        raise InvalidArgumentError(
+            f"the header field {name}={shown(value)} is out of range ({low}..{high})"
+        )
+    return number
 
 
 def text(ext: Mapping[str, str], name: str) -> str:
@@ -86,13 +97,15 @@ def send_header(ext: Mapping[str, str], *, short_names: bool = True) -> SendHead
     return SendHeader(
         producer_group=text(ext, "producerGroup"),
         topic=text(ext, "topic"),
-        queue_id=whole(ext, "queueId"),
-        sys_flag=whole(ext, "sysFlag", 0),
-        born_timestamp=whole(ext, "bornTimestamp", 0),
-        flag=whole(ext, "flag", 0),
+        queue_id=whole(ext, "queueId", bounds=INT32),
+        sys_flag=whole(ext, "sysFlag", bounds=INT32),
+        born_timestamp=whole(ext, "bornTimestamp"),
+        flag=whole(ext, "flag", bounds=INT32),
         properties=ext.get("properties", ""),
-        reconsume_times=whole(ext, "reconsumeTimes", 0),
-        max_reconsume_times=whole(ext, "maxReconsumeTimes") if max_reconsume else None,
+        reconsume_times=max(whole(ext, "reconsumeTimes", 0, INT32), 0),
+        max_reconsume_times=whole(ext, "maxReconsumeTimes", bounds=INT32)
+        if max_reconsume
+        else None,
         batch=flag(ext, "batch"),
     )
 

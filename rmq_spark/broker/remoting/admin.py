@@ -23,7 +23,7 @@ from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.remoting import bodies
 from rmq_spark.remoting.codes import OUR_VERSION, RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
-from rmq_spark.remoting.headers import whole
+from rmq_spark.remoting.headers import INT32, whole
 from rmq_spark.structs import MessageQueue
 
 #: how ``clusterList`` shows this broker's version
@@ -58,9 +58,9 @@ class Administration:
     async def update_topic(self, connection, request: Command) -> Command:
         ext = request.ext
         topic = validate_topic(required(request, "topic"))
-        read = whole(ext, "readQueueNums", self._broker.config.default_topic_queues)
-        write = whole(ext, "writeQueueNums", read)
-        perm = whole(ext, "perm", 6) & 6  # the inherit bit means nothing for a user topic
+        read = whole(ext, "readQueueNums", self._broker.config.default_topic_queues, INT32)
+        write = whole(ext, "writeQueueNums", read, INT32)
+        perm = whole(ext, "perm", 6, INT32) & 6  # the inherit bit means nothing for a user topic
         topics = self._broker.store.topics
 
         def create_or_update():

@@ -27,13 +27,16 @@ from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.remoting import codes
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
-from rmq_spark.remoting.headers import text, whole
+from rmq_spark.remoting.headers import INT32, text, whole
 from rmq_spark.store.message_store import GetResult
 from rmq_spark.structs import PullStatus
 
 #: a held pull answers this long before the client's own 30 s timeout at the latest
 MAX_SUSPEND_MS = 25_000
 DEFAULT_PULL_BYTES = 4 << 20
+#: an answer of this plus one message of the largest size stays under the 16 MiB frame
+#: limit of RocketMQ's clients
+MAX_PULL_BYTES = 8 << 20
 
 _STATUS = {
     PullStatus.FOUND: (ResponseCode.SUCCESS, "FOUND"),
@@ -67,13 +70,13 @@ class Consuming:
         ext = request.ext
         group = validate_group(text(ext, "consumerGroup"))
         topic = validate_topic(text(ext, "topic"), allow_system=True)
-        queue_id = whole(ext, "queueId")
+        queue_id = whole(ext, "queueId", bounds=INT32)
         offset = whole(ext, "queueOffset")
-        sys_flag = whole(ext, "sysFlag", 0)
+        sys_flag = whole(ext, "sysFlag", 0, INT32)
         config = self._broker.config
-        max_count = min(max(whole(ext, "maxMsgNums", 32), 1), config.max_pull_messages)
-        max_bytes = min(whole(ext, "maxMsgBytes", DEFAULT_PULL_BYTES) or DEFAULT_PULL_BYTES,
-                        config.max_pull_bytes)  # fmt: skip
+        max_count = min(max(whole(ext, "maxMsgNums", 32, INT32), 1), config.max_pull_messages)
+        max_bytes = whole(ext, "maxMsgBytes", 0, INT32) or DEFAULT_PULL_BYTES
+        max_bytes = min(max(max_bytes, 1), config.max_pull_bytes, MAX_PULL_BYTES)
         tag_codes = self._tag_codes(group, topic, ext, sys_flag)
         commit = None
         if sys_flag & codes.PULL_COMMIT_OFFSET:
@@ -83,7 +86,7 @@ class Consuming:
         )
         result = await self._workers.run(read)
         if result.status == PullStatus.NO_NEW_MSG and sys_flag & codes.PULL_SUSPEND:
-            suspend_ms = min(whole(ext, "suspendTimeoutMillis", 15_000), MAX_SUSPEND_MS)
+            suspend_ms = min(whole(ext, "suspendTimeoutMillis", 15_000, INT32), MAX_SUSPEND_MS)
             store = self._broker.store
             arrived = await self._broker.notifier.wait(
                 topic,
@@ -177,18 +180,14 @@ class Consuming:
         ext = request.ext
         group = validate_group(text(ext, "consumerGroup"))
         topic = validate_topic(text(ext, "topic"), allow_system=True)
-        queue_id = whole(ext, "queueId")
+        queue_id = whole(ext, "queueId", bounds=INT32)
         store = self._broker.store
         offset = store.offsets.query_one(group, topic, queue_id)
         if offset is None:
             zero_if_none = ext.get("setZeroIfNotFound", "true").lower() != "false"
-            # RocketMQ's rule: a group with no offset starts at 0 while the queue still holds
-            # its first message (a new group reads a young queue from its start).
-            if (
-                zero_if_none
-                and store.min_offset(topic, queue_id) == 0
-                and (store.max_offset(topic, queue_id) > 0)
-            ):
+            # RocketMQ 4.9's rule: a group with no offset starts at 0 while nothing of the
+            # queue was deleted yet (a new group reads a young queue from its start).
+            if zero_if_none and store.min_offset(topic, queue_id) == 0:
                 offset = 0
             else:
                 raise Refusal(
@@ -201,7 +200,7 @@ class Consuming:
         ext = request.ext
         group = validate_group(text(ext, "consumerGroup"))
         topic = validate_topic(text(ext, "topic"), allow_system=True)
-        queue_id = whole(ext, "queueId")
+        queue_id = whole(ext, "queueId", bounds=INT32)
         offset = whole(ext, "commitOffset")
         if queue_id < 0 or offset < 0:
             raise InvalidArgumentError(f"queueId {queue_id} and commitOffset {offset} must be >= 0")
@@ -251,7 +250,7 @@ class Consuming:
 
     def _queue(self, request: Command) -> tuple[str, int]:
         topic = validate_topic(text(request.ext, "topic"), allow_system=True)
-        queue_id = whole(request.ext, "queueId")
+        queue_id = whole(request.ext, "queueId", bounds=INT32)
         if self._broker.store.topics.find(topic) is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
         if queue_id < 0:

@@ -38,6 +38,8 @@ _FROM_WHERE = {
     "CONSUME_FROM_TIMESTAMP": "TIMESTAMP",
 }
 TAG_EXPRESSION = "TAG"
+#: queue ids a lock request may name (RocketMQ's queue ids are ints)
+MAX_QUEUES = 1 << 31
 
 
 class Membership:
@@ -62,16 +64,16 @@ class Membership:
     async def heartbeat(self, connection: Connection, request: Command) -> Command:
         data = _json_body(request, "HeartbeatData")
         client_id = data.get("clientID")
-        if not isinstance(client_id, str) or not client_id:
-            raise InvalidArgumentError("the heartbeat names no clientID")
+        if not isinstance(client_id, str) or not client_id.strip():
+            raise InvalidArgumentError(f"the heartbeat's clientID {shown(client_id)} is empty")
         connection.client_id = client_id
         connection.language = request.language
         connection.version = request.version
         self.connections[client_id] = connection
-        for producer in data.get("producerDataSet") or ():
+        for producer in _list(data, "producerDataSet"):
             if isinstance(producer, dict) and isinstance(producer.get("groupName"), str):
                 connection.producer_groups.add(producer["groupName"])
-        consumers = [self._consumer(item) for item in data.get("consumerDataSet") or ()]
+        consumers = [self._consumer(item) for item in _list(data, "consumerDataSet")]
         if consumers:
             await self._workers.run(self._join, client_id, consumers)
         for group, *_ in consumers:
@@ -89,11 +91,11 @@ class Membership:
             raise InvalidArgumentError(
                 f"messageModel {shown(model)} is not CLUSTERING or BROADCASTING"
             )
-        consume_type = _CONSUME_TYPES.get(item.get("consumeType", ""), "PUSH")
-        from_where = _FROM_WHERE.get(item.get("consumeFromWhere", ""), "LAST_OFFSET")
+        consume_type = _CONSUME_TYPES[_enum(item, "consumeType", _CONSUME_TYPES)]
+        from_where = _FROM_WHERE.get(_enum(item, "consumeFromWhere", _FROM_WHERE), "LAST_OFFSET")
         subscriptions = []
         limit = self._broker.config.max_subscription_chars
-        for sub in item.get("subscriptionDataSet") or ():
+        for sub in _list(item, "subscriptionDataSet"):
             if not isinstance(sub, dict):
                 raise InvalidArgumentError(f"subscriptionDataSet holds {shown(sub)}")
             topic = validate_topic(sub.get("topic"), allow_system=True)
@@ -204,7 +206,8 @@ class Membership:
             raise InvalidArgumentError("the lock request names no clientId")
         queues = []
         for item in data.get("mqSet") or ():
-            if not isinstance(item, dict) or not isinstance(item.get("queueId"), int):
+            queue_id = item.get("queueId") if isinstance(item, dict) else None
+            if not isinstance(queue_id, int) or not 0 <= queue_id < MAX_QUEUES:
                 raise InvalidArgumentError(f"mqSet holds {shown(item)}, not a message queue")
             if item.get("brokerName") not in (None, self._broker.name):
                 continue  # another broker's queue: that broker locks it
@@ -218,10 +221,28 @@ class Membership:
             del self.connections[connection.client_id]
 
 
+def _enum(data: dict, name: str, names) -> str:
+    """An enum field as Java writes it (by name); the first name when absent. Names this
+    broker does not know (newer clients' consume-from choices) count as absent."""
+    value = data.get(name)
+    if value is None:
+        return next(iter(names))
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} is {shown(value)}, not one of {', '.join(names)}")
+    return value if value in names else next(iter(names))
+
+
+def _list(data: dict, name: str) -> list:
+    value = data.get(name) or []
+    if not isinstance(value, list):
+        raise InvalidArgumentError(f"{name} is {shown(value)}, not a list")
+    return value
+
+
 def _json_body(request: Command, what: str) -> dict:
     try:
         data = json.loads(request.body)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InvalidArgumentError(f"the {what} body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidArgumentError(f"the {what} body is not a JSON object")

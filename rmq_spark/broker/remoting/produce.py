@@ -11,9 +11,11 @@ levels, ``TRAN_MSG`` makes a half message, and everything else through
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 from rmq_spark.broker import retry
 from rmq_spark.broker.core import Broker
+from rmq_spark.broker.group_commit import GroupCommit
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.send import RoundRobin, UniqueIdGenerator, offset_msg_ids
 from rmq_spark.broker.status import Workers
@@ -35,11 +37,23 @@ TRANSACTION_ROLLBACK = 12
 REGION = "DefaultRegion"
 
 
+@dataclass(frozen=True)
+class SendPlan:
+    topic: str
+    bodies: list[bytes]
+    properties: list[bytes]
+    tags: list[str | None]
+    flags: list[int]
+    unique_keys: list[str]
+    transaction: bool
+    delay_level: int
+
+
 class Producing:
-    def __init__(self, broker: Broker, workers: Workers, address: str) -> None:
+    def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
         self._workers = workers
-        self._address = address
+        self._groups = GroupCommit(broker, workers)
         self._round_robin = RoundRobin()
         self._unique_ids = UniqueIdGenerator(broker.store_host)
 
@@ -55,66 +69,96 @@ class Producing:
     async def send(self, connection, request: Command, short_names: bool = True) -> Command:
         try:
             header = headers.send_header(request.ext, short_names=short_names)
+            batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
+            plan = self._plan(request, header, batch)
         except InvalidArgumentError as exc:
             raise Refusal(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-        batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
-        return await self._workers.run(self._store, request, header, batch, connection.peer)
-
-    def _store(self, request: Command, header: headers.SendHeader, batch: bool, peer: str):
-        broker = self._broker
-        topic = self._topic(header.topic)
-        try:
-            if batch:
-                flags, bodies, blobs = headers.decode_batch(request.body)
-            else:
-                flags, bodies = [header.flag], [request.body]
-                blobs = [header.properties.encode()]
-            parsed = [props.decode_properties(blob) for blob in blobs]
-            unique = self._unique_keys(parsed)
-            blobs = [
-                blob if props.UNIQ_KEY in fields else blob + _property(props.UNIQ_KEY, key)
-                for blob, fields, key in zip(blobs, parsed, unique, strict=True)
-            ]
-        except InvalidArgumentError as exc:
-            raise Refusal(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-        config = broker.topic_for_write(topic)
+        topic = plan.topic
+        config = self._broker.store.topics.find(topic)
+        if config is None or topic.startswith(RETRY_PREFIX):
+            # creating a topic writes its table: on a worker
+            config = await self._workers.run(self._writable_topic, topic)
         queue_id = header.queue_id
         if queue_id < 0:
             queue_id = self._round_robin.next(topic) % config.write_queue_nums
-        tags = [fields.get(props.TAGS) for fields in parsed]
         fields = {
-            "born_host": peer,
-            "born_timestamps": [header.born_timestamp] * len(bodies),
-            "flags": flags,
+            "born_host": connection.peer,
+            "born_timestamps": [header.born_timestamp] * len(plan.bodies),
+            "flags": plan.flags,
             "reconsume_times": header.reconsume_times,
             "sysflag": header.sys_flag & SENDER_SYSFLAG_MASK,
         }
-        first = parsed[0]
-        if not batch and first.get(TRAN_MSG, "").lower() == "true":
-            result = broker.transactions.prepare(
+        if plan.transaction:
+            prepare = functools.partial(
+                self._broker.transactions.prepare,
                 topic,
                 queue_id,
-                bodies[0],
-                blobs[0],
-                tags[0],
-                transaction_id=unique[0],
-                born_host=peer,
+                plan.bodies[0],
+                plan.properties[0],
+                plan.tags[0],
+                transaction_id=plan.unique_keys[0],
+                born_host=connection.peer,
                 born_timestamp_ms=header.born_timestamp,
             )
-        elif not batch and int(first.get(props.DELAY, "0") or 0) > 0:
-            level = int(first[props.DELAY])
-            result = broker.delays.submit(topic, queue_id, bodies, blobs, tags, level, **fields)
+            result = await self._workers.run(prepare)
+        elif plan.delay_level:
+            submit = functools.partial(
+                self._broker.delays.submit,
+                topic,
+                queue_id,
+                plan.bodies,
+                plan.properties,
+                plan.tags,
+                plan.delay_level,
+                **fields,
+            )
+            result = await self._workers.run(submit)
         else:
-            result = broker.put_messages(topic, queue_id, bodies, blobs, tags, **fields)
-        ids = offset_msg_ids(self._address, result.physical_offsets)
+            result = await self._groups.put(
+                topic, queue_id, plan.bodies, plan.properties, plan.tags, **fields
+            )
+        ids = offset_msg_ids(self._broker.store_host, result.physical_offsets)
         return request.reply(
             msgId=",".join(ids),
             queueId=str(queue_id),
             queueOffset=str(result.first_queue_offset),
-            transactionId=unique[0],
+            transactionId=plan.unique_keys[0],
             MSG_REGION=REGION,
             TRACE_ON="true",
         )
+
+    def _plan(self, request: Command, header: headers.SendHeader, batch: bool) -> SendPlan:
+        """What to store for a send, checked (InvalidArgumentError names what is wrong)."""
+        topic = self._topic(header.topic)
+        if batch:
+            flags, bodies, blobs = headers.decode_batch(request.body)
+        else:
+            flags, bodies = [header.flag], [request.body]
+            blobs = [header.properties.encode()]
+        parsed = [props.decode_properties(blob) for blob in blobs]
+        unique = self._unique_keys(parsed)
+        blobs = [
+            blob if fields.get(props.UNIQ_KEY) else _with_unique_key(blob, key)
+            for blob, fields, key in zip(blobs, parsed, unique, strict=True)
+        ]
+        first = parsed[0]
+        delay = headers.whole(first, props.DELAY, 0) if not batch else 0
+        return SendPlan(
+            topic=topic,
+            bodies=bodies,
+            properties=blobs,
+            tags=[fields.get(props.TAGS) for fields in parsed],
+            flags=flags,
+            unique_keys=unique,
+            transaction=not batch and first.get(TRAN_MSG, "").lower() == "true",
+            delay_level=max(delay, 0),
+        )
+
+    def _writable_topic(self, topic: str):
+        if topic.startswith(RETRY_PREFIX):
+            # A consumer's fallback when CONSUMER_SEND_MSG_BACK failed: a plain send there.
+            self._broker.store.topics.ensure_system_topic(topic, retry.RETRY_QUEUE_NUMS)
+        return self._broker.topic_for_write(topic)
 
     def _topic(self, name: str) -> str:
         topic = validate_topic(name, allow_system=True)
@@ -126,9 +170,7 @@ class Producing:
                 f"topic {topic!r} is the broker's own; send to a topic of yours",
             )
         if topic.startswith(RETRY_PREFIX):
-            # A consumer's fallback when CONSUMER_SEND_MSG_BACK failed: a plain send there.
             validate_group(topic[len(RETRY_PREFIX) :])
-            self._broker.store.topics.ensure_system_topic(topic, retry.RETRY_QUEUE_NUMS)
         return topic
 
     def _unique_keys(self, parsed: list[dict[str, str]]) -> list[str]:
@@ -138,7 +180,7 @@ class Producing:
 
     async def end_transaction(self, connection, request: Command) -> Command:
         ext = request.ext
-        resolution = headers.whole(ext, "commitOrRollback")
+        resolution = headers.whole(ext, "commitOrRollback", bounds=headers.INT32)
         transaction_id = ext.get("msgId") or ext.get("transactionId")
         if not transaction_id:
             raise InvalidArgumentError("END_TRANSACTION names no msgId or transactionId")
@@ -157,8 +199,8 @@ class Producing:
         ext = request.ext
         group = validate_group(headers.text(ext, "group"))
         physical = headers.whole(ext, "offset")
-        delay_level = headers.whole(ext, "delayLevel", 0)
-        max_times = headers.whole(ext, "maxReconsumeTimes", 0)
+        delay_level = headers.whole(ext, "delayLevel", 0, headers.INT32)
+        max_times = headers.whole(ext, "maxReconsumeTimes", 0, headers.INT32)
         origin_topic = ext.get("originTopic", "")
 
         send_back = functools.partial(
@@ -191,5 +233,9 @@ def _send_back(
     retry.write_send_back(broker, record, plan)
 
 
-def _property(name: str, value: str) -> bytes:
-    return f"{name}\x01{value}\x02".encode()
+def _with_unique_key(blob: bytes, key: str) -> bytes:
+    """``blob`` with UNIQ_KEY set to ``key`` (an empty one replaced); a last property
+    without its closing separator (the parser takes that too) is closed first."""
+    fields = props.decode_properties(blob)
+    fields[props.UNIQ_KEY] = key
+    return props.encode_properties(fields)

@@ -25,7 +25,7 @@ from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.status import Workers
 from rmq_spark.errors import RocketliteError
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
-from rmq_spark.remoting.frame import Command
+from rmq_spark.remoting.frame import DEFAULT_MAX_FRAME_BYTES, Command
 
 log = logging.getLogger("rmq_spark.broker.remoting")
 
@@ -41,7 +41,7 @@ class RemotingService:
         self.membership = Membership(broker, workers)
         parts = (
             NameServerRole(broker, address),
-            Producing(broker, workers, address),
+            Producing(broker, workers),
             Consuming(broker, workers, self.membership),
             self.membership,
             Administration(broker, workers, address, self.membership),
@@ -53,7 +53,8 @@ class RemotingService:
                 self._handlers[code] = handler
 
     def make_connection(self) -> Connection:
-        return Connection(self, self.broker.config.max_request_bytes)
+        # RocketMQ's frame limit, which its clients apply to answers too
+        return Connection(self, DEFAULT_MAX_FRAME_BYTES)
 
     def connection_opened(self, connection: Connection) -> None:
         self.connections.add(connection)
