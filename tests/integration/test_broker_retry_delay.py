@@ -119,12 +119,15 @@ def broker_on(store_dir, connect) -> Iterator[Broker]:
 def test_delayed_sends_arrive_after_their_delay_in_order(start_broker):
     broker = start_broker()
     broker.store.topics.create("TopicA", 1)
+    first_sent = time.monotonic()
     sent = [broker.send("TopicA", [b"a1", b"a2"], delay_level=3)]
     sent.append(broker.send("TopicA", [b"b1"], delay_level=3))
     sent.append(broker.send("TopicA", [b"c1", b"c2", b"c3"], delay_level=3))
 
     assert all(not e.HasField("queue_offset") for s in sent for e in s.entries)
-    assert broker.pull("TopicA", 0) == []  # nothing before the delay
+    early = broker.pull("TopicA", 0)
+    if time.monotonic() - first_sent < LEVELS_MS[2] / 1000:  # a busy machine may be slower
+        assert early == []  # nothing before the delay
     records = broker.pull_until("TopicA", 0, 6)
 
     assert [r.body for r in records] == [b"a1", b"a2", b"b1", b"c1", b"c2", b"c3"]

@@ -21,6 +21,7 @@ import pytest
 from broker_harness import TEST_STORE_FLAGS, TEST_STORE_OPTIONS, BrokerProcess
 
 from rmq_spark.client import Admin, Producer
+from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
 
@@ -178,14 +179,31 @@ class CliBroker(BrokerProcess):
 # -- broker -------------------------------------------------------------------------------
 
 
+def test_broker_serves_the_remoting_protocol_on_9876_by_default_when_it_is_free(tmp_path):
+    process = CliBroker("cli-r", tmp_path / "store", tmp_path / "cli-r.log", TEST_STORE_FLAGS)
+    process.start()
+    try:
+        if " remoting=" in process.ready_line:
+            assert process.remoting_address == "127.0.0.1:9876"
+            with Admin(process.endpoint) as admin:
+                admin.create_topic("CliRemoting", queues=3)
+            with RemotingClient(process.remoting_address) as client:
+                route = client.route("CliRemoting")
+            assert [mq.queue_id for mq in route.readable] == [0, 1, 2]
+        else:  # another program holds 9876: the broker says so and serves gRPC only
+            assert "port 9876 is taken: the remoting protocol is off" in process.log_text()
+    finally:
+        process.stop()
+
+
 def test_broker_subcommand_serves_refuses_a_second_broker_and_stops_cleanly(tmp_path):
     store_dir = tmp_path / "store"
     process = CliBroker("cli-b", store_dir, tmp_path / "cli-b.log", TEST_STORE_FLAGS)
-    process.start()
+    process.start("--remoting-port", "0")
     try:
         assert re.fullmatch(
             rf"rocketlite broker cli-b listening on 127\.0\.0\.1:{process.port} "
-            rf"store={re.escape(str(store_dir))}",
+            rf"remoting=127\.0\.0\.1:\d+ store={re.escape(str(store_dir))}",
             process.ready_line,
         ), process.ready_line
         with Admin(process.endpoint) as admin, Producer(process.endpoint) as producer:

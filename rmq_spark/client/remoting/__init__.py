@@ -1,0 +1,16 @@
+"""The client side of RocketMQ's remoting protocol: a connection many threads share
+(:mod:`.transport`) and a client that finds brokers through a name server and pulls, reads
+and commits offsets there (:mod:`.client`). It reads Apache RocketMQ clusters and
+rocketlite's remoting port alike."""
+
+from rmq_spark.client.remoting.client import PullAnswer, RemotingClient, Route, parse_route
+from rmq_spark.client.remoting.transport import RemotingConnection, RemotingError
+
+__all__ = [
+    "PullAnswer",
+    "RemotingClient",
+    "RemotingConnection",
+    "RemotingError",
+    "Route",
+    "parse_route",
+]

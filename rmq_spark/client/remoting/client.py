@@ -1,0 +1,375 @@
+"""A client of RocketMQ clusters over the remoting protocol: routes from a name server, then
+pulls, offsets and sends at the brokers the routes name.
+
+It reads an Apache RocketMQ 4.9+/5.x cluster (``namesrvAddr``) or a rocketlite broker's
+remoting port alike. Queues are ``MessageQueue(topic, brokerName, queueId)`` as everywhere
+in rocketlite; a broker's address comes only from the route (its master, id 0).
+
+>>> client = RemotingClient("127.0.0.1:9876")                              # doctest: +SKIP
+>>> queues = client.route("orders").readable                               # doctest: +SKIP
+>>> answer = client.pull(queues[0], 0, max_messages=32)                    # doctest: +SKIP
+>>> decode_records(answer.data)                                            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from rmq_spark.client.connection import ClientConfig
+from rmq_spark.client.remoting.transport import RemotingConnection, RemotingError, raise_for
+from rmq_spark.codec.properties import UNIQ_KEY, encode_properties
+from rmq_spark.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    RequestTimeoutError,
+    UnavailableError,
+)
+from rmq_spark.remoting import fastjson
+from rmq_spark.remoting.codes import (
+    PERM_READ,
+    PERM_WRITE,
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    RequestCode,
+    ResponseCode,
+)
+from rmq_spark.remoting.frame import Command
+from rmq_spark.remoting.headers import encode_batch
+from rmq_spark.structs import MessageQueue, PullStatus
+
+#: the consumer group a pull names when the caller has none (brokers require one)
+DEFAULT_GROUP = "rocketlite-reader"
+DEFAULT_PRODUCER_GROUP = "rocketlite-producer"
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    """A topic's queues and the address of each broker that holds some of them."""
+
+    topic: str
+    addresses: dict[str, str]
+    readable: list[MessageQueue]
+    writable: list[MessageQueue]
+
+
+@dataclass(frozen=True)
+class SendAnswer:
+    queue: MessageQueue
+    #: queue offset of the first message (the others follow it)
+    queue_offset: int
+    #: each message's UNIQ_KEY (the id consumers see) and offset message id
+    msg_ids: list[str]
+    offset_msg_ids: list[str]
+
+
+@dataclass(frozen=True)
+class PullAnswer:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    #: the stored records back to back, as the broker's commit log holds them
+    data: bytes
+
+
+def parse_route(topic: str, body: bytes) -> Route:
+    """A TopicRouteData body (standard JSON or fastjson's) as a :class:`Route`."""
+    data = fastjson.loads(body)
+    if not isinstance(data, dict):
+        raise InvalidArgumentError(f"the route of {topic!r} is not a JSON object")
+    addresses = {}
+    for broker in data.get("brokerDatas") or []:
+        addrs = broker.get("brokerAddrs") or {}
+        master = addrs.get(0, addrs.get("0"))
+        if master:
+            addresses[broker["brokerName"]] = master
+    readable, writable = [], []
+    for queue_data in data.get("queueDatas") or []:
+        name = queue_data["brokerName"]
+        if name not in addresses:
+            continue  # no master: RocketMQ's clients skip such a broker too
+        perm = int(queue_data.get("perm", 6))
+        if perm & PERM_READ:
+            readable += [MessageQueue(topic, name, i) for i in range(queue_data["readQueueNums"])]
+        if perm & PERM_WRITE:
+            writable += [MessageQueue(topic, name, i) for i in range(queue_data["writeQueueNums"])]
+    return Route(topic, addresses, sorted(readable), sorted(writable))
+
+
+class RemotingClient:
+    def __init__(self, name_server: str, config: ClientConfig | None = None) -> None:
+        servers = [part.strip() for part in name_server.replace(",", ";").split(";")]
+        self.name_servers = [s for s in servers if s]
+        if not self.name_servers:
+            raise InvalidArgumentError(
+                f"name server {name_server!r} names no address; use host:9876 (several "
+                "separated by ';')"
+            )
+        self.config = config or ClientConfig()
+        self._lock = threading.Lock()
+        self._connections: dict[str, RemotingConnection] = {}
+        self._brokers: dict[str, str] = {}  # broker name -> address, learnt from routes
+        self._unique_ids = UniqueIds()
+
+    # -- name server ------------------------------------------------------------------------
+
+    def route(self, topic: str) -> Route:
+        """The topic's route from the first name server that answers."""
+        request = Command(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}
+        )
+        answer = self._ask_name_server(request, f"route of topic {topic!r}")
+        route = parse_route(topic, answer.body)
+        with self._lock:
+            self._brokers.update(route.addresses)
+        return route
+
+    def topics(self) -> list[str]:
+        """Every topic the name server knows (system topics included), sorted."""
+        request = Command(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        answer = self._ask_name_server(request, "topic list")
+        data = fastjson.loads(answer.body)
+        return sorted(data.get("topicList") or []) if isinstance(data, dict) else []
+
+    def _ask_name_server(self, request: Command, what: str) -> Command:
+        errors = []
+        for address in self.name_servers:
+            try:
+                answer = self._call(address, request, what)
+            except UnavailableError as exc:
+                errors.append(str(exc))
+                continue
+            if answer.code == ResponseCode.TOPIC_NOT_EXIST:
+                raise NotFoundError(
+                    f"{what}: the name server {address} knows no such topic ({answer.remark})"
+                )
+            raise_for(answer, f"{what} from name server {address}")
+            return answer
+        raise UnavailableError(f"no name server answered for the {what}: {'; '.join(errors)}")
+
+    # -- broker calls -----------------------------------------------------------------------
+
+    def pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        *,
+        max_messages: int = 32,
+        group: str | None = None,
+        expression: str = "*",
+        suspend_ms: int = 0,
+    ) -> PullAnswer:
+        """Records of ``mq`` from ``offset`` (tag ``expression`` filtered by the broker);
+        with ``suspend_ms`` the broker holds an empty pull that long for new messages."""
+        sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms > 0 else 0)
+        request = Command(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": group or DEFAULT_GROUP,
+                "topic": mq.topic,
+                "queueId": str(mq.queue_id),
+                "queueOffset": str(offset),
+                "maxMsgNums": str(max_messages),
+                "sysFlag": str(sys_flag),
+                "commitOffset": "0",
+                "suspendTimeoutMillis": str(suspend_ms),
+                "subscription": expression,
+                "subVersion": str(int(time.time() * 1000)),
+                "expressionType": "TAG",
+            },
+        )
+        answer = self._broker_call(mq, request, f"pull of {mq}", extra_s=suspend_ms / 1000)
+        status = _PULL_STATUS.get(answer.code)  # type: ignore[call-overload]
+        if status is None:
+            raise_for(answer, f"pull of {mq}")
+            raise RemotingError(answer.code, f"pull of {mq}: unexpected answer {answer.code}")
+        ext = answer.ext
+        return PullAnswer(
+            status,
+            int(ext.get("nextBeginOffset", offset)),
+            int(ext.get("minOffset", 0)),
+            int(ext.get("maxOffset", 0)),
+            answer.body if status == PullStatus.FOUND else b"",
+        )
+
+    def send(
+        self,
+        mq: MessageQueue,
+        bodies: list[bytes],
+        properties: list[dict[str, str]] | None = None,
+        *,
+        producer_group: str = DEFAULT_PRODUCER_GROUP,
+    ) -> SendAnswer:
+        """Store ``bodies`` (with their properties: TAGS, KEYS, your own) in ``mq``, in order,
+        as one request (a batch when there are several). Each message gets a UNIQ_KEY."""
+        if not bodies:
+            raise InvalidArgumentError("bodies is empty; send at least one message")
+        fields = [dict(p) for p in properties] if properties else [{} for _ in bodies]
+        if len(fields) != len(bodies):
+            raise InvalidArgumentError(f"{len(fields)} property maps for {len(bodies)} bodies")
+        keys = self._unique_ids.next_ids(len(bodies))
+        for item, key in zip(fields, keys, strict=True):
+            item.setdefault(UNIQ_KEY, key)
+        encoded = [encode_properties(item) for item in fields]
+        header = {
+            "a": producer_group,
+            "b": mq.topic,
+            "c": "TBW102",
+            "d": "4",
+            "e": str(mq.queue_id),
+            "f": "0",
+            "g": str(int(time.time() * 1000)),
+            "h": "0",
+            "j": "0",
+            "k": "false",
+        }
+        if len(bodies) == 1:
+            request = Command(RequestCode.SEND_MESSAGE_V2, {**header, "i": encoded[0].decode()})
+            request.body = bodies[0]
+        else:
+            request = Command(RequestCode.SEND_BATCH_MESSAGE, {**header, "m": "true"})
+            request.body = encode_batch([0] * len(bodies), bodies, encoded)
+        answer = self._broker_call(mq, request, f"send to {mq}")
+        raise_for(answer, f"send to {mq}")
+        return SendAnswer(
+            mq,
+            int(answer.ext["queueOffset"]),
+            [item[UNIQ_KEY] for item in fields],
+            answer.ext.get("msgId", "").split(","),
+        )
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._offset(RequestCode.GET_MIN_OFFSET, mq, "min offset")
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        """The next offset to be written (exclusive end)."""
+        return self._offset(RequestCode.GET_MAX_OFFSET, mq, "max offset")
+
+    def offset_at(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset stored at or after ``timestamp_ms`` (max offset if none)."""
+        return self._offset(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            mq,
+            "offset by time",
+            timestamp=str(timestamp_ms),
+        )
+
+    def committed_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq``, or None when it has none (a RocketMQ 4.x
+        broker answers 0 instead while the queue's first message is still stored)."""
+        request = Command(
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {
+                "consumerGroup": group,
+                "topic": mq.topic,
+                "queueId": str(mq.queue_id),
+                "setZeroIfNotFound": "false",
+            },
+        )
+        answer = self._broker_call(mq, request, f"offset of {group} on {mq}")
+        if answer.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        raise_for(answer, f"offset of group {group!r} on {mq}")
+        return int(answer.ext["offset"])
+
+    def commit_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """Store ``offset`` as ``group``'s next offset of ``mq`` (what mqadmin shows)."""
+        request = Command(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {
+                "consumerGroup": group,
+                "topic": mq.topic,
+                "queueId": str(mq.queue_id),
+                "commitOffset": str(offset),
+            },
+        )
+        raise_for(self._broker_call(mq, request, "offset commit"), f"commit of {group} on {mq}")
+
+    def _offset(self, code: int, mq: MessageQueue, what: str, **ext: str) -> int:
+        request = Command(code, {"topic": mq.topic, "queueId": str(mq.queue_id), **ext})
+        answer = self._broker_call(mq, request, f"{what} of {mq}")
+        raise_for(answer, f"{what} of {mq}")
+        return int(answer.ext["offset"])
+
+    def _broker_call(
+        self, mq: MessageQueue, request: Command, what: str, extra_s: float = 0.0
+    ) -> Command:
+        address = self.address_of(mq)
+        return self._call(address, request, what, extra_s)
+
+    def address_of(self, mq: MessageQueue) -> str:
+        with self._lock:
+            address = self._brokers.get(mq.broker_name)
+        if address is None:
+            address = self.route(mq.topic).addresses.get(mq.broker_name)
+        if address is None:
+            raise NotFoundError(
+                f"no route names broker {mq.broker_name!r} for topic {mq.topic!r}; is it "
+                "registered with the name server?"
+            )
+        return address
+
+    # -- connections --------------------------------------------------------------------------
+
+    def _call(self, address: str, request: Command, what: str, extra_s: float = 0.0) -> Command:
+        timeout_s = self.config.request_timeout_s + extra_s
+        delays = self.config.retry.delays_s()
+        while True:
+            try:
+                return self._connection(address).call(_copy(request), timeout_s)
+            except (UnavailableError, RequestTimeoutError) as exc:
+                delay = next(delays, None)
+                if delay is None:
+                    raise UnavailableError(f"{what}: {exc}") from None
+                time.sleep(delay)
+
+    def _connection(self, address: str) -> RemotingConnection:
+        with self._lock:
+            connection = self._connections.get(address)
+            if connection is None:
+                connection = self._connections[address] = RemotingConnection(address)
+            return connection
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = list(self._connections.values()), {}
+        for connection in connections:
+            connection.close()
+
+    def __enter__(self) -> RemotingClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class UniqueIds:
+    """Message ids in the layout of RocketMQ's MessageClientIDSetter: 32 upper-case hex
+    characters from this host and process, a time and a counter; unique per client."""
+
+    def __init__(self) -> None:
+        prefix = os.urandom(4) + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
+        self._prefix = prefix.hex().upper()
+        self._counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
+        self._lock = threading.Lock()
+
+    def next_ids(self, count: int) -> list[str]:
+        with self._lock:
+            numbers = [next(self._counter) & 0xFFFF for _ in range(count)]
+        stamp = f"{int(time.time() * 1000) & 0xFFFFFFFF:08X}"
+        return [f"{self._prefix}{stamp}{n:04X}" for n in numbers]
+
+
+def _copy(request: Command) -> Command:
+    """A fresh command for each attempt (the connection stamps its own opaque)."""
+    return Command(request.code, dict(request.ext), request.body)

@@ -1,0 +1,219 @@
+"""One TCP connection speaking RocketMQ's remoting protocol, used from any thread.
+
+Requests carry an ``opaque`` the answer echoes; a reader thread matches answers to the
+waiting callers, so many threads share one connection as RocketMQ's clients share their
+channel. Requests the broker sends (NOTIFY_CONSUMER_IDS_CHANGED) go to ``on_request`` or are
+dropped. A connection that broke fails every waiting call with UnavailableError and is
+opened again by the next call.
+
+>>> conn = RemotingConnection("127.0.0.1:9876")                    # doctest: +SKIP
+>>> conn.call(Command(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}), 3.0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from rmq_spark.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    RequestTimeoutError,
+    RocketliteError,
+    UnavailableError,
+)
+from rmq_spark.remoting.codes import FLAG_ONEWAY, OUR_VERSION, ResponseCode
+from rmq_spark.remoting.frame import (
+    DEFAULT_MAX_FRAME_BYTES,
+    Command,
+    FrameError,
+    decode,
+    encode,
+    split_frames,
+)
+
+log = logging.getLogger("rmq_spark.client.remoting")
+
+CONNECT_TIMEOUT_S = 3.0
+_READ_CHUNK = 1 << 20
+
+
+class RemotingError(RocketliteError):
+    """An answer other than success from a RocketMQ broker or name server, with its code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+#: response codes a caller may meet again on a retry, or on another broker
+_RETRIABLE = {
+    ResponseCode.SYSTEM_BUSY,
+    ResponseCode.SERVICE_NOT_AVAILABLE,
+    ResponseCode.GO_AWAY,
+    ResponseCode.SYSTEM_ERROR,
+}
+
+
+def raise_for(answer: Command, what: str) -> None:
+    """Raise the rocketlite error of a failed answer (nothing for SUCCESS)."""
+    if answer.code == ResponseCode.SUCCESS:
+        return
+    text = f"{what}: {answer.remark or 'no remark'} (RocketMQ response code {answer.code})"
+    if answer.code == ResponseCode.TOPIC_NOT_EXIST:
+        raise NotFoundError(text)
+    if answer.code == ResponseCode.NO_PERMISSION:
+        raise PermissionDeniedError(text)
+    if answer.code in _RETRIABLE:
+        raise UnavailableError(text)
+    if answer.code == ResponseCode.INVALID_PARAMETER:
+        raise InvalidArgumentError(text)
+    raise RemotingError(answer.code, text)
+
+
+class RemotingConnection:
+    def __init__(
+        self,
+        address: str,
+        *,
+        tls: ssl.SSLContext | None = None,
+        on_request: Callable[[Command], None] | None = None,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    ) -> None:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidArgumentError(f"address {address!r} is not host:port")
+        self.address = address
+        self._target = (host.strip("[]"), int(port))
+        self._tls = tls
+        self._on_request = on_request
+        self._connect_timeout_s = connect_timeout_s
+        self._lock = threading.Lock()  # guards the socket, sending and the pending table
+        self._sock: socket.socket | None = None
+        self._pending: dict[int, Future] = {}
+        self._opaques = itertools.count(1)
+        self._closed = False
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def call(self, request: Command, timeout_s: float) -> Command:
+        """Send ``request`` and wait for its answer (UnavailableError if the connection
+        fails, RequestTimeoutError after ``timeout_s``)."""
+        future: Future = Future()
+        with self._lock:
+            sock = self._ensure_open()
+            request.opaque = next(self._opaques) & 0x7FFFFFFF
+            self._pending[request.opaque] = future
+            self._send_locked(sock, request)
+        try:
+            return future.result(timeout_s)
+        except FutureTimeout:
+            with self._lock:
+                self._pending.pop(request.opaque, None)
+            raise RequestTimeoutError(
+                f"{self.address} did not answer request {request.code} within {timeout_s:g} s"
+            ) from None
+
+    def oneway(self, request: Command) -> None:
+        """Send ``request`` without waiting: the receiver answers none."""
+        request.flag |= FLAG_ONEWAY
+        with self._lock:
+            sock = self._ensure_open()
+            request.opaque = next(self._opaques) & 0x7FFFFFFF
+            self._send_locked(sock, request)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            _close_socket(sock)
+
+    # -- the socket ---------------------------------------------------------------------------
+
+    def _ensure_open(self) -> socket.socket:
+        if self._closed:
+            raise UnavailableError(f"the connection to {self.address} is closed")
+        if self._sock is not None:
+            return self._sock
+        try:
+            sock = socket.create_connection(self._target, timeout=self._connect_timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(sock, server_hostname=self._target[0])
+            sock.settimeout(None)
+        except (OSError, ssl.SSLError) as exc:
+            raise UnavailableError(
+                f"cannot connect to {self.address}: {exc}; is the name server or broker "
+                "running there?"
+            ) from None
+        self._sock = sock
+        reader = threading.Thread(
+            target=self._read_loop, args=(sock,), name=f"rmq-remoting-{self.address}", daemon=True
+        )
+        reader.start()
+        return sock
+
+    def _send_locked(self, sock: socket.socket, request: Command) -> None:
+        request.version = request.version or OUR_VERSION
+        request.language = "PYTHON"
+        try:
+            sock.sendall(encode(request))
+        except OSError as exc:
+            self._fail_locked(sock, f"sending to {self.address} failed: {exc}")
+            raise UnavailableError(f"sending to {self.address} failed: {exc}") from None
+
+    def _read_loop(self, sock: socket.socket) -> None:
+        buffer = bytearray()
+        reason = f"{self.address} closed the connection"
+        try:
+            while True:
+                data = sock.recv(_READ_CHUNK)
+                if not data:
+                    break
+                buffer += data
+                frames, used = split_frames(buffer, DEFAULT_MAX_FRAME_BYTES)
+                del buffer[:used]
+                for frame in frames:
+                    self._received(decode(frame))
+        except (OSError, FrameError) as exc:
+            reason = f"the connection to {self.address} failed: {exc}"
+        with self._lock:
+            self._fail_locked(sock, reason)
+
+    def _received(self, command: Command) -> None:
+        if command.is_response:
+            with self._lock:
+                future = self._pending.pop(command.opaque, None)
+            if future is not None:
+                future.set_result(command)
+            return
+        if self._on_request is not None:
+            try:
+                self._on_request(command)
+            except Exception:  # a hook's bug must not end the connection
+                log.exception("handling request %d from %s failed", command.code, self.address)
+
+    def _fail_locked(self, sock: socket.socket, reason: str) -> None:
+        if self._sock is sock:
+            self._sock = None
+        _close_socket(sock)
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(UnavailableError(reason))
+
+
+def _close_socket(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()

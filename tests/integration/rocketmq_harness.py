@@ -1,0 +1,164 @@
+"""Apache RocketMQ itself for the tests that compare against it: a name server and one broker
+(``broker-a`` of ``DefaultCluster``) on free loopback ports with a temporary store, started
+from a build named by ``ROCKETMQ_HOME`` (its ``lib/`` of jars and ``conf/``), and the Java
+command line to run its tools and clients with."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROCKETMQ_HOME = os.environ.get("ROCKETMQ_HOME", "")
+OPENS = [
+    "--add-opens",
+    "java.base/java.nio=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-exports",
+    "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.lang=ALL-UNNAMED",
+]
+START_TIMEOUT_S = 90
+
+
+def available() -> bool:
+    return bool(ROCKETMQ_HOME) and (Path(ROCKETMQ_HOME) / "lib").is_dir()
+
+
+needs_rocketmq = pytest.mark.skipif(
+    not available(),
+    reason="needs Apache RocketMQ 4.9's jars: set ROCKETMQ_HOME to a build with lib/ "
+    "(see the README, 'Testing against Apache RocketMQ')",
+)
+
+
+def java_command(root: Path, heap: str = "512m") -> list[str]:
+    """``java`` with the flags RocketMQ 4.9 needs on JDK 17, its jars, logs under ``root``."""
+    return [
+        "java",
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        *OPENS,
+        f"-Drocketmq.client.logRoot={root / 'logs'}",
+        "-cp",
+        f"{ROCKETMQ_HOME}/lib/*",
+    ]
+
+
+def _free_port(spacing: int = 0) -> int:
+    """A free port whose neighbours down to -spacing and up to +1 are free too (RocketMQ's
+    broker also listens on port-2 and port+1)."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port - spacing < 1024:
+            continue
+        if all(_is_free(p) for p in range(port - spacing, port + 2)):
+            return port
+    raise RuntimeError("no free port range found")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_port(port: int, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"RocketMQ exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"RocketMQ did not listen on {port} in {START_TIMEOUT_S} s")
+
+
+class RocketMQCluster:
+    """``name_server`` is the address clients use; ``stop()`` ends both processes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "home"
+        (self.home / "conf").mkdir(parents=True)
+        for conf in (Path(ROCKETMQ_HOME) / "conf").glob("logback_*.xml"):
+            text = conf.read_text().replace("${user.home}", str(root))
+            (self.home / "conf" / conf.name).write_text(text)
+        self.namesrv_port = _free_port()
+        self.broker_port = _free_port(spacing=2)
+        self.name_server = f"127.0.0.1:{self.namesrv_port}"
+        self.broker_address = f"127.0.0.1:{self.broker_port}"
+        self._processes: list[subprocess.Popen] = []
+
+    def start(self) -> RocketMQCluster:
+        env = {**os.environ, "ROCKETMQ_HOME": str(self.home)}
+        (self.root / "namesrv.conf").write_text(f"listenPort={self.namesrv_port}\n")
+        store = self.root / "store"
+        (self.root / "broker.conf").write_text(
+            "\n".join(
+                [
+                    "brokerClusterName=DefaultCluster",
+                    "brokerName=broker-a",
+                    "brokerId=0",
+                    "brokerRole=ASYNC_MASTER",
+                    "flushDiskType=ASYNC_FLUSH",
+                    f"namesrvAddr={self.name_server}",
+                    "brokerIP1=127.0.0.1",
+                    f"listenPort={self.broker_port}",
+                    f"storePathRootDir={store}",
+                    f"storePathCommitLog={store / 'commitlog'}",
+                    "autoCreateTopicEnable=true",
+                    "mappedFileSizeCommitLog=16777216",
+                    "diskMaxUsedSpaceRatio=98",
+                ]
+            )
+            + "\n"
+        )
+        for name, main, conf, heap, port in (
+            ("namesrv", "org.apache.rocketmq.namesrv.NamesrvStartup", "namesrv.conf", "256m",
+             self.namesrv_port),
+            ("broker", "org.apache.rocketmq.broker.BrokerStartup", "broker.conf", "1g",
+             self.broker_port),
+        ):  # fmt: skip
+            log = self.root / f"{name}.out"
+            with open(log, "wb") as out:
+                process = subprocess.Popen(
+                    [*java_command(self.root, heap), main, "-c", str(self.root / conf)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            self._processes.append(process)
+            _wait_port(port, process, log)
+        time.sleep(2)  # the broker registers with the name server
+        return self
+
+    def stop(self) -> None:
+        for process in reversed(self._processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+        self._processes.clear()
+        shutil.rmtree(self.root / "store", ignore_errors=True)
