@@ -305,6 +305,7 @@ class ServerProcess:
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
         self.endpoint = ""
+        self.ready_line = ""  # the whole "... listening on ..." line (e.g. remoting=HOST:PORT)
 
     def start(self) -> ServerProcess:
         with open(self.log_path, "ab") as log:
@@ -319,6 +320,7 @@ class ServerProcess:
             match = re.search(r" listening on (\S+:\d+)", line)
             if match:
                 self.endpoint = match[1]
+                self.ready_line = line.strip()
                 return self
             if not line:
                 break

@@ -15,12 +15,12 @@ from dataclasses import replace
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.offsets import QueueOffsets
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import DataLossError, NotFoundError
 from rmq_spark.offsets.spark import Offsets, data_loss_message
-from rmq_spark.source.discovery import client_config, offsets_at, resolve_start, take_snapshot
+from rmq_spark.source.access import BrokerAccess, open_access
+from rmq_spark.source.discovery import resolve_start
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import plan_for_options
 from rmq_spark.source.positions import batch_ranges, ending_offsets
@@ -43,31 +43,33 @@ class RocketliteBatchReader(DataSourceReader):
     def _selected(self, queues: dict[MessageQueue, QueueOffsets]):
         return queues
 
-    def _narrowed(self, cluster: Cluster, start: Offsets, end: Offsets) -> tuple[Offsets, Offsets]:
+    def _narrowed(
+        self, access: BrokerAccess, start: Offsets, end: Offsets
+    ) -> tuple[Offsets, Offsets]:
         return start, end
 
     def partitions(self) -> list[InputPartition]:
-        cluster = Cluster(self.options.endpoints, client_config(self.options))
+        access = open_access(self.options)
         try:
-            return self._plan(cluster)
+            return self._plan(access)
         finally:
-            cluster.close()
+            access.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RocketlitePartition):  # Spark's stand-in for "nothing"
             return iter(())
         return read_partition(partition, self.options)
 
-    def _plan(self, cluster: Cluster) -> list[InputPartition]:
+    def _plan(self, access: BrokerAccess) -> list[InputPartition]:
         options = self.options
-        snapshot = take_snapshot(cluster, options)
+        snapshot = access.snapshot(options)
         snapshot.require_complete("plan the batch read")
         queues = snapshot.queues
         if not queues:
             if options.topics:
                 raise NotFoundError(
                     f"topics {', '.join(options.topics)} have no readable queue on "
-                    f"{', '.join(options.endpoints)}; check the names (option topic/topics) "
+                    f"{access.where}; check the names (option topic/topics) "
                     "and that the topic is readable (perm 4 or 6)"
                 )
             log.warning("topicPattern %r matches no topic; nothing to read", options.topic_pattern)
@@ -75,15 +77,15 @@ class RocketliteBatchReader(DataSourceReader):
         queues = self._selected(queues)
         if not queues:  # the query's filters leave no queue to read
             return []
-        start = resolve_start(cluster, options, queues)
+        start = resolve_start(access, options, queues)
         ending = options.ending
         assert ending is not None
         at_time = {}
         if ending.kind == "timestamp":
             assert ending.timestamp_ms is not None
-            at_time = offsets_at(cluster, {mq: ending.timestamp_ms for mq in queues})
+            at_time = access.offsets_at({mq: ending.timestamp_ms for mq in queues})
         end = ending_offsets(ending, queues, at_time)
-        start, end = self._narrowed(cluster, start, end)
+        start, end = self._narrowed(access, start, end)
         ranges, losses = batch_ranges(start, end, queues)
         if losses:
             message = data_loss_message(losses, fail_on_data_loss=options.fail_on_data_loss)
@@ -132,16 +134,18 @@ class FilteringBatchReader(RocketliteBatchReader):
             if (topics is None or mq.topic in topics) and (ids is None or mq.queue_id in ids)
         }
 
-    def _narrowed(self, cluster: Cluster, start: Offsets, end: Offsets) -> tuple[Offsets, Offsets]:
+    def _narrowed(
+        self, access: BrokerAccess, start: Offsets, end: Offsets
+    ) -> tuple[Offsets, Offsets]:
         low, high = self.pushed.offsets
         start = {mq: max(offset, low) for mq, offset in start.items()}
         end = {mq: min(offset, high) for mq, offset in end.items()}
         if self.pushed.narrows_time:
             first_ms, end_ms = self.pushed.store_ms
             if first_ms > 0:
-                found = offsets_at(cluster, {mq: first_ms for mq in start})
+                found = access.offsets_at({mq: first_ms for mq in start})
                 start = {mq: max(offset, found[mq]) for mq, offset in start.items()}
             if end_ms < 2**63 - 1:
-                found = offsets_at(cluster, {mq: end_ms for mq in end})
+                found = access.offsets_at({mq: end_ms for mq in end})
                 end = {mq: min(offset, found[mq]) for mq, offset in end.items()}
         return start, end

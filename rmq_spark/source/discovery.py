@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.connection import ClientConfig, Connection, RetryPolicy
-from rmq_spark.client.offsets import QueueOffsets, query_committed, query_queue_offsets
+from rmq_spark.client.offsets import QueueOffsets, query_queue_offsets
 from rmq_spark.errors import InvalidArgumentError, RocketliteError, UnavailableError
 from rmq_spark.offsets.spark import Offsets
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
@@ -171,16 +171,17 @@ def offsets_at(cluster: Cluster, timestamps: dict[MessageQueue, int]) -> dict[Me
 
 
 def resolve_start(
-    cluster: Cluster, options: SourceOptions, queues: Mapping[MessageQueue, QueueOffsets]
+    access, options: SourceOptions, queues: Mapping[MessageQueue, QueueOffsets]
 ) -> Offsets:
     """The starting offsets the options ask for, fetching the group's committed offsets and
     searching by time where needed (see :func:`~rmq_spark.source.positions.starting_offsets`).
+    ``access`` is a :class:`rmq_spark.source.access.BrokerAccess`.
     """
     position = options.starting
     committed: dict[MessageQueue, int] = {}
     if position.kind == "group" and queues:
         assert options.group is not None
-        committed = query_committed(cluster, options.group, list(queues))
+        committed = access.committed(options.group, list(queues))
     needed = timestamps_needed(position, queues, committed)
-    at_time = offsets_at(cluster, needed) if needed else {}
+    at_time = access.offsets_at(needed) if needed else {}
     return starting_offsets(position, queues, committed=committed, at_time=at_time)

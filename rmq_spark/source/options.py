@@ -72,6 +72,7 @@ OPTION_NAMES: tuple[str, ...] = (
     "accessKey",
     "secretKey",
     "secretKeyFile",
+    "nameServer",
 )
 STREAMING_ONLY = frozenset(
     {
@@ -155,6 +156,7 @@ class SourceOptions:
     """Every option of the source, checked. Build it with :meth:`parse`."""
 
     streaming: bool
+    #: rocketlite brokers' gRPC endpoints; empty when ``name_server`` is given
     endpoints: tuple[str, ...]
     #: the topics named by ``topic`` or ``topics``; empty when ``topic_pattern`` is used
     topics: tuple[str, ...]
@@ -192,6 +194,9 @@ class SourceOptions:
     #: ``secretKeyFile``); None = the client's default (ROCKETLITE_ACCESS_KEY / _SECRET_KEY)
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
+    #: a RocketMQ name server (``host:9876``, several separated by ``;``): read an Apache
+    #: RocketMQ cluster, or rocketlite's remoting port, over RocketMQ's remoting protocol
+    name_server: str | None = None
 
     def credentials(self) -> dict[str, str]:
         """``access_key``/``secret_key`` for ClientConfig, when the options give them."""
@@ -211,6 +216,7 @@ class SourceOptions:
         parsed = cls(
             streaming=streaming,
             endpoints=_endpoints(raw),
+            name_server=_name_server(raw),
             topics=topics,
             topic_pattern=pattern,
             group=group,
@@ -295,15 +301,46 @@ def _endpoints(raw: RawOptions) -> tuple[str, ...]:
     from rmq_spark.client.endpoints import Endpoints
 
     text = raw.get("endpoints")
+    if raw.has("nameServer"):
+        if text is not None:
+            raise InvalidArgumentError(
+                "give the option endpoints (rocketlite brokers over gRPC) or nameServer (a "
+                "RocketMQ name server), not both"
+            )
+        return ()
     if text is None or not text.strip():
         raise InvalidArgumentError(
             "option endpoints is required: the brokers to read from as a comma-separated "
-            "list of host:port, e.g. '127.0.0.1:10911,127.0.0.1:10912'"
+            "list of host:port, e.g. '127.0.0.1:10911,127.0.0.1:10912' (or nameServer "
+            "'host:9876' for an Apache RocketMQ cluster)"
         )
     try:
         return Endpoints.parse(text).addresses
     except InvalidArgumentError as exc:
         raise bad("endpoints", text, str(exc)) from None
+
+
+def _name_server(raw: RawOptions) -> str | None:
+    text = raw.get("nameServer")
+    if text is None:
+        return None
+    servers = [part.strip() for part in text.split(";") if part.strip()]
+    if not servers or any(not _is_address(s) for s in servers):
+        raise bad("nameServer", text, "use host:port of a name server, e.g. '10.0.0.5:9876' "
+                  "(several separated by ';')")  # fmt: skip
+    for name in ("maxBytesPerTrigger", "tls", "accessKey"):
+        if raw.has(name):
+            raise InvalidArgumentError(
+                f"option {name} is not supported with nameServer yet (RocketMQ's remoting "
+                "protocol is read without it); read through rocketlite's endpoints, or "
+                f"drop {name}"
+            )
+    return ";".join(servers)
+
+
+def _is_address(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 def _tls(raw: RawOptions) -> dict:

@@ -28,6 +28,7 @@ at the end of its backoff.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -37,6 +38,9 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from rmq_spark.client.connection import NO_RETRY, ClientConfig, Connection, PendingCall
+from rmq_spark.client.remoting import PullAnswer, RemotingClient
+from rmq_spark.codec.arrow_decode import decode_records
+from rmq_spark.codec.compression import inflate_bodies
 from rmq_spark.errors import (
     DataLossError,
     NotFoundError,
@@ -93,6 +97,9 @@ def read_partition(
         **options.credentials(),
     )
     endpoints = dict(partition.endpoints)
+    if options.name_server is not None:
+        yield from _read_remoting(partition, options, config)
+        return
     connections: dict[str, Connection] = {}
     try:
         for queue_range in partition.ranges:
@@ -210,7 +217,10 @@ class _RangeReader:
         raise AssertionError("unreachable")
 
     def _rows(self, response: messaging_pb2.PullMessagesResponse, end: int) -> pa.RecordBatch:
-        records = decode_pull_response(self.mq, response)  # checks the index
+        return self._to_rows(decode_pull_response(self.mq, response), end)  # checks the index
+
+    def _to_rows(self, records: pa.RecordBatch, end: int) -> pa.RecordBatch:
+        records = inflate_bodies(records)
         offsets = records.column("queueOffset").to_numpy(zero_copy_only=False)
         inside = int(np.searchsorted(offsets, end))  # a filtered pull may pass the end
         if inside < records.num_rows:
@@ -231,7 +241,65 @@ class _RangeReader:
         log.warning("%s", message)
 
 
-def _status(mq: MessageQueue, response: messaging_pb2.PullMessagesResponse) -> PullStatus:
+def _read_remoting(
+    partition: RocketlitePartition, options: SourceOptions, config: ClientConfig
+) -> Iterator[pa.RecordBatch]:
+    """:func:`read_partition` over RocketMQ's remoting protocol (option nameServer): the
+    brokers' addresses come with the partition, so no name server is asked."""
+    client = RemotingClient(options.name_server or "", config)
+    try:
+        for name, address in partition.endpoints:
+            client.learn_broker(name, address)
+        for queue_range in partition.ranges:
+            yield from _RemotingRangeReader(client, queue_range, options).batches()
+    finally:
+        client.close()
+
+
+class _RemotingRangeReader(_RangeReader):
+    """A range read with RocketMQ's PULL_MESSAGE: one pull at a time, its answer's body the
+    stored records back to back (decoded by walking their sizes)."""
+
+    def __init__(self, client: RemotingClient, queue_range: QueueRange, options: SourceOptions):
+        super().__init__(None, queue_range, options)  # type: ignore[arg-type]
+        self.client = client
+
+    def _start(self, offset: int):
+        return None  # no read-ahead: the next pull is sent once this one is decoded
+
+    def _pull(self, offset: int, ahead) -> PullAnswer | None:  # type: ignore[override]
+        backoff_ms = self.options.retry_backoff_ms
+        attempts = self.options.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return self.client.pull(
+                    self.mq,
+                    offset,
+                    max_messages=min(self.options.pull_batch_size, self.range.end - offset),
+                    group=self.options.group,
+                    expression=self.options.subscription.expression,
+                )
+            except (UnavailableError, RequestTimeoutError) as exc:
+                if attempt == attempts:
+                    raise type(exc)(
+                        f"pull of {_where(self.mq)} at offset {offset} failed {attempts} "
+                        f"times; last error: {exc}. Is the broker running? Raise maxRetries "
+                        "or retryBackoffMs to wait longer for a restarting broker"
+                    ) from exc
+                time.sleep(backoff_ms / 1000)
+                backoff_ms = min(max(backoff_ms, 1) * 2, MAX_RETRY_BACKOFF_MS)
+            except NotFoundError as exc:
+                self._lost(DataLoss(self.mq, "vanished", offset), detail=str(exc))
+                return None
+        raise AssertionError("unreachable")
+
+    def _rows(self, response, end: int) -> pa.RecordBatch:
+        return self._to_rows(decode_records(response.data), end)
+
+
+def _status(mq: MessageQueue, response) -> PullStatus:
+    if isinstance(response, PullAnswer):
+        return response.status
     try:
         return pull_status_from_pb(response.status)
     except KeyError:

@@ -28,8 +28,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from rmq_spark.client.cluster import Cluster
-from rmq_spark.client.offsets import commit_offsets, query_range_sizes
+from rmq_spark.client.offsets import query_range_sizes
 from rmq_spark.errors import DataLossError, RocketliteError, UnavailableError
 from rmq_spark.offsets.spark import (
     DataLoss,
@@ -39,7 +38,8 @@ from rmq_spark.offsets.spark import (
     from_json_dict,
     to_json_dict,
 )
-from rmq_spark.source.discovery import Snapshot, client_config, resolve_start, take_snapshot
+from rmq_spark.source.access import GrpcAccess, RemotingAccess, open_access
+from rmq_spark.source.discovery import Snapshot, resolve_start
 from rmq_spark.source.limits import (
     TriggerLimits,
     backlogs,
@@ -64,7 +64,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.limits = TriggerLimits.from_options(options)
-        self._cluster: Cluster | None = None
+        self._access: GrpcAccess | RemotingAccess | None = None
         self._initial: OffsetsJson | None = None
         #: Trigger.AvailableNow: the latest offsets when the query started
         self._target: Offsets | None = None
@@ -78,7 +78,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader for its tasks; connections stay on the driver.
-        return {**self.__dict__, "_cluster": None}
+        return {**self.__dict__, "_access": None}
 
     # --- offsets -------------------------------------------------------------------------
 
@@ -93,7 +93,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                     "no readable queue matches %s on %s yet; the query starts empty and "
                     "reads new topics from their first message",
                     self._target_text(),
-                    ", ".join(self.options.endpoints),
+                    self._client().where,
                 )
             self._initial = to_json_dict(resolve_start(self._client(), self.options, queues))
         return self._initial
@@ -173,19 +173,19 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._commit(end)
 
     def stop(self) -> None:
-        if self._cluster is not None:
-            self._cluster.close()
-            self._cluster = None
+        if self._access is not None:
+            self._access.close()
+            self._access = None
 
     # --- internals -----------------------------------------------------------------------
 
-    def _client(self) -> Cluster:
-        if self._cluster is None:
-            self._cluster = Cluster(self.options.endpoints, client_config(self.options))
-        return self._cluster
+    def _client(self) -> GrpcAccess | RemotingAccess:
+        if self._access is None:
+            self._access = open_access(self.options)
+        return self._access
 
     def _snapshot(self) -> Snapshot:
-        snapshot = take_snapshot(self._client(), self.options)
+        snapshot = self._client().snapshot(self.options)
         self._endpoints.update(snapshot.endpoints)
         return snapshot
 
@@ -195,11 +195,13 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         ranges = {mq: (start[mq], end[mq]) for mq in end if end[mq] > start[mq]}
         if not ranges:
             return end
-        sizes = query_range_sizes(self._client(), ranges)
+        access = self._client()
+        assert isinstance(access, GrpcAccess)  # maxBytesPerTrigger is refused otherwise
+        sizes = query_range_sizes(access.cluster, ranges)
         budgets = byte_budgets({mq: size.size_bytes for mq, size in sizes.items()}, max_bytes)
         if budgets is None:
             return end
-        fitted = query_range_sizes(self._client(), ranges, budgets)
+        fitted = query_range_sizes(access.cluster, ranges, budgets)
         narrowed = dict(end)
         for mq, size in fitted.items():
             assert size.budget_end_offset is not None
@@ -268,7 +270,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         complete = True
         for broker, offsets in sorted(by_broker.items()):
             try:
-                commit_offsets(self._client(), self.options.group, offsets, increase_only=False)
+                self._client().commit(self.options.group, offsets)
             except RocketliteError as exc:
                 complete = False
                 log.warning(

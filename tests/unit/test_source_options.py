@@ -94,6 +94,20 @@ def test_endpoints_required_and_checked() -> None:
     assert parse(endpoints="a:1, b:2").endpoints == ("a:1", "b:2")
 
 
+def test_name_server_reads_a_rocketmq_cluster_instead_of_endpoints() -> None:
+    opts = parse(endpoints=None, nameServer=" 10.0.0.5:9876 ; 10.0.0.6:9876 ")
+    assert opts.name_server == "10.0.0.5:9876;10.0.0.6:9876" and opts.endpoints == ()
+    assert parse().name_server is None
+    fails("endpoints .* or nameServer .*, not both", nameServer="h:9876")
+    fails("option nameServer='h' is invalid: use host:port", endpoints=None, nameServer="h")
+    fails(
+        "option maxBytesPerTrigger is not supported with nameServer",
+        endpoints=None,
+        nameServer="h:9876",
+        maxBytesPerTrigger="1m",
+    )
+
+
 def test_exactly_one_topic_option() -> None:
     fails("exactly one of the options topic .*got none", topic=None)
     fails("exactly one .*got topic and topicPattern", topicPattern="o.*")

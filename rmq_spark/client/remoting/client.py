@@ -209,9 +209,11 @@ class RemotingClient:
         properties: list[dict[str, str]] | None = None,
         *,
         producer_group: str = DEFAULT_PRODUCER_GROUP,
+        sys_flag: int = 0,
     ) -> SendAnswer:
         """Store ``bodies`` (with their properties: TAGS, KEYS, your own) in ``mq``, in order,
-        as one request (a batch when there are several). Each message gets a UNIQ_KEY."""
+        as one request (a batch when there are several). Each message gets a UNIQ_KEY.
+        ``sys_flag`` is RocketMQ's (0x301: the body is zlib-compressed)."""
         if not bodies:
             raise InvalidArgumentError("bodies is empty; send at least one message")
         fields = [dict(p) for p in properties] if properties else [{} for _ in bodies]
@@ -227,7 +229,7 @@ class RemotingClient:
             "c": "TBW102",
             "d": "4",
             "e": str(mq.queue_id),
-            "f": "0",
+            "f": str(sys_flag),
             "g": str(int(time.time() * 1000)),
             "h": "0",
             "j": "0",
@@ -306,6 +308,17 @@ class RemotingClient:
     ) -> Command:
         address = self.address_of(mq)
         return self._call(address, request, what, extra_s)
+
+    def broker_address(self, broker_name: str) -> str | None:
+        """The address of a broker some route named, or None."""
+        with self._lock:
+            return self._brokers.get(broker_name)
+
+    def learn_broker(self, broker_name: str, address: str) -> None:
+        """Use ``address`` for ``broker_name`` without asking a name server (a Spark task
+        gets the addresses the driver's routes gave)."""
+        with self._lock:
+            self._brokers[broker_name] = address
 
     def address_of(self, mq: MessageQueue) -> str:
         with self._lock:

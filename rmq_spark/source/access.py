@@ -1,0 +1,137 @@
+"""How the driver reaches the brokers: rocketlite's gRPC endpoints (option ``endpoints``) or a
+RocketMQ name server over the remoting protocol (option ``nameServer``: an Apache RocketMQ
+4.9+/5.x cluster, or rocketlite's remoting port).
+
+Planning and offsets are written once, against :class:`BrokerAccess`; each kind of access
+answers the same five questions: what the brokers hold (a
+:class:`~rmq_spark.source.discovery.Snapshot`), a group's committed offsets, offsets by
+time, committing a group's offsets, and the bytes of offset ranges (gRPC only: RocketMQ's
+protocol has no call for it, so ``maxBytesPerTrigger`` needs ``endpoints``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from rmq_spark.client.cluster import Cluster
+from rmq_spark.client.offsets import QueueOffsets, commit_offsets, query_committed
+from rmq_spark.client.remoting import RemotingClient
+from rmq_spark.errors import NotFoundError, RocketliteError
+from rmq_spark.source import discovery
+from rmq_spark.source.discovery import BrokerSnapshot, Snapshot, client_config
+from rmq_spark.source.options import SourceOptions
+from rmq_spark.structs import MessageQueue
+
+log = logging.getLogger("rmq_spark.source")
+
+#: parallel calls to the brokers of a name server (each queue costs two small calls)
+_REMOTING_THREADS = 8
+
+
+class BrokerAccess(Protocol):
+    #: the brokers in words, for messages ("endpoints a, b" / "name server h:9876")
+    where: str
+
+    def snapshot(self, options: SourceOptions) -> Snapshot: ...
+
+    def committed(self, group: str, queues: list[MessageQueue]) -> dict[MessageQueue, int]: ...
+
+    def offsets_at(self, timestamps: dict[MessageQueue, int]) -> dict[MessageQueue, int]: ...
+
+    def commit(self, group: str, offsets: Mapping[MessageQueue, int]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def open_access(options: SourceOptions) -> GrpcAccess | RemotingAccess:
+    if options.name_server is not None:
+        return RemotingAccess(RemotingClient(options.name_server, client_config(options)))
+    return GrpcAccess(Cluster(options.endpoints, client_config(options)))
+
+
+class GrpcAccess:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.where = f"endpoints {', '.join(cluster.endpoints)}"
+
+    def snapshot(self, options: SourceOptions) -> Snapshot:
+        return discovery.take_snapshot(self.cluster, options)
+
+    def committed(self, group: str, queues: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return query_committed(self.cluster, group, queues)
+
+    def offsets_at(self, timestamps: dict[MessageQueue, int]) -> dict[MessageQueue, int]:
+        return discovery.offsets_at(self.cluster, timestamps)
+
+    def commit(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
+        commit_offsets(self.cluster, group, offsets, increase_only=False)
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+class RemotingAccess:
+    def __init__(self, client: RemotingClient) -> None:
+        self.client = client
+        self.where = f"name server {';'.join(client.name_servers)}"
+        self._pool = ThreadPoolExecutor(_REMOTING_THREADS, thread_name_prefix="rmq-source")
+
+    def snapshot(self, options: SourceOptions) -> Snapshot:
+        """Routes of the source's topics, then min and max offset of every readable queue.
+        A broker that does not answer is a failure of the snapshot (its address named)."""
+        topics = list(options.topics)
+        if options.topic_pattern is not None:
+            topics = [t for t in self.client.topics() if options.subscribes(t)]
+        queues: list[MessageQueue] = []
+        for topic in topics:
+            try:
+                queues += self.client.route(topic).readable
+            except NotFoundError:
+                continue  # not created yet: no queue to read (as with endpoints)
+        answers = list(self._pool.map(self._queue_offsets, queues))
+        brokers: dict[str, dict[MessageQueue, QueueOffsets]] = {}
+        failures: dict[str, RocketliteError] = {}
+        for mq, answer in zip(queues, answers, strict=True):
+            address = self.client.address_of(mq)
+            if isinstance(answer, RocketliteError):
+                failures[address] = answer
+            else:
+                brokers.setdefault(mq.broker_name, {})[mq] = answer
+        for address in failures:
+            for name in [n for n, q in brokers.items() if self._address(n) == address]:
+                del brokers[name]  # a broker answers for all of its queues or not at all
+        for address, error in failures.items():
+            log.warning("broker %s did not answer: %s", address, error)
+        return Snapshot(
+            {name: BrokerSnapshot(name, self._address(name), qs) for name, qs in brokers.items()},
+            failures,
+        )
+
+    def _address(self, broker_name: str) -> str:
+        return self.client.broker_address(broker_name) or "?"
+
+    def _queue_offsets(self, mq: MessageQueue) -> QueueOffsets | RocketliteError:
+        try:
+            return QueueOffsets(self.client.min_offset(mq), self.client.max_offset(mq))
+        except RocketliteError as exc:
+            return exc
+
+    def committed(self, group: str, queues: list[MessageQueue]) -> dict[MessageQueue, int]:
+        answers = self._pool.map(lambda mq: self.client.committed_offset(group, mq), queues)
+        return {
+            mq: offset for mq, offset in zip(queues, answers, strict=True) if offset is not None
+        }
+
+    def offsets_at(self, timestamps: dict[MessageQueue, int]) -> dict[MessageQueue, int]:
+        found = self._pool.map(lambda item: self.client.offset_at(*item), timestamps.items())
+        return dict(zip(timestamps, found, strict=True))
+
+    def commit(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
+        list(self._pool.map(lambda item: self.client.commit_offset(group, *item), offsets.items()))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()

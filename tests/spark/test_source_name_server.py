@@ -1,0 +1,147 @@
+"""The Spark source with ``nameServer``: reading over RocketMQ's remoting protocol, from the
+rocketlite broker's remoting port (always) and from Apache RocketMQ 4.9 itself (when
+``ROCKETMQ_HOME`` names a build). Batch and streaming reads give the same rows as the gRPC
+``endpoints`` path, and a query's group commits are the group's offsets on the broker."""
+
+from __future__ import annotations
+
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+from spark_helpers import create_topic, rows_of, run_available_now
+
+from rmq_spark.client.remoting import RemotingClient
+from rmq_spark.errors import NotFoundError
+from rmq_spark.structs import MessageQueue
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.integration import rocketmq_harness
+from tests.integration.broker_harness import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def remoting_broker(tmp_path_factory):
+    root = tmp_path_factory.mktemp("name-server-source")
+    broker = BrokerProcess(
+        "broker-a", root / "store", root / "broker.log", ["--remoting-port", "0"]
+    ).start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def apache(tmp_path_factory):
+    if not rocketmq_harness.available():
+        pytest.skip("needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/")
+    cluster = rocketmq_harness.RocketMQCluster(tmp_path_factory.mktemp("apache")).start()
+    yield cluster
+    cluster.stop()
+
+
+def _read(spark, name_server: str, topic: str, **options: str):
+    reader = spark.read.format("rocketlite").option("nameServer", name_server)
+    for key, value in {"topic": topic, **options}.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def _send_all(client: RemotingClient, queues: list[MessageQueue], count: int) -> dict:
+    """``count`` messages spread over ``queues`` through the remoting client; their bodies
+    by (broker, queue, offset)."""
+    sent = {}
+    for i in range(count):
+        mq = queues[i % len(queues)]
+        body = f"event-{i}".encode()
+        tag = "even" if i % 2 == 0 else "odd"
+        answer = client.send(mq, [body], [{"TAGS": tag, "KEYS": f"k{i}"}])
+        sent[(mq.broker_name, mq.queue_id, answer.queue_offset)] = body
+    return sent
+
+
+def test_name_server_reads_the_same_rows_as_endpoints(spark, remoting_broker):
+    topic = "NameServerSame"
+    create_topic(remoting_broker.endpoint, topic, queues=3)
+    with RemotingClient(remoting_broker.remoting_address) as client:
+        sent = _send_all(client, client.route(topic).writable, 30)
+    over_remoting = rows_of(_read(spark, remoting_broker.remoting_address, topic))
+    over_grpc = rows_of(
+        spark.read.format("rocketlite")
+        .option("endpoints", remoting_broker.endpoint)
+        .option("topic", topic)
+        .load()
+    )
+    assert over_remoting == over_grpc == sent
+    odd = _read(spark, remoting_broker.remoting_address, topic, subExpression="odd").collect()
+    assert sorted(r.body for r in odd) == sorted(b for b in sent.values() if b[-1] % 2 == 1)
+
+
+def test_a_compressed_body_is_inflated(spark, remoting_broker):
+    topic = "NameServerZlib"
+    create_topic(remoting_broker.endpoint, topic, queues=1)
+    text = b"a body a RocketMQ producer compressed " * 200
+    mq = MessageQueue(topic, "broker-a", 0)
+    with RemotingClient(remoting_broker.remoting_address) as client:
+        client.send(mq, [zlib.compress(text)], sys_flag=0x301)  # zlib, as Java's producer
+    rows = _read(spark, remoting_broker.remoting_address, topic).collect()
+    assert [r.body for r in rows] == [text]
+
+
+def test_streaming_commits_the_group_offsets_to_the_broker(spark, remoting_broker, tmp_path):
+    topic, group = "NameServerStream", "ns-etl"
+    create_topic(remoting_broker.endpoint, topic, queues=2)
+    with RemotingClient(remoting_broker.remoting_address) as client:
+        queues = client.route(topic).writable
+        sent = _send_all(client, queues, 20)
+        df = (
+            spark.readStream.format("rocketlite")
+            .option("nameServer", remoting_broker.remoting_address)
+            .option("topic", topic)
+            .option("group", group)
+            .option("startingOffsets", "earliest")
+            .option("maxMessagesPerTrigger", "7")
+            .load()
+        )
+        collected = run_available_now(df, tmp_path / "checkpoint")
+        assert collected.messages == sent
+        assert len(collected.sizes) >= 3  # the trigger limit held
+        more = _send_all(client, queues, 4)
+        collected = run_available_now(df, tmp_path / "checkpoint")
+        assert collected.messages == more  # the second run starts where the first ended
+        committed = {mq: client.committed_offset(group, mq) for mq in queues}
+        assert committed == {mq: client.max_offset(mq) for mq in queues}
+
+
+def test_apache_rocketmq_batch_and_streaming(spark, apache, tmp_path):
+    topic, group = "SparkFromApache", "spark-from-apache"
+    with RemotingClient(apache.name_server) as client:
+        deadline = time.monotonic() + 30
+        while True:  # the first send makes the topic (auto-creation), then routes name it
+            try:
+                queues = client.route(topic).writable
+                break
+            except NotFoundError:
+                default = client.route("TBW102").writable[0]
+                client.send(MessageQueue(topic, default.broker_name, 0), [b"first"])
+                assert time.monotonic() < deadline, "the topic never showed up in its route"
+                time.sleep(1)
+        sent = _send_all(client, queues, 40)
+        big = b"x" * 8000
+        client.send(queues[0], [zlib.compress(big)], sys_flag=0x301)
+        rows = _read(spark, apache.name_server, topic).collect()
+        bodies = sorted(r.body for r in rows)
+        assert bodies == sorted([b"first", big, *sent.values()])
+        df = (
+            spark.readStream.format("rocketlite")
+            .option("nameServer", apache.name_server)
+            .option("topic", topic)
+            .option("group", group)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        collected = run_available_now(df, tmp_path / "checkpoint")
+        assert len(collected.rows) == len(rows)
+        committed = {mq: client.committed_offset(group, mq) for mq in queues}
+        assert committed == {mq: client.max_offset(mq) for mq in queues}
