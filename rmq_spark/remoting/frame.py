@@ -17,6 +17,7 @@ send numbers and booleans, which are read as the strings Java would have made of
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -32,6 +33,8 @@ from rmq_spark.remoting.codes import (
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 _LENGTH = struct.Struct(">i")
 _HEAD = struct.Struct(">ii")
+#: strings JSON writes as they are (no quote, backslash or control character to escape)
+_PLAIN = re.compile(r"[ !#-\[\]-~]*")
 _BINARY_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag: 13 bytes
 
 
@@ -81,17 +84,29 @@ def encode(command: Command) -> bytes:
 def encode_parts(command: Command) -> tuple[bytes, bytes]:
     """:func:`encode` as (everything before the body, the body), so a large body (a pull's
     records) is written as it is, never copied into a new frame."""
-    header: dict[str, object] = {"code": command.code}
-    if command.ext:
-        header["extFields"] = command.ext
-    header["flag"] = command.flag
-    header["language"] = command.language
-    header["opaque"] = command.opaque
-    if command.remark is not None:
-        header["remark"] = command.remark
-    header["serializeTypeCurrentRPC"] = "JSON"
-    header["version"] = command.version
-    data = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    ext = command.ext
+    # The hot answers (sends, pulls) hold short plain strings: written by hand, three times
+    # faster than json.dumps. Anything that needs escaping goes through json.dumps.
+    texts = [command.language, *ext.keys(), *ext.values()]
+    if command.remark is None and all(_PLAIN.fullmatch(text) for text in texts):
+        fields = ",".join(f'"{key}":"{value}"' for key, value in ext.items())
+        data = (
+            f'{{"code":{command.code:d},"extFields":{{{fields}}},"flag":{command.flag:d},'
+            f'"language":"{command.language}","opaque":{command.opaque:d},'
+            f'"serializeTypeCurrentRPC":"JSON","version":{command.version:d}}}'
+        ).encode()
+    else:
+        header: dict[str, object] = {"code": command.code}
+        if ext:
+            header["extFields"] = ext
+        header["flag"] = command.flag
+        header["language"] = command.language
+        header["opaque"] = command.opaque
+        if command.remark is not None:
+            header["remark"] = command.remark
+        header["serializeTypeCurrentRPC"] = "JSON"
+        header["version"] = command.version
+        data = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     body = command.body
     return _HEAD.pack(4 + len(data) + len(body), len(data)) + data, body
 

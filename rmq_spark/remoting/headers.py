@@ -40,6 +40,14 @@ INT32 = (-(1 << 31), (1 << 31) - 1)
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
+#: the fields send_header reads, by their one-letter name
+_SEND_READ = tuple(
+    (short, name)
+    for short, name in SEND_V2_NAMES.items()
+    if name not in ("defaultTopic", "defaultTopicQueueNums", "unitMode", "brokerName")
+)
+
+
 def whole(ext: Mapping[str, str], name: str, default: int | None = None, bounds=INT64) -> int:
     """A whole-number field as Java's parseInt/parseLong reads it (``bounds``: INT32 or
     INT64); ``default`` when absent (required when no default)."""
@@ -91,8 +99,8 @@ class SendHeader:
 def send_header(ext: Mapping[str, str], *, short_names: bool = True) -> SendHeader:
     """SEND_MESSAGE's header from the one-letter names of SEND_MESSAGE_V2 (or, with
     ``short_names=False``, the long names SEND_MESSAGE and the Go client use)."""
-    if short_names:
-        ext = {SEND_V2_NAMES.get(k, k): v for k, v in ext.items()}
+    if short_names:  # only the fields read below, not a renamed copy of every one
+        ext = {name: ext[short] for short, name in _SEND_READ if short in ext}
     max_reconsume = ext.get("maxReconsumeTimes")
     return SendHeader(
         producer_group=text(ext, "producerGroup"),

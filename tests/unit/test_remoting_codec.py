@@ -233,3 +233,13 @@ def test_queue_keyed_tables_use_fastjson_object_keys():
 )
 def test_errors_become_rocketmq_response_codes(error, code):
     assert response_code(error) == code
+
+
+@pytest.mark.parametrize(
+    "value", ["plain", 'a "quoted" word', "back\\slash", "line\nbreak", "ünïcode", ""]
+)
+def test_header_values_round_trip_whatever_they_hold(value):
+    command = Command(code=0, ext={"k": value, "queueId": "3"}, opaque=4, flag=1)
+    again = decode(split_frames(encode(command), 1 << 20)[0][0])
+    assert again.ext == {"k": value, "queueId": "3"}
+    assert (again.code, again.opaque, again.flag) == (0, 4, 1)
