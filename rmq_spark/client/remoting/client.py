@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -120,6 +121,7 @@ class RemotingClient:
         self._connections: dict[str, RemotingConnection] = {}
         self._brokers: dict[str, str] = {}  # broker name -> address, learnt from routes
         self._unique_ids = UniqueIds()
+        self._tls = tls_context(self.config)
 
     # -- name server ------------------------------------------------------------------------
 
@@ -350,7 +352,8 @@ class RemotingClient:
         with self._lock:
             connection = self._connections.get(address)
             if connection is None:
-                connection = self._connections[address] = RemotingConnection(address)
+                connection = RemotingConnection(address, tls=self._tls)
+                self._connections[address] = connection
             return connection
 
     def close(self) -> None:
@@ -364,6 +367,18 @@ class RemotingClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def tls_context(config: ClientConfig) -> ssl.SSLContext | None:
+    """The TLS settings of ``config`` as an SSLContext (None without TLS): the brokers'
+    certificates checked against ``tls_ca_file`` (default: the system's CAs), and a client
+    certificate for brokers that require one."""
+    if not config.tls:
+        return None
+    context = ssl.create_default_context(cafile=config.tls_ca_file)
+    if config.tls_cert_file and config.tls_key_file:
+        context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+    return context
 
 
 class UniqueIds:
