@@ -16,6 +16,7 @@ from rmq_spark.broker.locks import QueueLockManager
 from rmq_spark.broker.long_poll import PullNotifier
 from rmq_spark.broker.schedule import DelayScheduler
 from rmq_spark.broker.timer import TimerService
+from rmq_spark.broker.transaction_checks import TransactionChecks
 from rmq_spark.broker.transactions import TransactionService
 from rmq_spark.errors import NotFoundError, PermissionDeniedError
 from rmq_spark.store import AppendResult, MessageStore
@@ -57,6 +58,8 @@ class Broker:
                 check_after_ms=config.transaction_check_after_ms,
                 max_checks=config.transaction_max_checks,
             )
+            #: who is asked about orphaned transactions (each protocol adds its producers)
+            self.transaction_checks = TransactionChecks(self)
             #: RocketMQ 5 timer (delay) messages with a delivery time in ms
             self.timers = TimerService(self)
             self.timers.start()

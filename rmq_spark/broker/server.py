@@ -145,6 +145,7 @@ class BrokerServer:
                 self._loop_thread.call(self.v2.stop())
             if self._remoting is not None:
                 self._loop_thread.call(_stop_remoting(*self._remoting))
+            self._loop_thread.call(self.broker.transaction_checks.stop())
             self.broker.notifier.close()  # release held pulls so the grace period is short
             self.broker.consumers.close()  # end watch streams
             self._loop_thread.call(self._server.stop(grace_s))

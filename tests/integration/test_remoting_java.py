@@ -195,6 +195,29 @@ def test_transactions_deliver_committed_messages_only(broker, java):
     assert sorted(m["body"] for m in got(lines)) == ["body-0", "body-2", "body-4"]
 
 
+def test_the_broker_asks_the_producer_about_an_unfinished_transaction(java, tmp_path):
+    checked = BrokerProcess(
+        "broker-a",
+        tmp_path / "store",
+        tmp_path / "broker.log",
+        [
+            *("--remoting-port", "0", "--auto-create-topics"),
+            *("--transaction-check-after-ms", "1000", "--transaction-check-interval-ms", "1000"),
+        ],
+    ).start()
+    try:
+        lines = java("produce", checked.remoting_address, "JavaTxCheck", "4", "txcheck")
+        asked = sorted(int(x.split()[1]) for x in lines if x.startswith("CHECKED "))
+        assert asked == [0, 1, 2, 3]  # each once, with its real topic
+        assert all(x.split()[2] == "JavaTxCheck" for x in lines if x.startswith("CHECKED "))
+        received = java(
+            "push", checked.remoting_address, "JavaTxCheck", "g-txc", "2", "20", "concurrent"
+        )
+        assert sorted(m["body"] for m in got(received)) == ["body-0", "body-2"]
+    finally:
+        checked.stop()
+
+
 def test_a_failed_message_comes_back_through_the_retry_topic(broker, java):
     java("produce", broker.remoting_address, "JavaRetry", "3", "sync")
     lines = java("push", broker.remoting_address, "JavaRetry", "g-retry", "3", "40", "retry")

@@ -28,8 +28,10 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * event for the Python tests to check.
  *
  * <pre>
- * produce NS TOPIC N MODE      MODE: sync | async | oneway | batch | orderly | delay | tx
- *   prints SENT queueId queueOffset msgId offsetMsgId   (sync, orderly, delay, tx)
+ * produce NS TOPIC N MODE      MODE: sync | async | oneway | batch | orderly | delay | tx | txcheck
+ *   prints SENT queueId queueOffset msgId offsetMsgId   (sync, orderly, delay, tx, txcheck)
+ *   txcheck: every local transaction answers UNKNOW; the broker's check commits even and
+ *   rolls back odd messages (prints CHECKED seq); waits up to 60 s for N checks
  * push NS TOPIC GROUP EXPECTED SECONDS MODE [TAGS]   MODE: concurrent | orderly | broadcast | retry
  *   prints GOT queueId queueOffset reconsumeTimes tags keys body
  * lite NS TOPIC GROUP EXPECTED SECONDS
@@ -65,8 +67,8 @@ public class RemotingProbe {
     }
 
     static void produce(String ns, String topic, int n, String mode) throws Exception {
-        if (mode.equals("tx")) {
-            transactions(ns, topic, n);
+        if (mode.equals("tx") || mode.equals("txcheck")) {
+            transactions(ns, topic, n, mode.equals("txcheck"));
             return;
         }
         DefaultMQProducer p = new DefaultMQProducer("probe-producer");
@@ -103,20 +105,27 @@ public class RemotingProbe {
         p.shutdown();
     }
 
-    static void transactions(String ns, String topic, int n) throws Exception {
+    static void transactions(String ns, String topic, int n, boolean checked) throws Exception {
         TransactionMQProducer p = new TransactionMQProducer("probe-tx-producer");
         p.setNamesrvAddr(ns);
+        CountDownLatch checks = new CountDownLatch(n);
         p.setTransactionListener(new TransactionListener() {
             public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                if (checked) return LocalTransactionState.UNKNOW;
                 int i = Integer.parseInt(msg.getProperty("seq"));
                 return i % 2 == 0 ? LocalTransactionState.COMMIT_MESSAGE : LocalTransactionState.ROLLBACK_MESSAGE;
             }
             public LocalTransactionState checkLocalTransaction(MessageExt msg) {
-                return LocalTransactionState.COMMIT_MESSAGE;
+                int i = Integer.parseInt(msg.getProperty("seq"));
+                System.out.println("CHECKED " + i + " " + msg.getTopic() + " " + msg.getQueueId());
+                System.out.flush();
+                checks.countDown();
+                return i % 2 == 0 ? LocalTransactionState.COMMIT_MESSAGE : LocalTransactionState.ROLLBACK_MESSAGE;
             }
         });
         p.start();
         for (int i = 0; i < n; i++) printSent(p.sendMessageInTransaction(message(topic, i), null));
+        if (checked) checks.await(60, TimeUnit.SECONDS);
         Thread.sleep(500); // END_TRANSACTION is oneway: let it leave before the socket closes
         p.shutdown();
     }

@@ -11,16 +11,20 @@ member leaves the group at once and the others are told.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
 import logging
+import random
 
 from rmq_spark.broker import retry
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.status import Workers
+from rmq_spark.codec.properties import REAL_QID, UNIQ_KEY, decode_properties
+from rmq_spark.codec.record import Record, encode_record, offset_msg_id
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, shown
 from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
@@ -38,6 +42,10 @@ _FROM_WHERE = {
     "CONSUME_FROM_TIMESTAMP": "TIMESTAMP",
 }
 TAG_EXPRESSION = "TAG"
+#: the producer group every RocketMQ client instance has (mqadmin's too): never transactional
+INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+#: the property naming the producer group of a transactional message
+PRODUCER_GROUP = "PGROUP"
 #: queue ids a lock request may name (RocketMQ's queue ids are ints)
 MAX_QUEUES = 1 << 31
 
@@ -51,6 +59,7 @@ class Membership:
         self.other_filters: dict[tuple[str, str], str] = {}
         #: live connections by client id (for consumer connection lists)
         self.connections: dict[str, Connection] = {}
+        broker.transaction_checks.add_asker(self.ask_about_transaction)
 
     def handlers(self):
         return {
@@ -73,6 +82,9 @@ class Membership:
         for producer in _list(data, "producerDataSet"):
             if isinstance(producer, dict) and isinstance(producer.get("groupName"), str):
                 connection.producer_groups.add(producer["groupName"])
+        if connection.producer_groups - {INNER_PRODUCER_GROUP}:
+            # a producer that may have transactions to be asked about
+            self._broker.transaction_checks.start(self._workers)
         consumers = [self._consumer(item) for item in _list(data, "consumerDataSet")]
         if consumers:
             await self._workers.run(self._join, client_id, consumers)
@@ -140,6 +152,41 @@ class Membership:
                     version=OUR_VERSION,
                 )
             )
+
+    def ask_about_transaction(self, transaction_id: str, record: Record, topic: str) -> bool:
+        """Send CHECK_TRANSACTION_STATE about an orphaned transaction to a live connection of
+        the producer group that began it (its PGROUP); the producer's checker answers with
+        END_TRANSACTION. False when no producer of that group is connected here."""
+        fields = decode_properties(record.properties)
+        group = fields.get(PRODUCER_GROUP)
+        producers = [
+            c
+            for c in list(self.connections.values())
+            if group in c.producer_groups and not c.closed
+        ]
+        if not producers:
+            return False
+        real_queue = int(fields.get(REAL_QID, record.queue_id))
+        real = dataclasses.replace(record, topic=topic, queue_id=real_queue)
+        unique_key = fields.get(UNIQ_KEY, transaction_id)
+        random.choice(producers).send(
+            Command(
+                code=RequestCode.CHECK_TRANSACTION_STATE,
+                ext={
+                    "topic": topic,
+                    "tranStateTableOffset": str(record.queue_offset),
+                    "commitLogOffset": str(record.physical_offset),
+                    "msgId": unique_key,
+                    "transactionId": transaction_id,
+                    "offsetMsgId": offset_msg_id(record.store_host, record.physical_offset),
+                },
+                body=encode_record(real),
+                opaque=next(self._opaques) & 0x7FFFFFFF,
+                flag=FLAG_ONEWAY,
+                version=OUR_VERSION,
+            )
+        )
+        return True
 
     def subscription(self, group: str, topic: str) -> str | None:
         """The tag expression the group's live members gave for ``topic`` in their

@@ -7,14 +7,16 @@ the event loop and hands store work to the broker's workers; receives wait for m
 there without holding a thread.
 
 This module is the facade: routes, settings over Telemetry, heartbeats and client
-termination live here; producing in :mod:`.produce`, consuming in :mod:`.consume`, checks of
-orphaned transactions in :mod:`.transaction_checks`, the offset calls in :mod:`.offsets_api`.
+termination live here (with the question about an orphaned transaction the broker's
+:mod:`~rmq_spark.broker.transaction_checks` sends a producer); producing in :mod:`.produce`,
+consuming in :mod:`.consume`, the offset calls in :mod:`.offsets_api`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -23,7 +25,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.status import Workers
-from rmq_spark.broker.v2 import settings
+from rmq_spark.broker.v2 import convert, settings
 from rmq_spark.broker.v2.clients import ClientRegistry
 from rmq_spark.broker.v2.codes import Code, V2Error, status
 from rmq_spark.broker.v2.consume import Consuming
@@ -42,7 +44,6 @@ from rmq_spark.broker.v2.requests import (
     required_client_id,
     topic_name,
 )
-from rmq_spark.broker.v2.transaction_checks import TransactionChecks
 from rmq_spark.errors import shown
 
 log = logging.getLogger("rmq_spark.broker")
@@ -70,14 +71,28 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         self._offsets = OffsetsApi(broker)
         self._producing = Producing(broker, workers)
         self._consuming = Consuming(broker, workers, self.pop)
-        self._checks = TransactionChecks(broker, workers, self.clients)
+        broker.transaction_checks.add_asker(self._ask_about_transaction)
 
     def close(self) -> None:
         self.pops.close()
 
     async def stop(self) -> None:
-        """Stop the transaction checks (on the event loop, before the server stops)."""
-        await self._checks.stop()
+        """Nothing to stop here: the broker stops its transaction checks itself."""
+
+    def _ask_about_transaction(self, transaction_id: str, record, topic: str) -> bool:
+        """Ask a live RocketMQ 5 producer of ``topic`` about an orphaned transaction, over
+        its Telemetry stream (it answers with EndTransaction); False when none is here."""
+        outboxes = self.clients.producer_outboxes(topic)
+        if not outboxes:
+            return False
+        message = convert.incoming(record, topic=topic)
+        command = spb.TelemetryCommand(
+            recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+                message=message, transaction_id=transaction_id
+            )
+        )
+        random.choice(outboxes).put_nowait(command)
+        return True
 
     # -- routes, settings, liveness --------------------------------------------------------
 
@@ -137,7 +152,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         client_id = client_id_of(context)
         if not client_id.strip():
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "x-mq-client-id is required")
-        self._checks.start()
+        self._broker.transaction_checks.start(self._workers)
         outbox: asyncio.Queue = asyncio.Queue()
 
         async def read() -> None:
