@@ -109,3 +109,15 @@ def test_rocketmq5_client_example_mixes_official_clients_with_rocketlite():
     assert "PullConsumer read 6 orders" in out and "keys=order-0 tags=Refunded" in out, out
     assert "group billing on orders: lag 0" in out, out
     assert "group shipping on customer-events: lag 0" in out, out
+
+
+def test_remoting_clients_example_sends_filters_and_commits_over_rocketmqs_protocol():
+    out = run_example("remoting_clients.py").stdout
+    name_server = re.search(r"namesrvAddr=(127\.0\.0\.1:\d+)", out)
+    assert name_server, out
+    assert f"route of orders: 2 queues on {{'broker-a': '{name_server.group(1)}'}}" in out
+    refunds = re.findall(r"refund at offset (\d+): (order-\d+)", out)
+    assert refunds == [("0", "order-0"), ("3", "order-3"), ("6", "order-6")], out
+    # committed over remoting, read back over gRPC: one offset table for both protocols
+    assert "group billing committed offset 9 on queue 0" in out
+    assert "gRPC sees group billing at 9 on queue 0" in out
