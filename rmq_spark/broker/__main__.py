@@ -252,8 +252,6 @@ def _default_remoting_port(args: argparse.Namespace) -> int | None:
         return None
     if args.remoting_port is not None:
         return args.remoting_port
-    if args.acl:
-        return None  # it checks no signatures yet: never on by default beside an ACL
     probe = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     try:
         probe.bind((args.host, REMOTING_DEFAULT_PORT))

@@ -150,12 +150,6 @@ class BrokerConfig:
             raise InvalidArgumentError(
                 f"{given} needs {missing}: TLS takes a certificate and its private key"
             )
-        if self.acl_file is not None and self.remoting_port is not None:
-            raise InvalidArgumentError(
-                "--acl with --remoting-port: the remoting port does not check RocketMQ's "
-                "ACL signatures yet, so it would serve everyone; turn it off "
-                "(--remoting-port off) on a broker with access control"
-            )
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:
             raise InvalidArgumentError(
                 "--tls-client-ca needs --tls-cert and --tls-key: client certificates are "

@@ -219,6 +219,7 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     config.check_exposure()
     credentials = server_credentials(config)
     acl = None
+    authorizer = None
     interceptors = []
     if config.acl_file:
         # Imported only when configured: a broker without an ACL runs no interceptor.
@@ -226,7 +227,8 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         from rmq_spark.auth.interceptor import AuthInterceptor, Authorizer
 
         acl = AclFile(config.acl_file)  # a bad file stops the broker here
-        interceptors.append(AuthInterceptor(Authorizer(lambda: acl.current)))
+        authorizer = Authorizer(lambda: acl.current)
+        interceptors.append(AuthInterceptor(authorizer))
     loop_thread = _LoopThread(f"rmq-loop-{config.name}")
     try:
         server, port = loop_thread.call(_bind(config, credentials, interceptors))
@@ -253,7 +255,8 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         v2_service = v2.add_to_server(server, broker, workers)
         remoting = None
         if listener is not None:
-            remoting = (listener, _remoting_service(config, broker, workers, listener))
+            service = _remoting_service(config, broker, workers, listener, authorizer)
+            remoting = (listener, service)
     except BaseException:
         if listener is not None:
             listener.close()
@@ -282,13 +285,13 @@ def _bind_remoting(config: BrokerConfig):
     return RemotingListener.bind(config.host, config.remoting_port, remoting_tls(config))
 
 
-def _remoting_service(config: BrokerConfig, broker: Broker, workers: Workers, listener):
+def _remoting_service(config: BrokerConfig, broker: Broker, workers: Workers, listener, authorizer):
     from rmq_spark.broker.remoting.service import RemotingService
 
     host = (config.advertised_endpoint or config.host).rsplit(":", 1)[0]
     if config.advertised_endpoint is None and host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
-    service = RemotingService(broker, workers, f"{host}:{listener.port}")
+    service = RemotingService(broker, workers, f"{host}:{listener.port}", authorizer)
     listener.make_connection = service.make_connection
     return service
 

@@ -328,13 +328,12 @@ def _name_server(raw: RawOptions) -> str | None:
     if not servers or any(not _is_address(s) for s in servers):
         raise bad("nameServer", text, "use host:port of a name server, e.g. '10.0.0.5:9876' "
                   "(several separated by ';')")  # fmt: skip
-    for name in ("maxBytesPerTrigger", "accessKey"):
-        if raw.has(name):
-            raise InvalidArgumentError(
-                f"option {name} is not supported with nameServer yet (RocketMQ's remoting "
-                "protocol is read without it); read through rocketlite's endpoints, or "
-                f"drop {name}"
-            )
+    if raw.has("maxBytesPerTrigger"):
+        raise InvalidArgumentError(
+            "option maxBytesPerTrigger is not supported with nameServer: RocketMQ's brokers "
+            "cannot measure the bytes of an offset range; use maxMessagesPerTrigger, or read "
+            "rocketlite brokers through endpoints"
+        )
     return ";".join(servers)
 
 

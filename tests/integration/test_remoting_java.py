@@ -73,9 +73,13 @@ def java(tmp_path_factory):
         f"{lib}:{classes}",
     ]
 
-    def run(*args: str, timeout_s: float = 90) -> list[str]:
+    def run(*args: str, timeout_s: float = 90, env: dict | None = None) -> list[str]:
         done = subprocess.run(
-            [*command, "RemotingProbe", *args], capture_output=True, text=True, timeout=timeout_s
+            [*command, "RemotingProbe", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, **(env or {})},
         )
         lines = done.stdout.splitlines()
         assert "DONE" in lines, f"RemotingProbe {args} failed:\n{done.stdout}\n{done.stderr}"
@@ -216,6 +220,34 @@ def test_the_broker_asks_the_producer_about_an_unfinished_transaction(java, tmp_
         assert sorted(m["body"] for m in got(received)) == ["body-0", "body-2"]
     finally:
         checked.stop()
+
+
+def test_javas_acl_hook_signs_requests_the_broker_checks(java, tmp_path):
+    acl = tmp_path / "acl.json"
+    acl.write_text(
+        '{"users": [{"username": "app", "password": "app-secret"}], "acls": [{"subject": '
+        '"User:app", "policies": [{"entries": [{"resource": ["Topic:JavaAcl", '
+        '"Group:g-acl"], "actions": ["All"]}]}]}]}'
+    )
+    secured = BrokerProcess(
+        "broker-a",
+        tmp_path / "store",
+        tmp_path / "broker.log",
+        ["--remoting-port", "0", "--auto-create-topics", "--acl", str(acl)],
+    ).start()
+    try:
+        keys = {"PROBE_ACCESS_KEY": "app", "PROBE_SECRET_KEY": "app-secret"}
+        ns = secured.remoting_address
+        assert len(sent(java("produce", ns, "JavaAcl", "4", "sync", env=keys))) == 4
+        received = java("push", ns, "JavaAcl", "g-acl", "4", "30", "concurrent", env=keys)
+        assert sorted(m["body"] for m in got(received)) == sorted(bodies(4))
+        with pytest.raises(AssertionError, match=r"No route info|NO_PERMISSION|access control"):
+            java("produce", ns, "JavaAcl", "1", "sync", timeout_s=60)  # unsigned: refused
+        wrong = {**keys, "PROBE_SECRET_KEY": "guess"}
+        with pytest.raises(AssertionError, match=r"No route info|NO_PERMISSION|access control"):
+            java("produce", ns, "JavaAcl", "1", "sync", env=wrong, timeout_s=60)
+    finally:
+        secured.stop()
 
 
 def test_a_failed_message_comes_back_through_the_retry_topic(broker, java):

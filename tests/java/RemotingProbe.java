@@ -5,9 +5,12 @@ import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
@@ -22,6 +25,7 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
+import org.apache.rocketmq.remoting.RPCHook;
 
 /**
  * Drives Apache RocketMQ's own Java client against a name server address, printing one line per
@@ -39,19 +43,33 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * seek NS TOPIC GROUP
  *   assigns every queue, seeks to the beginning and to a timestamp; prints SEEK lines
  * </pre>
+ * With PROBE_ACCESS_KEY and PROBE_SECRET_KEY in the environment, every client signs its
+ * requests with RocketMQ's AclClientRPCHook.
  */
 public class RemotingProbe {
     public static void main(String[] args) throws Exception {
-        switch (args[0]) {
-            case "produce": produce(args[1], args[2], Integer.parseInt(args[3]), args[4]); break;
-            case "push": push(args); break;
-            case "lite": lite(args[1], args[2], args[3], Integer.parseInt(args[4]), Integer.parseInt(args[5])); break;
-            case "seek": seek(args[1], args[2], args[3]); break;
-            default: throw new IllegalArgumentException("unknown command " + args[0]);
+        try {
+            switch (args[0]) {
+                case "produce": produce(args[1], args[2], Integer.parseInt(args[3]), args[4]); break;
+                case "push": push(args); break;
+                case "lite": lite(args[1], args[2], args[3], Integer.parseInt(args[4]), Integer.parseInt(args[5])); break;
+                case "seek": seek(args[1], args[2], args[3]); break;
+                default: throw new IllegalArgumentException("unknown command " + args[0]);
+            }
+        } catch (Exception e) {
+            // the client's threads would keep the JVM alive: report and leave
+            System.out.println("ERROR " + e);
+            System.out.flush();
+            System.exit(1);
         }
         System.out.println("DONE");
         System.out.flush();
         System.exit(0);
+    }
+
+    static RPCHook hook() {
+        String ak = System.getenv("PROBE_ACCESS_KEY"), sk = System.getenv("PROBE_SECRET_KEY");
+        return ak == null ? null : new AclClientRPCHook(new SessionCredentials(ak, sk));
     }
 
     static Message message(String topic, int i) {
@@ -71,7 +89,7 @@ public class RemotingProbe {
             transactions(ns, topic, n, mode.equals("txcheck"));
             return;
         }
-        DefaultMQProducer p = new DefaultMQProducer("probe-producer");
+        DefaultMQProducer p = new DefaultMQProducer("probe-producer", hook());
         p.setNamesrvAddr(ns);
         p.start();
         if (mode.equals("batch")) {
@@ -139,7 +157,7 @@ public class RemotingProbe {
     static void push(String[] a) throws Exception {
         String ns = a[1], topic = a[2], group = a[3], mode = a[6];
         int expected = Integer.parseInt(a[4]), seconds = Integer.parseInt(a[5]);
-        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook(), new AllocateMessageQueueAveragely());
         c.setNamesrvAddr(ns);
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.setInstanceName("probe-" + ProcessHandle.current().pid());

@@ -12,8 +12,11 @@ A request the table does not know gets REQUEST_CODE_NOT_SUPPORTED, as RocketMQ a
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
+from rmq_spark.auth.interceptor import Refused
+from rmq_spark.auth.remoting_check import check_request
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.remoting.admin import Administration
 from rmq_spark.broker.remoting.answers import response_code
@@ -33,8 +36,10 @@ Handler = Callable[[Connection, Command], Awaitable[Command | None]]
 
 
 class RemotingService:
-    def __init__(self, broker: Broker, workers: Workers, address: str) -> None:
+    def __init__(self, broker: Broker, workers: Workers, address: str, authorizer=None) -> None:
         self.broker = broker
+        #: checks each request's signature and rights when the broker has an ACL
+        self._authorizer = authorizer
         #: the ip:port clients are told to dial for this broker (routes, message ids)
         self.address = address
         self.connections: set[Connection] = set()
@@ -47,6 +52,7 @@ class RemotingService:
             Administration(broker, workers, address, self.membership),
         )
         self._handlers: dict[int, Handler] = {}
+        self._refusals_logged: dict[tuple[int, str], float] = {}
         for part in parts:
             for code, handler in part.handlers().items():
                 assert code not in self._handlers, f"two handlers for {RequestCode(code).name}"
@@ -64,6 +70,8 @@ class RemotingService:
         self.membership.forget(connection)
 
     def dispatch(self, connection: Connection, request: Command) -> None:
+        if self._authorizer is not None and not self._allowed(connection, request):
+            return
         handler = self._handlers.get(request.code)
         if handler is None:
             if not request.is_oneway:
@@ -75,6 +83,33 @@ class RemotingService:
                 )
             return
         connection.spawn(self._serve(connection, request, handler))
+
+    def _allowed(self, connection: Connection, request: Command) -> bool:
+        try:
+            check_request(
+                self._authorizer,
+                request.code,
+                request.ext,
+                request.body,
+                version=request.version,
+                peer=connection.peer,
+            )
+        except Refused as exc:
+            self._note_refusal(request.code, str(exc))
+            if not request.is_oneway:
+                connection.send(request.reply(ResponseCode.NO_PERMISSION, str(exc)))
+            return False
+        return True
+
+    def _note_refusal(self, code: int, reason: str) -> None:
+        """Log refusals, each (request code, reason) at most once a minute."""
+        now = time.monotonic()
+        key = (code, reason)
+        if now - self._refusals_logged.get(key, -1e9) >= 60:
+            if len(self._refusals_logged) > 10_000:
+                self._refusals_logged.clear()
+            self._refusals_logged[key] = now
+            log.warning("refused remoting request %d: %s", code, reason)
 
     async def _serve(self, connection: Connection, request: Command, handler: Handler) -> None:
         try:

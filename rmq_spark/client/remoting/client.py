@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from rmq_spark.auth.remoting_signature import sign_request
 from rmq_spark.client.connection import ClientConfig
 from rmq_spark.client.remoting.transport import RemotingConnection, RemotingError, raise_for
 from rmq_spark.codec.properties import UNIQ_KEY, encode_properties
@@ -341,12 +342,21 @@ class RemotingClient:
         delays = self.config.retry.delays_s()
         while True:
             try:
-                return self._connection(address).call(_copy(request), timeout_s)
+                return self._connection(address).call(self._signed(request), timeout_s)
             except (UnavailableError, RequestTimeoutError) as exc:
                 delay = next(delays, None)
                 if delay is None:
                     raise UnavailableError(f"{what}: {exc}") from None
                 time.sleep(delay)
+
+    def _signed(self, request: Command) -> Command:
+        """A fresh command for each attempt (the connection stamps its own opaque), signed
+        with the client's access key when it has one (RocketMQ's ACL client hook)."""
+        ext = dict(request.ext)
+        access_key, secret_key = self.config.access_key, self.config.secret_key
+        if access_key and secret_key:
+            ext = sign_request(ext, request.body, access_key, secret_key)
+        return Command(request.code, ext, request.body)
 
     def _connection(self, address: str) -> RemotingConnection:
         with self._lock:
@@ -396,8 +406,3 @@ class UniqueIds:
             numbers = [next(self._counter) & 0xFFFF for _ in range(count)]
         stamp = f"{int(time.time() * 1000) & 0xFFFFFFFF:08X}"
         return [f"{self._prefix}{stamp}{n:04X}" for n in numbers]
-
-
-def _copy(request: Command) -> Command:
-    """A fresh command for each attempt (the connection stamps its own opaque)."""
-    return Command(request.code, dict(request.ext), request.body)

@@ -1,0 +1,41 @@
+"""Access control on the remoting port: each request's signature checked against the ACL
+in force (:mod:`.remoting_signature`), then its needs (:mod:`.remoting_rules`) authorized
+as the gRPC interceptor authorizes calls, with the same users, policies and refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rmq_spark.auth.interceptor import Authorizer, Refused
+from rmq_spark.auth.remoting_rules import rule_for
+from rmq_spark.auth.remoting_signature import verify_request
+from rmq_spark.auth.signature import AuthenticationError
+
+
+def check_request(
+    authorizer: Authorizer,
+    code: int,
+    ext: Mapping[str, str],
+    body: bytes,
+    *,
+    version: int = 0,
+    peer: str = "",
+) -> str:
+    """The name of the user a request is allowed for; Refused otherwise. ``peer`` is the
+    client's ``host:port`` (for policies with source addresses)."""
+    access = authorizer.acl()
+    try:
+        name = verify_request(ext, body, access.secret_of, version)
+    except AuthenticationError as exc:
+        raise Refused(str(exc), authenticated=False) from None
+    user = access.user(name)
+    if user is None:  # removed by a reload in between
+        raise Refused("invalid access key or signature", authenticated=False)
+    if not user.enabled:
+        raise Refused(f"user {name} is disabled", authenticated=False)
+    rule = rule_for(code)
+    grpc_peer = f"ipv6:{peer}" if peer.startswith("[") else f"ipv4:{peer}"
+    authorizer.authorize(user, rule, rule.needs(ext, body) if rule.needs else (), grpc_peer)
+    if rule.client_ids is not None:
+        authorizer.claim(user, rule.client_ids(ext, body))
+    return name
