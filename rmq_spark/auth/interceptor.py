@@ -95,6 +95,16 @@ class ClientOwners:
         return None
 
 
+def enabled_user(access: AccessControl, name: str) -> User:
+    """The user a verified signature names, if it is (still) there and enabled."""
+    user = access.user(name)
+    if user is None:  # removed by a reload in between
+        raise Refused("invalid access key or signature", authenticated=False)
+    if not user.enabled:
+        raise Refused(f"user {name} is disabled", authenticated=False)
+    return user
+
+
 class Authorizer:
     """Decides on calls; ``acl()`` gives the ACL in force (it may change between calls)."""
 
@@ -108,12 +118,7 @@ class Authorizer:
             name = signature.verify(metadata, access.secret_of, window_s=access.replay_window_s)
         except signature.AuthenticationError as exc:
             raise Refused(str(exc), authenticated=False) from None
-        user = access.user(name)
-        if user is None:  # removed by a reload in between
-            raise Refused("invalid access key or signature", authenticated=False)
-        if not user.enabled:
-            raise Refused(f"user {name} is disabled", authenticated=False)
-        return user
+        return enabled_user(access, name)
 
     def authorize(self, user: User, rule: Rule | None, needs, peer: str | None) -> None:
         if rule is None:

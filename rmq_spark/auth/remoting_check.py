@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rmq_spark.auth.interceptor import Authorizer, Refused
+from rmq_spark.auth.interceptor import Authorizer, Refused, enabled_user
 from rmq_spark.auth.remoting_rules import rule_for
 from rmq_spark.auth.remoting_signature import verify_request
 from rmq_spark.auth.signature import AuthenticationError
@@ -28,11 +28,7 @@ def check_request(
         name = verify_request(ext, body, access.secret_of, version)
     except AuthenticationError as exc:
         raise Refused(str(exc), authenticated=False) from None
-    user = access.user(name)
-    if user is None:  # removed by a reload in between
-        raise Refused("invalid access key or signature", authenticated=False)
-    if not user.enabled:
-        raise Refused(f"user {name} is disabled", authenticated=False)
+    user = enabled_user(access, name)
     rule = rule_for(code)
     grpc_peer = f"ipv6:{peer}" if peer.startswith("[") else f"ipv4:{peer}"
     authorizer.authorize(user, rule, rule.needs(ext, body) if rule.needs else (), grpc_peer)
