@@ -26,9 +26,9 @@ _CONSTANTS = {"true": True, "false": False, "null": None}
 MAX_DEPTH = 200
 
 
-def loads(text: str | bytes) -> object:
+def loads(text: str | bytes | bytearray | memoryview) -> object:
     """Parse ``text``; ValueError (json.JSONDecodeError) saying where it went wrong."""
-    if isinstance(text, bytes | bytearray):
+    if not isinstance(text, str):
         text = bytes(text).decode("utf-8")
     value, end = _value(text, _skip(text, 0), 0)
     end = _skip(text, end)

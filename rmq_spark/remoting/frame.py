@@ -48,7 +48,8 @@ class Command:
 
     code: int
     ext: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
+    #: a memoryview of the received frame where the reader asked for no copy
+    body: bytes | memoryview = b""
     opaque: int = 0
     flag: int = 0
     remark: str | None = None
@@ -135,8 +136,10 @@ def split_frames(buffer: bytes | bytearray, max_frame_bytes: int) -> tuple[list[
     return frames, pos
 
 
-def decode(frame: bytes) -> Command:
-    """One frame (without its length prefix) as a Command; FrameError if malformed."""
+def decode(frame: bytes | bytearray, *, copy_body: bool = True) -> Command:
+    """One frame (without its length prefix) as a Command; FrameError if malformed. With
+    ``copy_body=False`` the body is a memoryview of ``frame`` (a large pull answer is not
+    copied again)."""
     if len(frame) < 4:
         raise FrameError(f"frame of {len(frame)} bytes has no header length")
     (word,) = _LENGTH.unpack_from(frame, 0)
@@ -146,8 +149,8 @@ def decode(frame: bytes) -> Command:
         raise FrameError(
             f"bad header length {header_len}: the frame holds {len(frame) - 4} bytes after it"
         )
-    header = frame[4 : 4 + header_len]
-    body = frame[4 + header_len :]
+    header = bytes(frame[4 : 4 + header_len])
+    body = frame[4 + header_len :] if copy_body else memoryview(frame)[4 + header_len :]
     if kind == SERIALIZE_JSON:
         command = _decode_json_header(header)
     elif kind == SERIALIZE_ROCKETMQ:

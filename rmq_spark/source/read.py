@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +40,6 @@ from pyspark.sql.datasource import InputPartition
 
 from rmq_spark.client.connection import NO_RETRY, ClientConfig, Connection, PendingCall
 from rmq_spark.client.remoting import PullAnswer, RemotingClient
-from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.compression import inflate_bodies
 from rmq_spark.errors import (
     DataLossError,
@@ -247,12 +247,14 @@ def _read_remoting(
     """:func:`read_partition` over RocketMQ's remoting protocol (option nameServer): the
     brokers' addresses come with the partition, so no name server is asked."""
     client = RemotingClient(options.name_server or "", config)
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="rmq-read-ahead")
     try:
         for name, address in partition.endpoints:
             client.learn_broker(name, address)
         for queue_range in partition.ranges:
-            yield from _RemotingRangeReader(client, queue_range, options).batches()
+            yield from _RemotingRangeReader(client, queue_range, options, ahead).batches()
     finally:
+        ahead.shutdown(wait=False, cancel_futures=True)
         client.close()
 
 
@@ -260,25 +262,40 @@ class _RemotingRangeReader(_RangeReader):
     """A range read with RocketMQ's PULL_MESSAGE: one pull at a time, its answer's body the
     stored records back to back (decoded by walking their sizes)."""
 
-    def __init__(self, client: RemotingClient, queue_range: QueueRange, options: SourceOptions):
+    def __init__(
+        self,
+        client: RemotingClient,
+        queue_range: QueueRange,
+        options: SourceOptions,
+        ahead: ThreadPoolExecutor,
+    ):
         super().__init__(None, queue_range, options)  # type: ignore[arg-type]
         self.client = client
+        self._ahead = ahead
 
     def _start(self, offset: int):
-        return None  # no read-ahead: the next pull is sent once this one is decoded
+        # the broker reads the next records while this thread decodes the last ones
+        return self._ahead.submit(self._pull_once, offset)
+
+    def _pull_once(self, offset: int) -> PullAnswer:
+        return self.client.pull(
+            self.mq,
+            offset,
+            max_messages=min(self.options.pull_batch_size, self.range.end - offset),
+            max_bytes=PULL_MAX_BYTES,
+            group=self.options.group,
+            expression=self.options.subscription.expression,
+        )
 
     def _pull(self, offset: int, ahead) -> PullAnswer | None:  # type: ignore[override]
         backoff_ms = self.options.retry_backoff_ms
         attempts = self.options.max_retries + 1
         for attempt in range(1, attempts + 1):
             try:
-                return self.client.pull(
-                    self.mq,
-                    offset,
-                    max_messages=min(self.options.pull_batch_size, self.range.end - offset),
-                    group=self.options.group,
-                    expression=self.options.subscription.expression,
-                )
+                if ahead is not None:
+                    started, ahead = ahead, None
+                    return started.result()
+                return self._pull_once(offset)
             except (UnavailableError, RequestTimeoutError) as exc:
                 if attempt == attempts:
                     raise type(exc)(
@@ -294,7 +311,7 @@ class _RemotingRangeReader(_RangeReader):
         raise AssertionError("unreachable")
 
     def _rows(self, response, end: int) -> pa.RecordBatch:
-        return self._to_rows(decode_records(response.data), end)
+        return self._to_rows(response.records(), end)
 
 
 def _status(mq: MessageQueue, response) -> PullStatus:

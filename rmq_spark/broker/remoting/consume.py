@@ -27,10 +27,13 @@ from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.remoting import codes
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
-from rmq_spark.remoting.headers import INT32, text, whole
+from rmq_spark.remoting.headers import INT32, encode_sizes, text, whole
 from rmq_spark.store.message_store import GetResult
 from rmq_spark.structs import PullStatus
 
+#: rocketlite's own clients ask for the records' sizes with this field ("true"), and get
+#: them in it (see rmq_spark.remoting.headers.encode_sizes); RocketMQ's clients never do
+SIZES_FIELD = "rocketliteSizes"
 #: a held pull answers this long before the client's own 30 s timeout at the latest
 MAX_SUSPEND_MS = 25_000
 DEFAULT_PULL_BYTES = 4 << 20
@@ -109,6 +112,8 @@ class Consuming:
             maxOffset=str(result.max_offset),
         )
         response.body = result.data
+        if ext.get(SIZES_FIELD) == "true" and result.sizes is not None:
+            response.ext[SIZES_FIELD] = encode_sizes(result.sizes)
         self._broker.pull_calls += 1
         self._broker.messages_pulled += result.count
         return response

@@ -20,9 +20,13 @@ import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
+
 from rmq_spark.auth.remoting_signature import sign_request
 from rmq_spark.client.connection import ClientConfig
 from rmq_spark.client.remoting.transport import RemotingConnection, RemotingError, raise_for
+from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.properties import UNIQ_KEY, encode_properties
 from rmq_spark.errors import (
     InvalidArgumentError,
@@ -40,7 +44,7 @@ from rmq_spark.remoting.codes import (
     ResponseCode,
 )
 from rmq_spark.remoting.frame import Command
-from rmq_spark.remoting.headers import encode_batch
+from rmq_spark.remoting.headers import decode_sizes, encode_batch
 from rmq_spark.structs import MessageQueue, PullStatus
 
 #: the consumer group a pull names when the caller has none (brokers require one)
@@ -81,7 +85,15 @@ class PullAnswer:
     min_offset: int
     max_offset: int
     #: the stored records back to back, as the broker's commit log holds them
-    data: bytes
+    data: bytes | memoryview
+    #: each record's size when the broker sends them (rocketlite does), else None
+    sizes: np.ndarray | None = None
+
+    def records(self) -> pa.RecordBatch:
+        """The records decoded into Arrow (:data:`~rmq_spark.codec.arrow_decode.RECORD_SCHEMA`)."""
+        if not self.data:
+            return decode_records(b"")
+        return decode_records(self.data, sizes=self.sizes)
 
 
 def parse_route(topic: str, body: bytes) -> Route:
@@ -168,12 +180,14 @@ class RemotingClient:
         offset: int,
         *,
         max_messages: int = 32,
+        max_bytes: int | None = None,
         group: str | None = None,
         expression: str = "*",
         suspend_ms: int = 0,
     ) -> PullAnswer:
-        """Records of ``mq`` from ``offset`` (tag ``expression`` filtered by the broker);
-        with ``suspend_ms`` the broker holds an empty pull that long for new messages."""
+        """Records of ``mq`` from ``offset`` (tag ``expression`` filtered by the broker), at
+        most ``max_messages`` and about ``max_bytes`` (the broker's cap when None); with
+        ``suspend_ms`` the broker holds an empty pull that long for new messages."""
         sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms > 0 else 0)
         request = Command(
             RequestCode.PULL_MESSAGE,
@@ -189,6 +203,9 @@ class RemotingClient:
                 "subscription": expression,
                 "subVersion": str(int(time.time() * 1000)),
                 "expressionType": "TAG",
+                # a rocketlite broker answers with the records' sizes; others ignore it
+                "rocketliteSizes": "true",
+                **({"maxMsgBytes": str(max_bytes)} if max_bytes else {}),
             },
         )
         answer = self._broker_call(mq, request, f"pull of {mq}", extra_s=suspend_ms / 1000)
@@ -197,12 +214,15 @@ class RemotingClient:
             raise_for(answer, f"pull of {mq}")
             raise RemotingError(answer.code, f"pull of {mq}: unexpected answer {answer.code}")
         ext = answer.ext
+        found = status == PullStatus.FOUND
+        sizes = ext.get("rocketliteSizes") if found else None
         return PullAnswer(
             status,
             int(ext.get("nextBeginOffset", offset)),
             int(ext.get("minOffset", 0)),
             int(ext.get("maxOffset", 0)),
-            answer.body if status == PullStatus.FOUND else b"",
+            answer.body if found else b"",
+            None if sizes is None else decode_sizes(sizes),
         )
 
     def send(

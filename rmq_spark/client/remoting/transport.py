@@ -42,7 +42,9 @@ from rmq_spark.remoting.frame import (
 log = logging.getLogger("rmq_spark.client.remoting")
 
 CONNECT_TIMEOUT_S = 3.0
-_READ_CHUNK = 1 << 20
+_READ_CHUNK = 256 << 10
+#: frames larger than this are received into a buffer of their own
+_DIRECT_FRAME_BYTES = 64 << 10
 
 
 class RemotingError(RocketliteError):
@@ -171,18 +173,10 @@ class RemotingConnection:
             raise UnavailableError(f"sending to {self.address} failed: {exc}") from None
 
     def _read_loop(self, sock: socket.socket) -> None:
-        buffer = bytearray()
         reason = f"{self.address} closed the connection"
         try:
-            while True:
-                data = sock.recv(_READ_CHUNK)
-                if not data:
-                    break
-                buffer += data
-                frames, used = split_frames(buffer, DEFAULT_MAX_FRAME_BYTES)
-                del buffer[:used]
-                for frame in frames:
-                    self._received(decode(frame))
+            for frame in _frames(sock):
+                self._received(decode(frame, copy_body=False))
         except (OSError, FrameError) as exc:
             reason = f"the connection to {self.address} failed: {exc}"
         with self._lock:
@@ -209,6 +203,40 @@ class RemotingConnection:
         for future in pending.values():
             if not future.done():
                 future.set_exception(UnavailableError(reason))
+
+
+def _frames(sock: socket.socket):
+    """Every frame the peer sends (without its length prefix), until it closes. Small frames
+    are split out of what arrives together; a large one (a pull's answer) is received
+    straight into a buffer of its own size, so its megabytes are copied once, by the
+    kernel."""
+    buffer = bytearray()
+    while True:
+        frames, used = split_frames(buffer, DEFAULT_MAX_FRAME_BYTES)
+        del buffer[:used]
+        yield from frames
+        if len(buffer) >= 4:
+            length = int.from_bytes(buffer[:4], "big", signed=True)
+            if length > _DIRECT_FRAME_BYTES:  # checked against the limit by split_frames
+                frame = bytearray(length)
+                have = len(buffer) - 4
+                frame[:have] = buffer[4:]
+                buffer.clear()
+                _receive_into(sock, memoryview(frame)[have:])
+                yield frame
+                continue
+        data = sock.recv(_READ_CHUNK)
+        if not data:
+            return
+        buffer += data
+
+
+def _receive_into(sock: socket.socket, view: memoryview) -> None:
+    while len(view):
+        got = sock.recv_into(view)
+        if not got:
+            raise OSError("the peer closed the connection in the middle of a frame")
+        view = view[got:]
 
 
 def _close_socket(sock: socket.socket) -> None:
