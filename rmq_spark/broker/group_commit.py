@@ -18,13 +18,16 @@ Call :meth:`GroupCommit.put` on the event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.status import Workers
 from rmq_spark.errors import RocketliteError
 from rmq_spark.store import AppendResult
+
+log = logging.getLogger("rmq_spark.broker")
 
 #: messages of one group at most (the store takes any number; answers stay prompt)
 MAX_GROUP_MESSAGES = 4096
@@ -38,7 +41,8 @@ class _Send:
     born_timestamps: Sequence[int]
     flags: Sequence[int]
     reconsume_times: int
-    future: asyncio.Future = field(repr=False)
+    #: called with the send's AppendResult or its error
+    done: Callable[[object], None] = field(repr=False)
 
 
 # Sends join a group only when everything the store writes once per append is the same.
@@ -76,13 +80,45 @@ class GroupCommit:
         """Store the messages (in this order, contiguous in their queue) and return their
         offsets, as ``put_messages`` would."""
         future = asyncio.get_running_loop().create_future()
-        send = _Send(bodies, properties, tags, born_timestamps, flags, reconsume_times, future)
+
+        def settle(outcome: object) -> None:
+            if future.done():  # its request was cancelled (the client went away)
+                return
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+        self.submit(
+            topic, queue_id, bodies, properties, tags, settle,
+            born_host=born_host, born_timestamps=born_timestamps, flags=flags,
+            reconsume_times=reconsume_times, sysflag=sysflag,
+        )  # fmt: skip
+        return await future
+
+    def submit(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes],
+        tags: Sequence[str | None],
+        done: Callable[[object], None],
+        *,
+        born_host: str,
+        born_timestamps: Sequence[int],
+        flags: Sequence[int],
+        reconsume_times: int = 0,
+        sysflag: int = 0,
+    ) -> None:
+        """:meth:`put` without a coroutine: ``done(result or error)`` is called on the event
+        loop once the messages are stored (the sends of a busy broker cost no task each)."""
+        send = _Send(bodies, properties, tags, born_timestamps, flags, reconsume_times, done)
         self._pending.setdefault((topic, queue_id, born_host, sysflag), []).append(send)
         if not self._writing:
             self._writing = True
             # After the sends already queued on the loop (the rest of this read) file theirs.
             asyncio.get_running_loop().call_soon(self._write_next)
-        return await future
 
     def _write_next(self) -> None:
         if not self._pending:
@@ -100,10 +136,7 @@ class GroupCommit:
         try:
             outcomes = await self._workers.run(self._store_all, groups)
         except BaseException as exc:  # the workers are gone (shutdown): fail every send
-            for sends in groups.values():
-                for send in sends:
-                    if not send.future.done():
-                        send.future.set_exception(exc)
+            self._resolve([(send, exc) for sends in groups.values() for send in sends])
             if not isinstance(exc, Exception):
                 raise
             return
@@ -112,12 +145,10 @@ class GroupCommit:
     @staticmethod
     def _resolve(outcomes: list[tuple[_Send, object]]) -> None:
         for send, outcome in outcomes:
-            if send.future.done():  # its request was cancelled (the client went away)
-                continue
-            if isinstance(outcome, BaseException):
-                send.future.set_exception(outcome)
-            else:
-                send.future.set_result(outcome)
+            try:
+                send.done(outcome)
+            except Exception:  # one answer's failure must not lose the others
+                log.exception("answering a grouped send failed")
 
     def _store_all(self, groups: dict[_Key, list[_Send]]) -> list[tuple[_Send, object]]:
         """Runs on a worker: every group appended; (send, result or error) for each send."""

@@ -8,6 +8,8 @@ SYSTEM_ERROR, and the broker keeps serving.
 
 from __future__ import annotations
 
+import logging
+
 from rmq_spark.errors import (
     FlushTimeoutError,
     InvalidArgumentError,
@@ -19,6 +21,9 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.remoting.codes import ResponseCode
+from rmq_spark.remoting.frame import Command
+
+log = logging.getLogger("rmq_spark.broker.remoting")
 
 
 class Refusal(RocketliteError):
@@ -55,3 +60,14 @@ def response_code(error: RocketliteError) -> int:
         if isinstance(error, cls):
             return int(code)
     return int(ResponseCode.SYSTEM_ERROR)
+
+
+def failure_reply(request: Command, error: BaseException) -> Command:
+    """The answer to ``request`` that failed with ``error``: its response code and message;
+    anything not a rocketlite error is a bug, logged, and answered SYSTEM_ERROR."""
+    if isinstance(error, RocketliteError):
+        return request.reply(response_code(error), str(error))
+    log.error("internal error serving remoting request %d", request.code, exc_info=error)
+    return request.reply(
+        ResponseCode.SYSTEM_ERROR, f"internal broker error: {type(error).__name__}: {error}"
+    )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from rmq_spark.broker import retry
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.group_commit import GroupCommit
-from rmq_spark.broker.remoting.answers import Refusal
+from rmq_spark.broker.remoting.answers import Refusal, failure_reply
 from rmq_spark.broker.send import RoundRobin, UniqueIdGenerator, offset_msg_ids
 from rmq_spark.broker.status import Workers
 from rmq_spark.codec import properties as props
@@ -65,6 +65,65 @@ class Producing:
             RequestCode.END_TRANSACTION: self.end_transaction,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
         }
+
+    def fast_handlers(self):
+        return {
+            RequestCode.SEND_MESSAGE: functools.partial(self.send_now, short_names=False),
+            RequestCode.SEND_MESSAGE_V2: self.send_now,
+            RequestCode.SEND_BATCH_MESSAGE: self.send_now,
+        }
+
+    def send_now(self, connection, request: Command, short_names: bool = True) -> bool:
+        """The common send (a topic that exists, no delay, no transaction) filed straight
+        into group commit, answered when its group is stored: no task or coroutine per
+        request. False for any other send (or a bad one): :meth:`send` serves those."""
+        try:
+            header = headers.send_header(request.ext, short_names=short_names)
+            batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
+            plan = self._plan(request, header, batch)
+        except InvalidArgumentError:
+            return False  # the general path answers with the reason
+        topic = plan.topic
+        config = self._broker.store.topics.find(topic)
+        if plan.transaction or plan.delay_level or config is None or topic[0] == "%":
+            return False
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = self._round_robin.next(topic) % config.write_queue_nums
+
+        def done(outcome: object) -> None:
+            if request.is_oneway:
+                return
+            if isinstance(outcome, BaseException):
+                connection.send(failure_reply(request, outcome))
+            else:
+                connection.send(self._answer(request, plan, queue_id, outcome))
+
+        self._groups.submit(
+            topic,
+            queue_id,
+            plan.bodies,
+            plan.properties,
+            plan.tags,
+            done,
+            born_host=connection.peer,
+            born_timestamps=[header.born_timestamp] * len(plan.bodies),
+            flags=plan.flags,
+            reconsume_times=header.reconsume_times,
+            sysflag=header.sys_flag & SENDER_SYSFLAG_MASK,
+        )
+        return True
+
+    def _answer(self, request: Command, plan: SendPlan, queue_id: int, result) -> Command:
+        ids = offset_msg_ids(self._broker.store_host, result.physical_offsets)
+        return request.reply(
+            msgId=",".join(ids),
+            queueId=str(queue_id),
+            queueOffset=str(result.first_queue_offset),
+            transactionId=plan.unique_keys[0],
+            MSG_REGION=REGION,
+            TRACE_ON="true",
+        )
 
     async def send(self, connection, request: Command, short_names: bool = True) -> Command:
         try:
@@ -117,15 +176,7 @@ class Producing:
             result = await self._groups.put(
                 topic, queue_id, plan.bodies, plan.properties, plan.tags, **fields
             )
-        ids = offset_msg_ids(self._broker.store_host, result.physical_offsets)
-        return request.reply(
-            msgId=",".join(ids),
-            queueId=str(queue_id),
-            queueOffset=str(result.first_queue_offset),
-            transactionId=plan.unique_keys[0],
-            MSG_REGION=REGION,
-            TRACE_ON="true",
-        )
+        return self._answer(request, plan, queue_id, result)
 
     def _plan(self, request: Command, header: headers.SendHeader, batch: bool) -> SendPlan:
         """What to store for a send, checked (InvalidArgumentError names what is wrong)."""

@@ -19,14 +19,13 @@ from rmq_spark.auth.interceptor import Refused
 from rmq_spark.auth.remoting_check import check_request
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.remoting.admin import Administration
-from rmq_spark.broker.remoting.answers import response_code
+from rmq_spark.broker.remoting.answers import failure_reply
 from rmq_spark.broker.remoting.consume import Consuming
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import NameServerRole
 from rmq_spark.broker.remoting.produce import Producing
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.status import Workers
-from rmq_spark.errors import RocketliteError
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import DEFAULT_MAX_FRAME_BYTES, Command
 
@@ -44,14 +43,17 @@ class RemotingService:
         self.address = address
         self.connections: set[Connection] = set()
         self.membership = Membership(broker, workers)
+        producing = Producing(broker, workers)
         parts = (
             NameServerRole(broker, address),
-            Producing(broker, workers),
+            producing,
             Consuming(broker, workers, self.membership),
             self.membership,
             Administration(broker, workers, address, self.membership),
         )
         self._handlers: dict[int, Handler] = {}
+        #: requests served without a task when they can be (sends): True when taken
+        self._fast: dict[int, Callable[[Connection, Command], bool]] = producing.fast_handlers()
         self._refusals_logged: dict[tuple[int, str], float] = {}
         for part in parts:
             for code, handler in part.handlers().items():
@@ -72,6 +74,9 @@ class RemotingService:
     def dispatch(self, connection: Connection, request: Command) -> None:
         if self._authorizer is not None and not self._allowed(connection, request):
             return
+        fast = self._fast.get(request.code)
+        if fast is not None and fast(connection, request):
+            return  # taken without a task of its own; it answers when done
         handler = self._handlers.get(request.code)
         if handler is None:
             if not request.is_oneway:
@@ -114,13 +119,8 @@ class RemotingService:
     async def _serve(self, connection: Connection, request: Command, handler: Handler) -> None:
         try:
             response = await handler(connection, request)
-        except RocketliteError as exc:
-            response = request.reply(response_code(exc), str(exc))
         except Exception as exc:
-            log.error("internal error serving remoting request %d", request.code, exc_info=exc)
-            response = request.reply(
-                ResponseCode.SYSTEM_ERROR, f"internal broker error: {type(exc).__name__}: {exc}"
-            )
+            response = failure_reply(request, exc)
         if response is not None and not request.is_oneway:
             connection.send(response)
 
