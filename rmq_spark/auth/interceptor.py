@@ -25,6 +25,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -32,6 +33,9 @@ from rmq_spark.auth import signature
 from rmq_spark.auth.acl import AccessControl, User
 from rmq_spark.auth.permissions import V2, Rule, rule_for
 from rmq_spark.errors import ERROR_CLASS_METADATA
+
+if TYPE_CHECKING:
+    from rmq_spark.auth.remoting_rules import RemotingRule
 
 log = logging.getLogger("rmq_spark.auth")
 
@@ -120,7 +124,9 @@ class Authorizer:
             raise Refused(str(exc), authenticated=False) from None
         return enabled_user(access, name)
 
-    def authorize(self, user: User, rule: Rule | None, needs, peer: str | None) -> None:
+    def authorize(
+        self, user: User, rule: Rule | RemotingRule | None, needs, peer: str | None
+    ) -> None:
         if rule is None:
             raise Refused("this method is not in the permission table", authenticated=True)
         if user.is_super:

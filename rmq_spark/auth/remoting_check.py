@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from rmq_spark.auth.interceptor import Authorizer, Refused, enabled_user
 from rmq_spark.auth.remoting_rules import rule_for
-from rmq_spark.auth.remoting_signature import verify_request
+from rmq_spark.auth.remoting_signature import Buffer, verify_request
 from rmq_spark.auth.signature import AuthenticationError
 
 
@@ -16,7 +16,7 @@ def check_request(
     authorizer: Authorizer,
     code: int,
     ext: Mapping[str, str],
-    body: bytes,
+    body: Buffer,
     *,
     version: int = 0,
     peer: str = "",

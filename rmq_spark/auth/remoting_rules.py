@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from rmq_spark.auth.acl import Resource
 from rmq_spark.auth.permissions import PUB, PUB_OR_SUB, SUB, Need
+from rmq_spark.auth.remoting_signature import Buffer
 from rmq_spark.names import RETRY_PREFIX
 from rmq_spark.remoting.codes import RequestCode as C
 
-Extract = Callable[[Mapping[str, str], bytes], Iterable[Need]]
+Extract = Callable[[Mapping[str, str], Buffer], Iterable[Need]]
 #: RocketMQ's topic for routes of topics made on first use
 AUTO_CREATE_TOPIC = "TBW102"
 
@@ -29,7 +30,7 @@ class RemotingRule:
     super_only: bool = False
     needs: Extract | None = None
     #: client ids the request names, bound to the caller
-    client_ids: Callable[[Mapping[str, str], bytes], Iterable[str]] | None = None
+    client_ids: Callable[[Mapping[str, str], Buffer], Iterable[str]] | None = None
 
 
 def _topic(*names: str, actions=SUB) -> Extract:
@@ -56,9 +57,9 @@ def _both(*extracts: Extract) -> Extract:
     return lambda ext, body: [need for extract in extracts for need in extract(ext, body)]
 
 
-def _json(body: bytes) -> dict:
+def _json(body: Buffer) -> dict:
     try:
-        data = json.loads(body)
+        data = json.loads(bytes(body))
     except (ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -69,7 +70,7 @@ def _route(ext, body) -> list[Need]:
     topic not made yet) only needs a login."""
     if ext.get("topic") == AUTO_CREATE_TOPIC:
         return []
-    return _topic("topic", actions=PUB_OR_SUB)(ext, body)
+    return list(_topic("topic", actions=PUB_OR_SUB)(ext, body))
 
 
 def _heartbeat(ext, body) -> list[Need]:

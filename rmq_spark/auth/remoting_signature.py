@@ -30,15 +30,17 @@ SECURITY_TOKEN = "SecurityToken"
 #: older clients (before 4.9.4) add this after signing: it is left out of the content
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 V4_9_3 = 399
+#: a request's body
+Buffer = bytes | bytearray | memoryview
 
 
-def content(ext: Mapping[str, str], body: bytes, version: int = 0) -> bytes:
+def content(ext: Mapping[str, str], body: Buffer, version: int = 0) -> bytes:
     """What a request's signature covers (see the module doc)."""
     skip = {SIGNATURE} | ({UNIQUE_KEY_QUERY} if 0 < version <= V4_9_3 else set())
     # Java's TreeMap orders names by UTF-16 code units: the same as Python for the ASCII
     # names headers use, and names outside the BMP do not occur.
     values = "".join(ext[name] for name in sorted(ext) if name not in skip)
-    return values.encode() + (body or b"")
+    return values.encode() + bytes(body)
 
 
 def signature(secret: str, data: bytes) -> str:
@@ -46,7 +48,7 @@ def signature(secret: str, data: bytes) -> str:
     return base64.b64encode(digest).decode()
 
 
-def sign_request(ext: Mapping[str, str], body: bytes, access_key: str, secret: str) -> dict:
+def sign_request(ext: Mapping[str, str], body: Buffer, access_key: str, secret: str) -> dict:
     """``ext`` with ``AccessKey`` and ``Signature`` added (client side)."""
     signed = {**ext, ACCESS_KEY: access_key}
     signed[SIGNATURE] = signature(secret, content(signed, body))
@@ -55,7 +57,7 @@ def sign_request(ext: Mapping[str, str], body: bytes, access_key: str, secret: s
 
 def verify_request(
     ext: Mapping[str, str],
-    body: bytes,
+    body: Buffer,
     secret_of: Callable[[str], str | None],
     version: int = 0,
 ) -> str:

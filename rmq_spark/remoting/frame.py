@@ -38,6 +38,10 @@ _PLAIN = re.compile(r"[ !#-\[\]-~]*")
 _BINARY_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag: 13 bytes
 
 
+#: a frame's body: bytes, or a view of the buffer a large frame was received into
+Buffer = bytes | bytearray | memoryview
+
+
 class FrameError(ValueError):
     """A frame that cannot be read; the connection it came on must be closed."""
 
@@ -49,7 +53,7 @@ class Command:
     code: int
     ext: dict[str, str] = field(default_factory=dict)
     #: a memoryview of the received frame where the reader asked for no copy
-    body: bytes | memoryview = b""
+    body: Buffer = b""
     opaque: int = 0
     flag: int = 0
     remark: str | None = None
@@ -82,7 +86,7 @@ def encode(command: Command) -> bytes:
     return head + body
 
 
-def encode_parts(command: Command) -> tuple[bytes, bytes]:
+def encode_parts(command: Command) -> tuple[bytes, Buffer]:
     """:func:`encode` as (everything before the body, the body), so a large body (a pull's
     records) is written as it is, never copied into a new frame."""
     ext = command.ext
@@ -150,7 +154,7 @@ def decode(frame: bytes | bytearray, *, copy_body: bool = True) -> Command:
             f"bad header length {header_len}: the frame holds {len(frame) - 4} bytes after it"
         )
     header = bytes(frame[4 : 4 + header_len])
-    body = frame[4 + header_len :] if copy_body else memoryview(frame)[4 + header_len :]
+    body: Buffer = frame[4 + header_len :] if copy_body else memoryview(frame)[4 + header_len :]
     if kind == SERIALIZE_JSON:
         command = _decode_json_header(header)
     elif kind == SERIALIZE_ROCKETMQ:

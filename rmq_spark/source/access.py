@@ -43,12 +43,15 @@ class BrokerAccess(Protocol):
 
     def commit(self, group: str, offsets: Mapping[MessageQueue, int]) -> None: ...
 
+    def endpoint_of(self, broker_name: str) -> str: ...
+
     def close(self) -> None: ...
 
 
 def open_access(options: SourceOptions) -> GrpcAccess | RemotingAccess:
     if options.name_server is not None:
-        return RemotingAccess(RemotingClient(options.name_server, client_config(options)))
+        client = RemotingClient(options.name_server, client_config(options))
+        return RemotingAccess(client, options)
     return GrpcAccess(Cluster(options.endpoints, client_config(options)))
 
 
@@ -69,13 +72,17 @@ class GrpcAccess:
     def commit(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
         commit_offsets(self.cluster, group, offsets, increase_only=False)
 
+    def endpoint_of(self, broker_name: str) -> str:
+        return self.cluster.endpoint_of(broker_name)
+
     def close(self) -> None:
         self.cluster.close()
 
 
 class RemotingAccess:
-    def __init__(self, client: RemotingClient) -> None:
+    def __init__(self, client: RemotingClient, options: SourceOptions) -> None:
         self.client = client
+        self._options = options
         self.where = f"name server {';'.join(client.name_servers)}"
         self._pool = ThreadPoolExecutor(_REMOTING_THREADS, thread_name_prefix="rmq-source")
 
@@ -131,6 +138,20 @@ class RemotingAccess:
 
     def commit(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
         list(self._pool.map(lambda item: self.client.commit_offset(group, *item), offsets.items()))
+
+    def endpoint_of(self, broker_name: str) -> str:
+        """The address of a broker by name, from the routes of the source's topics (a
+        restarted driver may plan a batch before any snapshot)."""
+        address = self.client.broker_address(broker_name)
+        if address is None:
+            self.snapshot(self._options)  # learns the routes of every topic read
+            address = self.client.broker_address(broker_name)
+        if address is None:
+            raise NotFoundError(
+                f"no route of the source's topics names broker {broker_name!r} at "
+                f"{self.where}; is it still registered with the name server?"
+            )
+        return address
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

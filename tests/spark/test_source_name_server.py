@@ -145,3 +145,27 @@ def test_apache_rocketmq_batch_and_streaming(spark, apache, tmp_path):
         assert len(collected.rows) == len(rows)
         committed = {mq: client.committed_offset(group, mq) for mq in queues}
         assert committed == {mq: client.max_offset(mq) for mq in queues}
+
+
+@pytest.mark.parametrize("via", ["endpoints", "nameServer"])
+def test_a_restarted_driver_finds_brokers_by_name_before_any_trigger(remoting_broker, via):
+    """Spark may plan the last batch of a restarted query again before any trigger probed
+    the brokers: the reader then looks each broker up by name."""
+    from rmq_spark.source.options import SourceOptions
+    from rmq_spark.source.stream_reader import RocketliteStreamReader
+
+    topic = f"NameServerRestart{via}"
+    create_topic(remoting_broker.endpoint, topic, queues=1)
+    address = {
+        "endpoints": remoting_broker.endpoint,
+        "nameServer": remoting_broker.remoting_address,
+    }
+    options = SourceOptions.parse({via: address[via], "topic": topic}, True)
+    reader = RocketliteStreamReader(options)
+    try:
+        start = {topic: {"broker-a": {"0": 0}}}
+        end = {topic: {"broker-a": {"0": 5}}}
+        (partition,) = reader.partitions(start, end)
+        assert partition.endpoints == (("broker-a", address[via]),)
+    finally:
+        reader.stop()

@@ -288,7 +288,7 @@ def _list(data: dict, name: str) -> list:
 
 def _json_body(request: Command, what: str) -> dict:
     try:
-        data = json.loads(request.body)
+        data = json.loads(bytes(request.body))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InvalidArgumentError(f"the {what} body is not JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -26,6 +26,7 @@ from rmq_spark.names import RETRY_PREFIX, SCHEDULE_TOPIC, validate_group, valida
 from rmq_spark.remoting import headers
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
+from rmq_spark.store.topics import TopicConfig
 
 #: sysFlag bits a producer may set: compressed, multi tags, compression type
 SENDER_SYSFLAG_MASK = 0x1 | 0x2 | 0x700
@@ -85,7 +86,7 @@ class Producing:
             return False  # the general path answers with the reason
         topic = plan.topic
         config = self._broker.store.topics.find(topic)
-        if plan.transaction or plan.delay_level or config is None or topic[0] == "%":
+        if config is None or plan.transaction or plan.delay_level or topic[0] == "%":
             return False
         queue_id = header.queue_id
         if queue_id < 0:
@@ -182,9 +183,9 @@ class Producing:
         """What to store for a send, checked (InvalidArgumentError names what is wrong)."""
         topic = self._topic(header.topic)
         if batch:
-            flags, bodies, blobs = headers.decode_batch(request.body)
+            flags, bodies, blobs = headers.decode_batch(bytes(request.body))
         else:
-            flags, bodies = [header.flag], [request.body]
+            flags, bodies = [header.flag], [bytes(request.body)]
             blobs = [header.properties.encode()]
         parsed = [props.decode_properties(blob) for blob in blobs]
         unique = self._unique_keys(parsed)
@@ -205,7 +206,7 @@ class Producing:
             delay_level=max(delay, 0),
         )
 
-    def _writable_topic(self, topic: str):
+    def _writable_topic(self, topic: str) -> TopicConfig:
         if topic.startswith(RETRY_PREFIX):
             # A consumer's fallback when CONSUMER_SEND_MSG_BACK failed: a plain send there.
             self._broker.store.topics.ensure_system_topic(topic, retry.RETRY_QUEUE_NUMS)

@@ -22,7 +22,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rmq_spark.errors import UnavailableError
-from rmq_spark.remoting.frame import Command, FrameError, decode, encode_parts, split_frames
+from rmq_spark.remoting.frame import (
+    Buffer,
+    Command,
+    FrameError,
+    decode,
+    encode_parts,
+    split_frames,
+)
 
 if TYPE_CHECKING:
     from rmq_spark.broker.remoting.service import RemotingService
@@ -47,7 +54,7 @@ class Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
-        self._outgoing: list[bytes] = []
+        self._outgoing: list[Buffer] = []
         self._flush_scheduled = False
         #: the client id it said in its heartbeats (empty before the first)
         self.client_id = ""
@@ -219,7 +226,12 @@ class RemotingListener:
 async def _first_byte(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> int | None:
     """The first byte the peer sent, left unread; None if it sent nothing in time."""
     readable = loop.create_future()
-    loop.add_reader(sock.fileno(), lambda: readable.done() or readable.set_result(None))
+
+    def ready() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(sock.fileno(), ready)
     try:
         await asyncio.wait_for(readable, FIRST_BYTE_TIMEOUT_S)
     except TimeoutError:

@@ -43,7 +43,7 @@ from rmq_spark.remoting.codes import (
     RequestCode,
     ResponseCode,
 )
-from rmq_spark.remoting.frame import Command
+from rmq_spark.remoting.frame import Buffer, Command
 from rmq_spark.remoting.headers import decode_sizes, encode_batch
 from rmq_spark.structs import MessageQueue, PullStatus
 
@@ -85,7 +85,7 @@ class PullAnswer:
     min_offset: int
     max_offset: int
     #: the stored records back to back, as the broker's commit log holds them
-    data: bytes | memoryview
+    data: Buffer
     #: each record's size when the broker sends them (rocketlite does), else None
     sizes: np.ndarray | None = None
 
@@ -96,7 +96,7 @@ class PullAnswer:
         return decode_records(self.data, sizes=self.sizes)
 
 
-def parse_route(topic: str, body: bytes) -> Route:
+def parse_route(topic: str, body: bytes | bytearray | memoryview) -> Route:
     """A TopicRouteData body (standard JSON or fastjson's) as a :class:`Route`."""
     data = fastjson.loads(body)
     if not isinstance(data, dict):
