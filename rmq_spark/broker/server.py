@@ -113,7 +113,7 @@ class BrokerServer:
                 return self
             self._loop_thread.call(self._server.start())
             if self._remoting is not None:
-                self._loop_thread.call(_start_remoting(self._remoting[0]))
+                self._loop_thread.call(_start_remoting(*self._remoting))
         config = self.broker.config
         log.info(
             "broker %s listening on %s, %s (store %s, flush %s)",
@@ -296,8 +296,9 @@ def _remoting_service(config: BrokerConfig, broker: Broker, workers: Workers, li
     return service
 
 
-async def _start_remoting(listener) -> None:
+async def _start_remoting(listener, service) -> None:
     listener.start()
+    service.start()
 
 
 async def _stop_remoting(listener, service) -> None:

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,8 @@ class Connection(asyncio.Protocol):
         self._closed = False
         self._outgoing: list[Buffer] = []
         self._flush_scheduled = False
+        #: when the peer last sent something (monotonic seconds): idle connections close
+        self.last_active = time.monotonic()
         #: the client id it said in its heartbeats (empty before the first)
         self.client_id = ""
         #: what the last heartbeat said: language and version, for connection lists
@@ -78,6 +81,7 @@ class Connection(asyncio.Protocol):
         self.service.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
         buffer = self._buffer
         buffer += data
         try:

@@ -11,6 +11,7 @@ A request the table does not know gets REQUEST_CODE_NOT_SUPPORTED, as RocketMQ a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -32,6 +33,9 @@ from rmq_spark.remoting.frame import DEFAULT_MAX_FRAME_BYTES, Command
 log = logging.getLogger("rmq_spark.broker.remoting")
 
 Handler = Callable[[Connection, Command], Awaitable[Command | None]]
+#: RocketMQ's serverChannelMaxIdleTimeSeconds, and how often it is looked at
+IDLE_S = 120
+IDLE_CHECK_S = 10
 
 
 class RemotingService:
@@ -55,10 +59,26 @@ class RemotingService:
         #: requests served without a task when they can be (sends): True when taken
         self._fast: dict[int, Callable[[Connection, Command], bool]] = producing.fast_handlers()
         self._refusals_logged: dict[tuple[int, str], float] = {}
+        self._reaper: asyncio.Task | None = None
         for part in parts:
             for code, handler in part.handlers().items():
                 assert code not in self._handlers, f"two handlers for {RequestCode(code).name}"
                 self._handlers[code] = handler
+
+    def start(self) -> None:
+        """Start closing idle connections (on the event loop)."""
+        self._reaper = asyncio.get_running_loop().create_task(self._close_idle())
+
+    async def _close_idle(self) -> None:
+        """Close connections silent for IDLE_S, as RocketMQ's broker does: a client that
+        vanished without closing its socket does not hold it (and its group membership)
+        for ever. RocketMQ's clients heartbeat every 30 s, so a live one never idles out."""
+        while True:
+            await asyncio.sleep(IDLE_CHECK_S)
+            cutoff = time.monotonic() - IDLE_S
+            for connection in [c for c in self.connections if c.last_active < cutoff]:
+                log.info("closing remoting connection from %s: idle %d s", connection.peer, IDLE_S)
+                connection.close()
 
     def make_connection(self) -> Connection:
         # RocketMQ's frame limit, which its clients apply to answers too
@@ -126,5 +146,7 @@ class RemotingService:
 
     def close(self) -> None:
         """Close every connection (on the event loop)."""
+        if self._reaper is not None:
+            self._reaper.cancel()
         for connection in list(self.connections):
             connection.close()
