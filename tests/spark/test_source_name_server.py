@@ -41,9 +41,10 @@ def apache(tmp_path_factory):
     cluster.stop()
 
 
-def _read(spark, name_server: str, topic: str, **options: str):
+def _read(spark, name_server: str, topic: str | None, **options: str):
     reader = spark.read.format("rocketlite").option("nameServer", name_server)
-    for key, value in {"topic": topic, **options}.items():
+    chosen = {"topic": topic} if topic is not None else {}
+    for key, value in {**chosen, **options}.items():
         reader = reader.option(key, value)
     return reader.load()
 
@@ -169,3 +170,30 @@ def test_a_restarted_driver_finds_brokers_by_name_before_any_trigger(remoting_br
         assert partition.endpoints == (("broker-a", address[via]),)
     finally:
         reader.stop()
+
+
+def test_name_server_takes_the_sources_other_options(spark, remoting_broker):
+    """topicPattern (from the name server's topic list), startingTimestamp, endingOffsets,
+    and startingOffsets=group after a commit, all read over the remoting protocol."""
+    for name in ("PatternA", "PatternB"):
+        create_topic(remoting_broker.endpoint, name, queues=1)
+    ns = remoting_broker.remoting_address
+    with RemotingClient(ns) as client:
+        a, b = MessageQueue("PatternA", "broker-a", 0), MessageQueue("PatternB", "broker-a", 0)
+        client.send(a, [b"a0", b"a1", b"a2"])
+        client.send(b, [b"b0"])
+        time.sleep(0.01)
+        middle = int(time.time() * 1000)
+        time.sleep(0.01)
+        client.send(a, [b"a3"])
+        client.commit_offset("ns-group", a, 2)
+
+    every = _read(spark, ns, None, topicPattern="Pattern.*").collect()
+    assert sorted(r.body for r in every) == [b"a0", b"a1", b"a2", b"a3", b"b0"]
+    late = _read(spark, ns, "PatternA", startingTimestamp=str(middle)).collect()
+    assert [r.body for r in late] == [b"a3"]
+    ending = '{"PatternA": {"broker-a": {"0": 2}}}'
+    first_two = _read(spark, ns, "PatternA", endingOffsets=ending).collect()
+    assert sorted(r.body for r in first_two) == [b"a0", b"a1"]
+    resumed = _read(spark, ns, "PatternA", group="ns-group", startingOffsets="group").collect()
+    assert sorted(r.body for r in resumed) == [b"a2", b"a3"]
