@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from rmq_spark.client.remoting import RemotingClient
+from rmq_spark.client import Message
+from rmq_spark.client.remoting import RemotingClient, RemotingProducer
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import NotFoundError
 from rmq_spark.structs import MessageQueue, PullStatus
@@ -118,3 +119,30 @@ def test_offset_moved_when_pulling_past_the_end(name_server):
         answer = client.pull(mq, end + 100)
         assert answer.status == PullStatus.OFFSET_ILLEGAL
         assert answer.next_begin_offset in (0, end)
+
+
+def test_the_producer_spreads_sends_and_keeps_a_sharding_keys_order(name_server):
+    with RemotingClient(name_server) as client:
+        queues = _topic(client, "ClientProducer")
+    with RemotingProducer(name_server) as producer:
+        spread = [producer.send("ClientProducer", Message(f"rr-{i}", tags="RR")) for i in range(8)]
+        keyed = [
+            producer.send("ClientProducer", Message(f"order-{i}", keys="o42"), sharding_key="o42")
+            for i in range(5)
+        ]
+        batch = producer.send_batch("ClientProducer", [b"b0", b"b1", b"b2"], queue=queues[0])
+    assert len({r.message_queue for r in spread}) == len(queues)  # round robin over all
+    assert len({r.message_queue for r in keyed}) == 1
+    offsets = [r.queue_offset for r in keyed]
+    assert offsets == sorted(offsets)
+    mq = keyed[0].message_queue
+    with RemotingClient(name_server) as client:
+        rows = client.pull(mq, offsets[0], max_messages=64).records().to_pylist()
+        in_order = [r["body"] for r in rows if r["body"].startswith(b"order-")]
+        assert in_order == [f"order-{i}".encode() for i in range(5)]
+        stored = {dict(r["properties"])["UNIQ_KEY"] for r in rows}
+        assert {r.msg_id for r in keyed} <= stored
+        first = batch[0].queue_offset
+        got = client.pull(queues[0], first, max_messages=3).records().column("body").to_pylist()
+    assert got == [b"b0", b"b1", b"b2"]
+    assert [r.queue_offset for r in batch] == [first, first + 1, first + 2]

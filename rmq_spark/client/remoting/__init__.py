@@ -1,9 +1,11 @@
 """The client side of RocketMQ's remoting protocol: a connection many threads share
-(:mod:`.transport`) and a client that finds brokers through a name server and pulls, reads
-and commits offsets there (:mod:`.client`). It reads Apache RocketMQ clusters and
+(:mod:`.transport`), a client that finds brokers through a name server and pulls, reads
+and commits offsets there (:mod:`.client`), and a producer with rocketlite's ``Message``
+(:mod:`.producer`). It reads Apache RocketMQ clusters and
 rocketlite's remoting port alike."""
 
 from rmq_spark.client.remoting.client import PullAnswer, RemotingClient, Route, parse_route
+from rmq_spark.client.remoting.producer import RemotingProducer
 from rmq_spark.client.remoting.transport import RemotingConnection, RemotingError
 
 __all__ = [
@@ -11,6 +13,7 @@ __all__ = [
     "RemotingClient",
     "RemotingConnection",
     "RemotingError",
+    "RemotingProducer",
     "Route",
     "parse_route",
 ]
