@@ -1,0 +1,249 @@
+"""The data commands over rocketlite's gRPC endpoints: broker, topic, send, consume,
+offsets, message (with ``--namesrv`` some run over RocketMQ's remoting protocol instead:
+:mod:`.namesrv`)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from rmq_spark.cli.output import (
+    emit,
+    message_rows,
+    print_json_lines,
+    print_message,
+    print_table,
+    progress,
+)
+from rmq_spark.cli.settings import (
+    chunks,
+    client_config,
+    parse_property,
+    parse_timestamp,
+    tls_settings,
+)
+
+if TYPE_CHECKING:
+    from rmq_spark.structs import MessageQueue
+
+
+def cmd_broker(args) -> int:
+    from rmq_spark.broker.__main__ import run
+
+    return run(args)
+
+
+def cmd_topic(args) -> int:
+    from rmq_spark.client import Admin
+
+    with Admin(args.endpoints, client_config(args)) as admin:
+        if args.action == "create":
+            admin.create_topic(
+                args.topic,
+                queues=args.queues,
+                perm=args.perm,
+                message_type=args.message_type or "NORMAL",
+            )
+            print(f"created topic {args.topic} with {args.queues} queues on every broker")
+        elif args.action == "update":
+            admin.update_topic(
+                args.topic, queues=args.queues, perm=args.perm, message_type=args.message_type
+            )
+            print(f"updated topic {args.topic}")
+        elif args.action == "delete":
+            admin.delete_topic(args.topic)
+            print(f"deleted topic {args.topic}")
+        elif args.action == "list":
+            topics = admin.list_topics(include_system=args.all)
+            rows = [_topic_row(info) for infos in topics.values() for info in infos]
+            columns = ["topic", "broker", "readQueues", "writeQueues", "perm", "messageType"]
+            emit(args, rows, columns)
+        elif args.action == "describe":
+            route = admin.describe_topic(args.topic)
+            rows = [
+                {
+                    "topic": mq.topic,
+                    "broker": mq.broker_name,
+                    "queueId": mq.queue_id,
+                    "perm": _perm_text(perm),
+                    "endpoint": route.brokers[mq.broker_name].endpoint,
+                }
+                for mq, perm in sorted(route.queues.items())
+            ]
+            emit(args, rows, ["topic", "broker", "queueId", "perm", "endpoint"])
+    return 0
+
+
+def _topic_row(t) -> dict:
+    return {
+        "topic": t.topic,
+        "broker": t.broker_name,
+        "readQueues": t.read_queue_nums,
+        "writeQueues": t.write_queue_nums,
+        "perm": _perm_text(t.perm),
+        "messageType": t.message_type,
+    }
+
+
+def _perm_text(perm) -> str:
+    return {2: "write", 4: "read", 6: "read+write"}.get(int(perm), str(int(perm)))
+
+
+def cmd_send(args) -> int:
+    from rmq_spark.client import Message, Producer, ProducerConfig
+
+    properties = dict(parse_property(p) for p in args.property)
+    bodies: Iterable[bytes]
+    from_stdin = not args.body
+    if from_stdin:
+        bodies = (line.rstrip("\n").encode() for line in sys.stdin)
+    else:
+        bodies = (b.encode() for b in args.body)
+    sent = 0
+    started = time.monotonic()
+    rows = []
+    with Producer(args.endpoints, config=ProducerConfig(**tls_settings(args))) as producer:
+        for chunk in chunks(bodies, 256 if from_stdin else len(args.body)):
+            messages = [
+                Message(body, tags=args.tag, keys=args.key or None, properties=properties)
+                for body in chunk
+            ]
+            results = producer.send_batch(
+                args.topic,
+                messages,
+                queue=args.queue,
+                sharding_key=args.sharding_key,
+                delay_level=args.delay_level,
+            )
+            sent += len(results)
+            chunk_rows = [
+                {
+                    "msgId": r.msg_id,
+                    "offsetMsgId": r.offset_msg_id,
+                    "broker": r.message_queue.broker_name,
+                    "queueId": r.message_queue.queue_id,
+                    "queueOffset": r.queue_offset,
+                }
+                for r in results
+            ]
+            if not from_stdin:
+                rows.extend(chunk_rows)
+            elif args.json:  # stream: stdin may be endless
+                print_json_lines(chunk_rows)
+            else:
+                progress(f"sent {sent:,} messages ({sent / (time.monotonic() - started):,.0f}/s)")
+    if not from_stdin:
+        emit(args, rows, ["msgId", "broker", "queueId", "queueOffset", "offsetMsgId"])
+    elif not args.json:
+        progress(None)
+        print(f"sent {sent:,} messages to {args.topic}")
+    return 0
+
+
+def cmd_consume(args) -> int:
+    from rmq_spark.client import ConsumerConfig, PullConsumer
+
+    # Check --from before connecting, so a typo is reported as such.
+    start = args.start
+    if start is None and args.group is None:
+        start = "earliest"
+    timestamp = None if start in (None, "earliest", "latest") else parse_timestamp(start)
+    shown = 0
+    interrupted = False
+    # Without --from, a group resumes at its committed offsets (queues it never committed
+    # start at the beginning), like a RocketMQ consumer with CONSUME_FROM_FIRST_OFFSET.
+    config = ConsumerConfig(consume_from="FIRST_OFFSET", **tls_settings(args))
+    with PullConsumer(
+        args.endpoints, group=args.group, subscription=args.tag, config=config
+    ) as consumer:
+        queues = consumer.queues(args.topic)
+        consumer.assign(queues)
+        if timestamp is not None:
+            consumer.seek_to_timestamp(queues, timestamp)
+        elif start == "earliest":
+            consumer.seek_to_beginning(queues)
+        elif start == "latest":
+            consumer.seek_to_end(queues)
+        # Pulled but not printed yet, per queue: put back before committing (--max, Ctrl-C),
+        # so the group's next read starts at the first message nobody saw.
+        unprinted: list[tuple[MessageQueue, list[dict], int]] = []
+        before_poll: dict[MessageQueue, int] = {}
+        try:
+            idle_since = time.monotonic()
+            while args.max is None or shown < args.max:
+                before_poll = {mq: consumer.position(mq) for mq in queues}
+                results = consumer.poll(timeout_ms=500)
+                unprinted = [
+                    (r.message_queue, message_rows(r.batch, r.message_queue.broker_name), 0)
+                    for r in results
+                ]
+                before_poll = {}
+                got = False
+                while unprinted and (args.max is None or shown < args.max):
+                    mq, rows, done = unprinted[0]
+                    if done == len(rows):
+                        unprinted.pop(0)
+                        continue
+                    print_message(args, rows[done])
+                    unprinted[0] = (mq, rows, done + 1)
+                    shown += 1
+                    got = True
+                if got:
+                    idle_since = time.monotonic()
+                elif args.idle_exit_ms is not None and (
+                    (time.monotonic() - idle_since) * 1000 >= args.idle_exit_ms
+                ):
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+        for mq, offset in before_poll.items():  # interrupted inside poll: nothing printed
+            consumer.seek(mq, offset)
+        for mq, rows, done in unprinted:
+            if done < len(rows):
+                consumer.seek(mq, rows[done]["queueOffset"])
+        if args.group:
+            consumer.commit()
+    if not args.json:
+        print(f"-- {shown} message(s)", file=sys.stderr)
+    return 130 if interrupted else 0
+
+
+def cmd_offsets(args) -> int:
+    from rmq_spark.client import Admin
+
+    with Admin(args.endpoints, client_config(args)) as admin:
+        progress = admin.consumer_progress(args.group, topic=args.topic)
+    rows = [
+        {
+            "topic": p.message_queue.topic,
+            "broker": p.message_queue.broker_name,
+            "queueId": p.message_queue.queue_id,
+            "committed": p.committed_offset,
+            "min": p.broker_min_offset,
+            "max": p.broker_max_offset,
+            "lag": p.lag,
+        }
+        for p in progress
+    ]
+    if args.json:
+        print_json_lines(rows)
+    else:
+        print_table(rows, ["topic", "broker", "queueId", "committed", "min", "max", "lag"])
+        print(f"total lag: {sum(r['lag'] for r in rows):,}")
+    return 0
+
+
+def cmd_message(args) -> int:
+    from rmq_spark.client import Admin
+
+    with Admin(args.endpoints, client_config(args)) as admin:
+        batch, broker_name = admin.view_message(args.msg_id)
+    row = message_rows(batch, broker_name)[0]
+    if args.json:
+        print_json_lines([row])
+    else:
+        for key, value in row.items():
+            print(f"{key:>15}: {value}")
+    return 0
