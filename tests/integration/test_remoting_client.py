@@ -146,3 +146,38 @@ def test_the_producer_spreads_sends_and_keeps_a_sharding_keys_order(name_server)
         got = client.pull(queues[0], first, max_messages=3).records().column("body").to_pylist()
     assert got == [b"b0", b"b1", b"b2"]
     assert [r.queue_offset for r in batch] == [first, first + 1, first + 2]
+
+
+def test_the_producer_sends_to_a_topic_made_on_first_use(name_server):
+    """As RocketMQ's producer: a topic no route names yet is sent through TBW102's route,
+    and the broker creates it with that first send."""
+    topic = f"AutoMade{int(time.time() * 1000)}"
+    with RemotingProducer(name_server) as producer:
+        first = producer.send(topic, Message("made by its first message"))
+    with RemotingClient(name_server) as client:
+        deadline = time.monotonic() + 30
+        while True:  # RocketMQ registers a new topic with its name server within seconds
+            try:
+                route = client.route(topic)
+                break
+            except NotFoundError:
+                assert time.monotonic() < deadline, "the topic never got a route"
+                time.sleep(0.5)
+        assert first.message_queue in route.readable
+        rows = client.pull(first.message_queue, first.queue_offset).records().to_pylist()
+    assert [r["body"] for r in rows] == [b"made by its first message"]
+
+
+def test_search_by_time_is_the_first_offset_stored_at_or_after_it(name_server):
+    """Whatever the broker's own rule (RocketMQ 4.x answers the nearest offset), the client
+    answers the first offset stored at or after the time."""
+    with RemotingClient(name_server) as client:
+        mq = _topic(client, "ClientByTime")[2]
+        early = client.send(mq, [b"early"]).queue_offset
+        time.sleep(0.05)
+        between = int(time.time() * 1000)
+        time.sleep(0.2)  # the later message is further from the time than the earlier one
+        late = client.send(mq, [b"late"]).queue_offset
+        assert late == early + 1
+        assert client.offset_at(mq, between) == late
+        assert client.offset_at(mq, int(time.time() * 1000) + 60_000) == late + 1

@@ -50,6 +50,8 @@ from rmq_spark.structs import MessageQueue, PullStatus
 #: the consumer group a pull names when the caller has none (brokers require one)
 DEFAULT_GROUP = "rocketlite-reader"
 DEFAULT_PRODUCER_GROUP = "rocketlite-producer"
+#: how far a search by time is corrected (RocketMQ 4.x answers the nearest offset)
+MAX_SEARCH_STEPS = 4
 _PULL_STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
@@ -249,7 +251,7 @@ class RemotingClient:
         header = {
             "a": producer_group,
             "b": mq.topic,
-            "c": "TBW102",
+            "c": "TBW102",  # the broker's template when it creates the topic on this send
             "d": "4",
             "e": str(mq.queue_id),
             "f": str(sys_flag),
@@ -281,13 +283,35 @@ class RemotingClient:
         return self._offset(RequestCode.GET_MAX_OFFSET, mq, "max offset")
 
     def offset_at(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        """The first offset stored at or after ``timestamp_ms`` (max offset if none)."""
-        return self._offset(
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-            mq,
-            "offset by time",
-            timestamp=str(timestamp_ms),
-        )
+        """The first offset stored at or after ``timestamp_ms`` (max offset if none).
+
+        RocketMQ 5 and rocketlite answer exactly that. RocketMQ 4.x answers the offset whose
+        store time is *nearest* (the last one when every message is older), so the answer is
+        checked against the store times around it and moved by the one step it may be off.
+        """
+        code = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+        found = self._offset(code, mq, "offset by time", timestamp=str(timestamp_ms))
+        for _ in range(MAX_SEARCH_STEPS):
+            here = self._store_time(mq, found)
+            if here is not None and here < timestamp_ms:
+                found += 1  # older than the time: the answer is after it
+                continue
+            before = self._store_time(mq, found - 1) if found > 0 else None
+            if before is not None and before >= timestamp_ms:
+                found -= 1  # the one before is not older: the answer is before
+                continue
+            break
+        return found
+
+    def _store_time(self, mq: MessageQueue, offset: int) -> int | None:
+        """The store time of the message at ``offset``, or None when there is none."""
+        answer = self.pull(mq, offset, max_messages=1)
+        if answer.status != PullStatus.FOUND:
+            return None
+        records = answer.records()
+        if not records.num_rows or records.column("queueOffset")[0].as_py() != offset:
+            return None
+        return records.column("storeTimestamp")[0].as_py()
 
     def committed_offset(self, group: str, mq: MessageQueue) -> int | None:
         """The group's committed offset of ``mq``, or None when it has none (a RocketMQ 4.x

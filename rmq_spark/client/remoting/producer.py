@@ -21,12 +21,16 @@ from rmq_spark.client.message import Message, SendResult, to_message
 from rmq_spark.client.remoting.client import RemotingClient, Route, SendAnswer
 from rmq_spark.client.selector import RoundRobinSelector, select_by_sharding_key
 from rmq_spark.codec import properties as props
-from rmq_spark.errors import InvalidArgumentError, RocketliteError
+from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
 from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.structs import MessageQueue
 
 #: how long a topic's route is used before it is asked for again
 ROUTE_TTL_S = 30.0
+#: RocketMQ's default topic, whose route says which brokers create topics on first use,
+#: and how many queues a producer uses of it (defaultTopicQueueNums)
+AUTO_CREATE_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUES = 4
 DEFAULT_RETRIES = 2
 
 
@@ -103,10 +107,32 @@ class RemotingProducer:
             cached = self._routes.get(topic)
         if cached is not None and now - cached[0] < ROUTE_TTL_S:
             return cached[1]
-        route = self.client.route(topic)
+        try:
+            route = self.client.route(topic)
+        except NotFoundError:
+            route = self._auto_create_route(topic)
         with self._lock:
             self._routes[topic] = (now, route)
         return route
+
+    def _auto_create_route(self, topic: str) -> Route:
+        """RocketMQ's producers send to a topic that does not exist yet through the route of
+        TBW102 (the brokers that may create topics), on at most 4 of its queues per broker;
+        the broker creates the topic on the first send. NotFoundError names the topic when
+        no broker may."""
+        try:
+            default = self.client.route(AUTO_CREATE_TOPIC)
+        except NotFoundError:
+            raise NotFoundError(
+                f"topic {topic!r} does not exist and no broker creates topics on first use; "
+                "create it first (mqadmin updateTopic, or rocketlite topic create)"
+            ) from None
+        queues = [
+            MessageQueue(topic, mq.broker_name, mq.queue_id)
+            for mq in default.writable
+            if mq.queue_id < DEFAULT_TOPIC_QUEUES
+        ]
+        return Route(topic, default.addresses, queues, queues)
 
     def _forget(self, topic: str) -> None:
         with self._lock:

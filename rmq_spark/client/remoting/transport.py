@@ -68,7 +68,8 @@ def raise_for(answer: Command, what: str) -> None:
     """Raise the rocketlite error of a failed answer (nothing for SUCCESS)."""
     if answer.code == ResponseCode.SUCCESS:
         return
-    text = f"{what}: {answer.remark or 'no remark'} (RocketMQ response code {answer.code})"
+    remark = " ".join((answer.remark or "no remark").split())  # one line, as errors are
+    text = f"{what}: {remark} (RocketMQ response code {answer.code})"
     if answer.code == ResponseCode.TOPIC_NOT_EXIST:
         raise NotFoundError(text)
     if answer.code == ResponseCode.NO_PERMISSION:
