@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from rmq_spark.cli.output import (
@@ -92,7 +92,25 @@ def _perm_text(perm) -> str:
 
 
 def cmd_send(args) -> int:
-    from rmq_spark.client import Message, Producer, ProducerConfig
+    from rmq_spark.client import Producer, ProducerConfig
+
+    with Producer(args.endpoints, config=ProducerConfig(**tls_settings(args))) as producer:
+        return send_messages(
+            args,
+            lambda messages: producer.send_batch(
+                args.topic,
+                messages,
+                queue=args.queue,
+                sharding_key=args.sharding_key,
+                delay_level=args.delay_level,
+            ),
+        )
+
+
+def send_messages(args, send_batch: Callable[[list], list]) -> int:
+    """``send``'s loop, whichever producer ``send_batch`` is: the BODY words as one batch,
+    or stdin's lines in batches of 256; a result table, JSON lines, or progress."""
+    from rmq_spark.client import Message
 
     properties = dict(parse_property(p) for p in args.property)
     bodies: Iterable[bytes]
@@ -104,36 +122,29 @@ def cmd_send(args) -> int:
     sent = 0
     started = time.monotonic()
     rows = []
-    with Producer(args.endpoints, config=ProducerConfig(**tls_settings(args))) as producer:
-        for chunk in chunks(bodies, 256 if from_stdin else len(args.body)):
-            messages = [
-                Message(body, tags=args.tag, keys=args.key or None, properties=properties)
-                for body in chunk
-            ]
-            results = producer.send_batch(
-                args.topic,
-                messages,
-                queue=args.queue,
-                sharding_key=args.sharding_key,
-                delay_level=args.delay_level,
-            )
-            sent += len(results)
-            chunk_rows = [
-                {
-                    "msgId": r.msg_id,
-                    "offsetMsgId": r.offset_msg_id,
-                    "broker": r.message_queue.broker_name,
-                    "queueId": r.message_queue.queue_id,
-                    "queueOffset": r.queue_offset,
-                }
-                for r in results
-            ]
-            if not from_stdin:
-                rows.extend(chunk_rows)
-            elif args.json:  # stream: stdin may be endless
-                print_json_lines(chunk_rows)
-            else:
-                progress(f"sent {sent:,} messages ({sent / (time.monotonic() - started):,.0f}/s)")
+    for chunk in chunks(bodies, 256 if from_stdin else len(args.body)):
+        messages = [
+            Message(body, tags=args.tag, keys=args.key or None, properties=properties)
+            for body in chunk
+        ]
+        results = send_batch(messages)
+        sent += len(results)
+        chunk_rows = [
+            {
+                "msgId": r.msg_id,
+                "offsetMsgId": r.offset_msg_id,
+                "broker": r.message_queue.broker_name,
+                "queueId": r.message_queue.queue_id,
+                "queueOffset": r.queue_offset,
+            }
+            for r in results
+        ]
+        if not from_stdin:
+            rows.extend(chunk_rows)
+        elif args.json:  # stream: stdin may be endless
+            print_json_lines(chunk_rows)
+        else:
+            progress(f"sent {sent:,} messages ({sent / (time.monotonic() - started):,.0f}/s)")
     if not from_stdin:
         emit(args, rows, ["msgId", "broker", "queueId", "queueOffset", "offsetMsgId"])
     elif not args.json:

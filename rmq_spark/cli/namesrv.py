@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable
 
-from rmq_spark.cli.output import emit, message_rows, print_message, progress
-from rmq_spark.cli.settings import chunks, client_config, parse_property, parse_timestamp
+from rmq_spark.cli.commands import send_messages
+from rmq_spark.cli.output import emit, message_rows, print_message
+from rmq_spark.cli.settings import client_config, parse_timestamp
 from rmq_spark.errors import RocketliteError
 from rmq_spark.names import SYSTEM_PREFIXES
 from rmq_spark.remoting.codes import PERM_READ, PERM_WRITE
@@ -72,53 +72,21 @@ def _perm(mq: MessageQueue, route) -> str:
 
 
 def ns_send(args) -> int:
-    from rmq_spark.client import Message
     from rmq_spark.client.remoting import RemotingProducer
 
     if args.delay_level:
         raise RocketliteError("--delay-level is not available with --namesrv yet")
-    properties = dict(parse_property(p) for p in args.property)
-    from_stdin = not args.body
-    bodies: Iterable[bytes] = (
-        (line.rstrip("\n").encode() for line in sys.stdin)
-        if from_stdin
-        else (b.encode() for b in args.body)
-    )
-    sent, rows, started = 0, [], time.monotonic()
     with RemotingProducer(args.namesrv, config=client_config(args)) as producer:
         queue = None
         if args.queue is not None:
             brokers = sorted(producer.client.route(args.topic).addresses)
             queue = MessageQueue(args.topic, brokers[0], args.queue)
-        for chunk in chunks(bodies, 256 if from_stdin else len(args.body)):
-            messages = [
-                Message(body, tags=args.tag, keys=args.key or None, properties=properties)
-                for body in chunk
-            ]
-            results = producer.send_batch(
+        return send_messages(
+            args,
+            lambda messages: producer.send_batch(
                 args.topic, messages, queue=queue, sharding_key=args.sharding_key
-            )
-            sent += len(results)
-            chunk_rows = [
-                {
-                    "msgId": r.msg_id,
-                    "offsetMsgId": r.offset_msg_id,
-                    "broker": r.message_queue.broker_name,
-                    "queueId": r.message_queue.queue_id,
-                    "queueOffset": r.queue_offset,
-                }
-                for r in results
-            ]
-            if not from_stdin or args.json:
-                rows.extend(chunk_rows)
-            else:
-                progress(f"sent {sent:,} messages ({sent / (time.monotonic() - started):,.0f}/s)")
-    if not from_stdin or args.json:
-        emit(args, rows, ["msgId", "broker", "queueId", "queueOffset", "offsetMsgId"])
-    else:
-        progress(None)
-        print(f"sent {sent:,} messages to {args.topic}")
-    return 0
+            ),
+        )
 
 
 def ns_consume(args) -> int:
