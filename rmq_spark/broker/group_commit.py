@@ -29,6 +29,9 @@ from rmq_spark.store import AppendResult
 
 log = logging.getLogger("rmq_spark.broker")
 
+#: what a send comes to: its share of the append, or why it was not stored
+Outcome = AppendResult | BaseException
+
 #: messages of one group at most (the store takes any number; answers stay prompt)
 MAX_GROUP_MESSAGES = 4096
 
@@ -42,7 +45,7 @@ class _Send:
     flags: Sequence[int]
     reconsume_times: int
     #: called with the send's AppendResult or its error
-    done: Callable[[object], None] = field(repr=False)
+    done: Callable[[Outcome], None] = field(repr=False)
 
 
 # Sends join a group only when everything the store writes once per append is the same.
@@ -81,7 +84,7 @@ class GroupCommit:
         offsets, as ``put_messages`` would."""
         future = asyncio.get_running_loop().create_future()
 
-        def settle(outcome: object) -> None:
+        def settle(outcome: Outcome) -> None:
             if future.done():  # its request was cancelled (the client went away)
                 return
             if isinstance(outcome, BaseException):
@@ -103,7 +106,7 @@ class GroupCommit:
         bodies: Sequence[bytes],
         properties: Sequence[bytes],
         tags: Sequence[str | None],
-        done: Callable[[object], None],
+        done: Callable[[Outcome], None],
         *,
         born_host: str,
         born_timestamps: Sequence[int],
@@ -143,22 +146,22 @@ class GroupCommit:
         self._resolve(outcomes)
 
     @staticmethod
-    def _resolve(outcomes: list[tuple[_Send, object]]) -> None:
+    def _resolve(outcomes: list[tuple[_Send, Outcome]]) -> None:
         for send, outcome in outcomes:
             try:
                 send.done(outcome)
             except Exception:  # one answer's failure must not lose the others
                 log.exception("answering a grouped send failed")
 
-    def _store_all(self, groups: dict[_Key, list[_Send]]) -> list[tuple[_Send, object]]:
+    def _store_all(self, groups: dict[_Key, list[_Send]]) -> list[tuple[_Send, Outcome]]:
         """Runs on a worker: every group appended; (send, result or error) for each send."""
-        outcomes: list[tuple[_Send, object]] = []
+        outcomes: list[tuple[_Send, Outcome]] = []
         for key, sends in groups.items():
             for start in range(0, len(sends), MAX_GROUP_MESSAGES):
                 outcomes += self._store_group(key, sends[start : start + MAX_GROUP_MESSAGES])
         return outcomes
 
-    def _store_group(self, key: _Key, sends: list[_Send]) -> list[tuple[_Send, object]]:
+    def _store_group(self, key: _Key, sends: list[_Send]) -> list[tuple[_Send, Outcome]]:
         if len(sends) > 1:
             try:
                 result = self._append(key, sends)
@@ -166,7 +169,7 @@ class GroupCommit:
                 pass  # one send may be to blame: write each alone, so only it fails
             else:
                 return list(zip(sends, split_result(result, sends), strict=True))
-        outcomes: list[tuple[_Send, object]] = []
+        outcomes: list[tuple[_Send, Outcome]] = []
         for send in sends:
             try:
                 outcomes.append((send, self._append(key, [send])))

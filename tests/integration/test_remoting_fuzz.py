@@ -540,6 +540,17 @@ def test_send_with_a_bad_header_is_refused_and_stores_nothing(broker, case):
     broker.assert_no_traceback_since(mark)
 
 
+@pytest.mark.parametrize("topic", ["%DLQ%rf-group", "SCHEDULE_TOPIC_XXXX"])
+def test_a_send_to_the_brokers_own_topic_is_refused_and_the_connection_serves_on(broker, topic):
+    mark = broker.log_mark()
+    with broker.wire() as wire:
+        answer = wire.call(310, send_ext(topic, 0), b"not for the broker's topics")
+        assert answer.code == ResponseCode.NO_PERMISSION, answer.remark
+        assert "the broker's own" in (answer.remark or "")
+        assert wire.call(105, {"topic": GUARD}).code == 0  # the same connection answers on
+    broker.assert_no_traceback_since(mark)
+
+
 def test_properties_without_the_last_separator_keep_their_values(broker):
     """The properties text may end without its last separator (RocketMQ's parser takes
     it); the unique key the broker adds must not run into the last value: the stored

@@ -26,6 +26,7 @@ from rmq_spark.names import RETRY_PREFIX, SCHEDULE_TOPIC, validate_group, valida
 from rmq_spark.remoting import headers
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
+from rmq_spark.store import AppendResult
 from rmq_spark.store.topics import TopicConfig
 
 #: sysFlag bits a producer may set: compressed, multi tags, compression type
@@ -60,124 +61,151 @@ class Producing:
 
     def handlers(self):
         return {
-            RequestCode.SEND_MESSAGE: functools.partial(self.send, short_names=False),
-            RequestCode.SEND_MESSAGE_V2: self.send,
-            RequestCode.SEND_BATCH_MESSAGE: self.send,
             RequestCode.END_TRANSACTION: self.end_transaction,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
         }
 
     def fast_handlers(self):
         return {
-            RequestCode.SEND_MESSAGE: functools.partial(self.send_now, short_names=False),
-            RequestCode.SEND_MESSAGE_V2: self.send_now,
-            RequestCode.SEND_BATCH_MESSAGE: self.send_now,
+            RequestCode.SEND_MESSAGE: functools.partial(self.send, short_names=False),
+            RequestCode.SEND_MESSAGE_V2: self.send,
+            RequestCode.SEND_BATCH_MESSAGE: self.send,
         }
 
-    def send_now(self, connection, request: Command, short_names: bool = True) -> bool:
-        """The common send (a topic that exists, no delay, no transaction) filed straight
-        into group commit, answered when its group is stored: no task or coroutine per
-        request. False for any other send (or a bad one): :meth:`send` serves those."""
-        try:
-            header = headers.send_header(request.ext, short_names=short_names)
-            batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
-            plan = self._plan(request, header, batch)
-        except InvalidArgumentError:
-            return False  # the general path answers with the reason
-        topic = plan.topic
-        config = self._broker.store.topics.find(topic)
-        if config is None or plan.transaction or plan.delay_level or topic[0] == "%":
-            return False
-        queue_id = header.queue_id
-        if queue_id < 0:
-            queue_id = self._round_robin.next(topic) % config.write_queue_nums
-
-        def done(outcome: object) -> None:
-            if request.is_oneway:
-                return
-            if isinstance(outcome, BaseException):
-                connection.send(failure_reply(request, outcome))
-            else:
-                connection.send(self._answer(request, plan, queue_id, outcome))
-
-        self._groups.submit(
-            topic,
-            queue_id,
-            plan.bodies,
-            plan.properties,
-            plan.tags,
-            done,
-            born_host=connection.peer,
-            born_timestamps=[header.born_timestamp] * len(plan.bodies),
-            flags=plan.flags,
-            reconsume_times=header.reconsume_times,
-            sysflag=header.sys_flag & SENDER_SYSFLAG_MASK,
-        )
-        return True
-
-    def _answer(self, request: Command, plan: SendPlan, queue_id: int, result) -> Command:
-        ids = offset_msg_ids(self._broker.store_host, result.physical_offsets)
-        return request.reply(
-            msgId=",".join(ids),
-            queueId=str(queue_id),
-            queueOffset=str(result.first_queue_offset),
-            transactionId=plan.unique_keys[0],
-            MSG_REGION=REGION,
-            TRACE_ON="true",
-        )
-
-    async def send(self, connection, request: Command, short_names: bool = True) -> Command:
+    def send(self, connection, request: Command, short_names: bool = True) -> bool:
+        """Serve a send, parsed once here on the event loop. The common one (a topic that
+        exists, no delay, no transaction) goes straight into group commit and is answered
+        when its group is stored, with no task or coroutine of its own; the others get a
+        task (:meth:`_send_later`) for the work that waits on a worker."""
         try:
             header = headers.send_header(request.ext, short_names=short_names)
             batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
             plan = self._plan(request, header, batch)
         except InvalidArgumentError as exc:
-            raise Refusal(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-        topic = plan.topic
-        config = self._broker.store.topics.find(topic)
-        if config is None or topic.startswith(RETRY_PREFIX):
-            # creating a topic writes its table: on a worker
-            config = await self._workers.run(self._writable_topic, topic)
-        queue_id = header.queue_id
-        if queue_id < 0:
-            queue_id = self._round_robin.next(topic) % config.write_queue_nums
-        fields = {
+            self._answer(connection, request, Refusal(ResponseCode.MESSAGE_ILLEGAL, str(exc)))
+            return True
+        except Exception as exc:  # answered here: nothing may escape into the transport
+            self._answer(connection, request, exc)
+            return True
+        config = self._broker.store.topics.find(plan.topic)
+        if config is None or plan.transaction or plan.delay_level or plan.topic[0] == "%":
+            connection.spawn(self._send_later(connection, request, header, plan, config))
+            return True
+        queue_id = self._queue_id(header, plan.topic, config)
+        self._groups.submit(
+            plan.topic,
+            queue_id,
+            plan.bodies,
+            plan.properties,
+            plan.tags,
+            functools.partial(self._stored, connection, request, plan, queue_id),
+            **self._fields(connection, header, plan),
+        )
+        return True
+
+    async def _send_later(
+        self,
+        connection,
+        request: Command,
+        header: headers.SendHeader,
+        plan: SendPlan,
+        config: TopicConfig | None,
+    ) -> None:
+        """A send that waits: creating its topic, a half message, or a delayed one."""
+        try:
+            topic = plan.topic
+            if config is None or topic.startswith(RETRY_PREFIX):
+                # creating a topic writes its table: on a worker
+                config = await self._workers.run(self._writable_topic, topic)
+            queue_id = self._queue_id(header, topic, config)
+            fields = self._fields(connection, header, plan)
+            if plan.transaction:
+                prepare = functools.partial(
+                    self._broker.transactions.prepare,
+                    topic,
+                    queue_id,
+                    plan.bodies[0],
+                    plan.properties[0],
+                    plan.tags[0],
+                    transaction_id=plan.unique_keys[0],
+                    born_host=connection.peer,
+                    born_timestamp_ms=header.born_timestamp,
+                )
+                result = await self._workers.run(prepare)
+            elif plan.delay_level:
+                submit = functools.partial(
+                    self._broker.delays.submit,
+                    topic,
+                    queue_id,
+                    plan.bodies,
+                    plan.properties,
+                    plan.tags,
+                    plan.delay_level,
+                    **fields,
+                )
+                result = await self._workers.run(submit)
+            else:
+                result = await self._groups.put(
+                    topic, queue_id, plan.bodies, plan.properties, plan.tags, **fields
+                )
+        except Exception as exc:
+            self._answer(connection, request, exc)
+        else:
+            self._stored(connection, request, plan, queue_id, result)
+
+    def _queue_id(self, header: headers.SendHeader, topic: str, config: TopicConfig) -> int:
+        """The queue the producer chose, or the next of the topic's (a negative id)."""
+        if header.queue_id >= 0:
+            return header.queue_id
+        return self._round_robin.next(topic) % config.write_queue_nums
+
+    @staticmethod
+    def _fields(connection, header: headers.SendHeader, plan: SendPlan) -> dict:
+        """What the store writes for every message of a send beside its body and
+        properties."""
+        return {
             "born_host": connection.peer,
             "born_timestamps": [header.born_timestamp] * len(plan.bodies),
             "flags": plan.flags,
             "reconsume_times": header.reconsume_times,
             "sysflag": header.sys_flag & SENDER_SYSFLAG_MASK,
         }
-        if plan.transaction:
-            prepare = functools.partial(
-                self._broker.transactions.prepare,
-                topic,
-                queue_id,
-                plan.bodies[0],
-                plan.properties[0],
-                plan.tags[0],
-                transaction_id=plan.unique_keys[0],
-                born_host=connection.peer,
-                born_timestamp_ms=header.born_timestamp,
-            )
-            result = await self._workers.run(prepare)
-        elif plan.delay_level:
-            submit = functools.partial(
-                self._broker.delays.submit,
-                topic,
-                queue_id,
-                plan.bodies,
-                plan.properties,
-                plan.tags,
-                plan.delay_level,
-                **fields,
-            )
-            result = await self._workers.run(submit)
-        else:
-            result = await self._groups.put(
-                topic, queue_id, plan.bodies, plan.properties, plan.tags, **fields
-            )
-        return self._answer(request, plan, queue_id, result)
+
+    def _stored(
+        self,
+        connection,
+        request: Command,
+        plan: SendPlan,
+        queue_id: int,
+        outcome: AppendResult | BaseException,
+    ) -> None:
+        """Answer a send with where its messages went, or with why they did not."""
+        if isinstance(outcome, BaseException):
+            self._answer(connection, request, outcome)
+            return
+        ids = offset_msg_ids(self._broker.store_host, outcome.physical_offsets)
+        self._answer(
+            connection,
+            request,
+            request.reply(
+                msgId=",".join(ids),
+                queueId=str(queue_id),
+                queueOffset=str(outcome.first_queue_offset),
+                transactionId=plan.unique_keys[0],
+                MSG_REGION=REGION,
+                TRACE_ON="true",
+            ),
+        )
+
+    @staticmethod
+    def _answer(connection, request: Command, answer: Command | BaseException) -> None:
+        """Send ``answer`` (an error becomes its response code), unless the send was
+        oneway."""
+        if request.is_oneway:
+            return
+        if isinstance(answer, BaseException):
+            answer = failure_reply(request, answer)
+        connection.send(answer)
 
     def _plan(self, request: Command, header: headers.SendHeader, batch: bool) -> SendPlan:
         """What to store for a send, checked (InvalidArgumentError names what is wrong)."""
