@@ -185,8 +185,6 @@ class _RangeReader:
     ) -> messaging_pb2.PullMessagesResponse | None:
         """The answer of the pull at ``offset`` (``ahead`` if it was started early), retried
         while the broker is unavailable; None when the queue vanished and that is accepted."""
-        request = self._request(offset)
-        timeout_s = self.options.pull_timeout_ms / 1000
         backoff_ms = self.options.retry_backoff_ms
         attempts = self.options.max_retries + 1
         for attempt in range(1, attempts + 1):
@@ -194,14 +192,12 @@ class _RangeReader:
                 if ahead is not None:
                     call, ahead = ahead, None
                     return call.result()
-                return self.conn.call(
-                    self.conn.messaging.PullMessages, request, timeout_s=timeout_s, retry=NO_RETRY
-                )
+                return self._call(offset)
             except (UnavailableError, RequestTimeoutError) as exc:
                 if attempt == attempts:
                     raise type(exc)(
                         f"pull of {_where(self.mq)} at offset {offset} from "
-                        f"{self.conn.endpoint} failed {attempts} times; last error: {exc}. "
+                        f"{self._broker_address()} failed {attempts} times; last error: {exc}. "
                         "Is the broker running? Raise maxRetries or retryBackoffMs to wait "
                         "longer for a restarting broker"
                     ) from exc
@@ -209,12 +205,29 @@ class _RangeReader:
                     "pull of %s at %d failed (%s); retry %d/%d within %d ms",
                     _where(self.mq), offset, exc, attempt, attempts - 1, backoff_ms,
                 )  # fmt: skip
-                self.conn.pause_before_retry(exc, backoff_ms / 1000)
+                self._pause(exc, backoff_ms / 1000)
                 backoff_ms = min(max(backoff_ms, 1) * 2, MAX_RETRY_BACKOFF_MS)
             except NotFoundError as exc:
                 self._lost(DataLoss(self.mq, "vanished", offset), detail=str(exc))
                 return None
         raise AssertionError("unreachable")
+
+    # -- how this reader reaches its broker (the remoting reader has its own) ---------------
+
+    def _call(self, offset: int) -> messaging_pb2.PullMessagesResponse:
+        """One pull at ``offset``, not retried."""
+        timeout_s = self.options.pull_timeout_ms / 1000
+        request = self._request(offset)
+        return self.conn.call(
+            self.conn.messaging.PullMessages, request, timeout_s=timeout_s, retry=NO_RETRY
+        )
+
+    def _pause(self, error: RocketliteError, pause_s: float) -> None:
+        """Wait before a retry (the connection's wait ends early when it is back)."""
+        self.conn.pause_before_retry(error, pause_s)
+
+    def _broker_address(self) -> str:
+        return self.conn.endpoint
 
     def _rows(self, response: messaging_pb2.PullMessagesResponse, end: int) -> pa.RecordBatch:
         return self._to_rows(decode_pull_response(self.mq, response), end)  # checks the index
@@ -275,9 +288,9 @@ class _RemotingRangeReader(_RangeReader):
 
     def _start(self, offset: int):
         # the broker reads the next records while this thread decodes the last ones
-        return self._ahead.submit(self._pull_once, offset)
+        return self._ahead.submit(self._call, offset)
 
-    def _pull_once(self, offset: int) -> PullAnswer:
+    def _call(self, offset: int) -> PullAnswer:  # type: ignore[override]
         return self.client.pull(
             self.mq,
             offset,
@@ -287,28 +300,11 @@ class _RemotingRangeReader(_RangeReader):
             expression=self.options.subscription.expression,
         )
 
-    def _pull(self, offset: int, ahead) -> PullAnswer | None:  # type: ignore[override]
-        backoff_ms = self.options.retry_backoff_ms
-        attempts = self.options.max_retries + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                if ahead is not None:
-                    started, ahead = ahead, None
-                    return started.result()
-                return self._pull_once(offset)
-            except (UnavailableError, RequestTimeoutError) as exc:
-                if attempt == attempts:
-                    raise type(exc)(
-                        f"pull of {_where(self.mq)} at offset {offset} failed {attempts} "
-                        f"times; last error: {exc}. Is the broker running? Raise maxRetries "
-                        "or retryBackoffMs to wait longer for a restarting broker"
-                    ) from exc
-                time.sleep(backoff_ms / 1000)
-                backoff_ms = min(max(backoff_ms, 1) * 2, MAX_RETRY_BACKOFF_MS)
-            except NotFoundError as exc:
-                self._lost(DataLoss(self.mq, "vanished", offset), detail=str(exc))
-                return None
-        raise AssertionError("unreachable")
+    def _pause(self, error: RocketliteError, pause_s: float) -> None:
+        time.sleep(pause_s)
+
+    def _broker_address(self) -> str:
+        return self.client.broker_address(self.mq.broker_name) or self.mq.broker_name
 
     def _rows(self, response, end: int) -> pa.RecordBatch:
         return self._to_rows(response.records(), end)
