@@ -650,6 +650,15 @@ def test_query_of_a_group_without_offset_is_code_22(broker):
     broker.assert_no_traceback_since(mark)
 
 
+def test_pull_with_a_subscription_over_the_limit_is_refused_naming_it(broker):
+    mark = broker.log_mark()
+    with broker.wire() as wire:
+        answer = wire.call(11, pull_ext(GUARD, 0, 0, subscription="T" + " || T" * 5000))
+        assert answer.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED, answer.remark
+        assert "--max-subscription-chars" in (answer.remark or "")
+    broker.assert_no_traceback_since(mark)
+
+
 # -- heartbeats that are not HeartbeatData ----------------------------------------------------
 
 
@@ -669,6 +678,9 @@ BAD_HEARTBEATS = {
     "consumeFromWhere an object": _heartbeat(consumeFromWhere={}),
     "subscriptionDataSet a number": _heartbeat(subscriptionDataSet=7),
     "groupName a number": _heartbeat(groupName=7),
+    "a subscription over the broker's limit": _heartbeat(
+        subscriptionDataSet=[{"topic": "RfLong", "subString": "T" + " || T" * 5000}]
+    ),
     "body nested 50,000 deep": b'{"clientID":' + b"[" * NESTED + b"]" * NESTED + b"}",
 }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 
+from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.pull import check_readable
 from rmq_spark.broker.remoting.answers import Refusal
@@ -139,13 +140,8 @@ class Consuming:
                 )
             expression = found
         limit = self._broker.config.max_subscription_chars
-        if len(expression) > limit:
-            raise Refusal(
-                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                f"the subscription is {len(expression):,} characters; at most {limit:,}",
-            )
         try:
-            return parse_subscription(expression).tag_codes
+            return parse_subscription(checks.subscription_text(expression, limit)).tag_codes
         except InvalidArgumentError as exc:
             raise Refusal(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
 

@@ -18,7 +18,7 @@ import json
 import logging
 import random
 
-from rmq_spark.broker import retry
+from rmq_spark.broker import checks, retry
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.server import Connection
@@ -111,12 +111,8 @@ class Membership:
             if not isinstance(sub, dict):
                 raise InvalidArgumentError(f"subscriptionDataSet holds {shown(sub)}")
             topic = validate_topic(sub.get("topic"), allow_system=True)
-            text = str(sub.get("subString") or "*")
-            if len(text) > limit:
-                raise InvalidArgumentError(
-                    f"the subscription to {topic!r} is {len(text):,} characters long; this "
-                    f"broker takes at most {limit:,}"
-                )
+            with checks.item(f"the subscription to {topic!r}"):
+                text = checks.subscription_text(str(sub.get("subString") or "*"), limit)
             kind = str(sub.get("expressionType") or TAG_EXPRESSION).upper()
             if kind == TAG_EXPRESSION:
                 self.other_filters.pop((group, topic), None)
