@@ -541,12 +541,24 @@ class MessageStore:
         lo, hi = cq.min_offset, cq.max_offset
         while lo < hi:
             mid = (lo + hi) // 2
-            entry = cq.entry(mid)
-            if entry is None or self.store_timestamp_at(entry[0]) >= timestamp_ms:
+            stored = self._store_timestamp_of(cq, mid)
+            if stored is None or stored >= timestamp_ms:
                 hi = mid
             else:
                 lo = mid + 1
         return lo
+
+    def queue_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """The store timestamp of the message at ``offset`` of a queue, or None when the
+        queue holds no message there (read from its record header, no record decoded)."""
+        cq = self._readable_queue(topic, queue_id)
+        if cq is None or not cq.min_offset <= offset < cq.max_offset:
+            return None
+        return self._store_timestamp_of(cq, offset)
+
+    def _store_timestamp_of(self, cq: ConsumeQueue, offset: int) -> int | None:
+        entry = cq.entry(offset)
+        return None if entry is None else self.store_timestamp_at(entry[0])
 
     # -- flush, checkpoint, retention ------------------------------------------------------
 

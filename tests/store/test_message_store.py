@@ -154,6 +154,15 @@ def test_offset_by_store_timestamp(store_factory, monkeypatch):
     assert store.offset_by_timestamp("t", 0, 9_999) == 12, "after the last: the max offset"
     _, records = read_all(store, "t", 0, offset=6)
     assert records[0].store_timestamp == 3_000
+    assert [store.queue_store_timestamp("t", 0, i) for i in (0, 5, 6, 11)] == [
+        1_000,
+        2_000,
+        3_000,
+        4_000,
+    ]
+    assert store.queue_store_timestamp("t", 0, 12) is None  # past the end
+    with pytest.raises(NotFoundError, match="queue 1 does not exist"):
+        store.queue_store_timestamp("t", 1, 0)  # as every read of a queue that is not there
 
 
 def test_retention_deletes_old_segments_and_reads_below_min_are_illegal(store_factory):

@@ -311,12 +311,8 @@ def _data_version() -> dict:
 
 
 def _store_time_at(store, topic: str, queue_id: int, offset: int) -> int:
-    if offset < store.min_offset(topic, queue_id) or offset >= store.max_offset(topic, queue_id):
-        return 0
-    result = store.get_messages(topic, queue_id, offset, 1)
-    if not result.count:
-        return 0
-    return decode_record(result.data, check_crc=False).store_timestamp
+    """RocketMQ's statistics say 0 for a time they do not have."""
+    return store.queue_store_timestamp(topic, queue_id, offset) or 0
 
 
 def _last_store_time(store, topic: str, queue_id: int) -> int:

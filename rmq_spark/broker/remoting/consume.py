@@ -21,7 +21,6 @@ from rmq_spark.broker.pull import check_readable
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.membership import TAG_EXPRESSION, Membership
 from rmq_spark.broker.status import Workers
-from rmq_spark.codec.record import decode_record
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import validate_group, validate_topic
@@ -242,10 +241,10 @@ class Consuming:
 
         def earliest() -> int:
             low = store.min_offset(topic, queue_id)
-            result = store.get_messages(topic, queue_id, low, 1)
-            if not result.count:
+            stored = store.queue_store_timestamp(topic, queue_id, low)
+            if stored is None:
                 raise Refusal(ResponseCode.SYSTEM_ERROR, f"queue {queue_id} of {topic!r} is empty")
-            return decode_record(result.data, check_crc=False).store_timestamp
+            return stored
 
         return request.reply(timestamp=str(await self._workers.run(earliest)))
 
