@@ -71,9 +71,7 @@ class Consuming:
 
     async def pull(self, connection, request: Command) -> Command:
         ext = request.ext
-        group = validate_group(text(ext, "consumerGroup"))
-        topic = validate_topic(text(ext, "topic"), allow_system=True)
-        queue_id = whole(ext, "queueId", bounds=INT32)
+        group, topic, queue_id = _group_queue(ext)
         offset = whole(ext, "queueOffset")
         sys_flag = whole(ext, "sysFlag", 0, INT32)
         config = self._broker.config
@@ -178,9 +176,7 @@ class Consuming:
 
     async def query_offset(self, connection, request: Command) -> Command:
         ext = request.ext
-        group = validate_group(text(ext, "consumerGroup"))
-        topic = validate_topic(text(ext, "topic"), allow_system=True)
-        queue_id = whole(ext, "queueId", bounds=INT32)
+        group, topic, queue_id = _group_queue(ext)
         store = self._broker.store
         offset = store.offsets.query_one(group, topic, queue_id)
         if offset is None:
@@ -198,9 +194,7 @@ class Consuming:
 
     async def update_offset(self, connection, request: Command) -> Command:
         ext = request.ext
-        group = validate_group(text(ext, "consumerGroup"))
-        topic = validate_topic(text(ext, "topic"), allow_system=True)
-        queue_id = whole(ext, "queueId", bounds=INT32)
+        group, topic, queue_id = _group_queue(ext)
         offset = whole(ext, "commitOffset")
         if queue_id < 0 or offset < 0:
             raise InvalidArgumentError(f"queueId {queue_id} and commitOffset {offset} must be >= 0")
@@ -249,10 +243,21 @@ class Consuming:
         return request.reply(timestamp=str(await self._workers.run(earliest)))
 
     def _queue(self, request: Command) -> tuple[str, int]:
-        topic = validate_topic(text(request.ext, "topic"), allow_system=True)
-        queue_id = whole(request.ext, "queueId", bounds=INT32)
+        topic, queue_id = _topic_queue(request.ext)
         if self._broker.store.topics.find(topic) is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
         if queue_id < 0:
             raise InvalidArgumentError(f"queueId {queue_id} must be >= 0")
         return topic, queue_id
+
+
+def _topic_queue(ext) -> tuple[str, int]:
+    """The topic and queue id a request names (checked as names and int32)."""
+    return validate_topic(text(ext, "topic"), allow_system=True), whole(
+        ext, "queueId", bounds=INT32
+    )
+
+
+def _group_queue(ext) -> tuple[str, str, int]:
+    """The consumer group, topic and queue id a request names."""
+    return (validate_group(text(ext, "consumerGroup")), *_topic_queue(ext))
