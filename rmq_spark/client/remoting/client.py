@@ -13,8 +13,6 @@ in rocketlite; a broker's address comes only from the route (its master, id 0).
 
 from __future__ import annotations
 
-import itertools
-import os
 import ssl
 import threading
 import time
@@ -25,6 +23,7 @@ import pyarrow as pa
 
 from rmq_spark.auth.remoting_signature import sign_request
 from rmq_spark.client.connection import ClientConfig
+from rmq_spark.client.message import new_unique_keys
 from rmq_spark.client.remoting.transport import RemotingConnection, RemotingError, raise_for
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.properties import UNIQ_KEY, encode_properties
@@ -135,7 +134,6 @@ class RemotingClient:
         self._lock = threading.Lock()
         self._connections: dict[str, RemotingConnection] = {}
         self._brokers: dict[str, str] = {}  # broker name -> address, learnt from routes
-        self._unique_ids = UniqueIds()
         self._tls = tls_context(self.config)
 
     # -- name server ------------------------------------------------------------------------
@@ -244,7 +242,7 @@ class RemotingClient:
         fields = [dict(p) for p in properties] if properties else [{} for _ in bodies]
         if len(fields) != len(bodies):
             raise InvalidArgumentError(f"{len(fields)} property maps for {len(bodies)} bodies")
-        keys = self._unique_ids.next_ids(len(bodies))
+        keys = new_unique_keys(len(bodies))
         for item, key in zip(fields, keys, strict=True):
             item.setdefault(UNIQ_KEY, key)
         encoded = [encode_properties(item) for item in fields]
@@ -433,20 +431,3 @@ def tls_context(config: ClientConfig) -> ssl.SSLContext | None:
     if config.tls_cert_file and config.tls_key_file:
         context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
     return context
-
-
-class UniqueIds:
-    """Message ids in the layout of RocketMQ's MessageClientIDSetter: 32 upper-case hex
-    characters from this host and process, a time and a counter; unique per client."""
-
-    def __init__(self) -> None:
-        prefix = os.urandom(4) + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
-        self._prefix = prefix.hex().upper()
-        self._counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
-        self._lock = threading.Lock()
-
-    def next_ids(self, count: int) -> list[str]:
-        with self._lock:
-            numbers = [next(self._counter) & 0xFFFF for _ in range(count)]
-        stamp = f"{int(time.time() * 1000) & 0xFFFFFFFF:08X}"
-        return [f"{self._prefix}{stamp}{n:04X}" for n in numbers]
