@@ -67,7 +67,7 @@ def cmd_topic(args) -> int:
                     "topic": mq.topic,
                     "broker": mq.broker_name,
                     "queueId": mq.queue_id,
-                    "perm": _perm_text(perm),
+                    "perm": perm_text(perm),
                     "endpoint": route.brokers[mq.broker_name].endpoint,
                 }
                 for mq, perm in sorted(route.queues.items())
@@ -82,12 +82,12 @@ def _topic_row(t) -> dict:
         "broker": t.broker_name,
         "readQueues": t.read_queue_nums,
         "writeQueues": t.write_queue_nums,
-        "perm": _perm_text(t.perm),
+        "perm": perm_text(t.perm),
         "messageType": t.message_type,
     }
 
 
-def _perm_text(perm) -> str:
+def perm_text(perm) -> str:
     return {2: "write", 4: "read", 6: "read+write"}.get(int(perm), str(int(perm)))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-from rmq_spark.cli.commands import send_messages
+from rmq_spark.cli.commands import perm_text, send_messages
 from rmq_spark.cli.output import emit, message_rows, print_message
 from rmq_spark.cli.settings import client_config, parse_timestamp
 from rmq_spark.errors import RocketliteError
@@ -67,8 +67,9 @@ def ns_topic(args) -> int:
 
 
 def _perm(mq: MessageQueue, route) -> str:
-    perm = (PERM_READ if mq in route.readable else 0) | (PERM_WRITE if mq in route.writable else 0)
-    return {2: "write", 4: "read", 6: "read+write"}[perm]
+    return perm_text(
+        (PERM_READ if mq in route.readable else 0) | (PERM_WRITE if mq in route.writable else 0)
+    )
 
 
 def ns_send(args) -> int:
