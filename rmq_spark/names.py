@@ -56,6 +56,18 @@ def validate_group(name: object) -> str:
     return _check("group", name, MAX_GROUP_LENGTH)
 
 
+_SINK_ID = re.compile(r"[A-Za-z0-9_.:-]{1,127}")
+
+
+def validate_sink_id(text: object, what: str = "sink id") -> str:
+    """A Spark sink's id or one of its transaction ids: 1..127 of ``[A-Za-z0-9_.:-]``."""
+    if not isinstance(text, str) or _SINK_ID.fullmatch(text) is None:
+        raise InvalidArgumentError(
+            f"{what} {text!r} is not valid: use 1..127 characters of letters, digits and _.:-"
+        )
+    return text
+
+
 def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
 

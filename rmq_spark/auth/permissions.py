@@ -131,6 +131,8 @@ RULES: dict[str, Rule] = {
     f"{V1}MessagingService/PullMessages": Rule(
         needs=both(topic("queue.topic", SUB), group("consumer_group"))
     ),
+    # commits only what a Pub-checked SendMessages staged; the sink id names the writer
+    f"{V1}MessagingService/EndSinkBatch": Rule(),
     f"{V1}MessagingService/QueryOffsets": Rule(needs=each_topic("queries", "queue.topic", SUB)),
     # names a commit-log position, not a topic: any topic's record can be read
     f"{V1}MessagingService/ViewMessage": Rule(super_only=True),

@@ -151,6 +151,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ask a producer about a pending transaction once it is this old",
     )
     broker.add_argument(
+        "--sink-transaction-timeout-ms",
+        type=int,
+        default=86_400_000,
+        metavar="MS",
+        help="roll back a Spark sink's staged rows not committed after this long (default 1 day)",
+    )
+    broker.add_argument(
         "--transaction-check-interval-ms",
         type=int,
         default=30_000,
@@ -298,6 +305,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         transaction_check_after_ms=args.transaction_check_after_ms,
         transaction_check_interval_ms=args.transaction_check_interval_ms,
         transaction_max_checks=args.transaction_max_checks,
+        sink_transaction_timeout_ms=args.sink_transaction_timeout_ms,
         store_options={
             name: getattr(args, name) for name in _STORE_FLAGS if getattr(args, name) is not None
         },

@@ -81,6 +81,9 @@ class BrokerConfig:
     transaction_check_after_ms: int = 6_000
     transaction_check_interval_ms: int = 30_000
     transaction_max_checks: int = 15
+    #: a Spark sink's staged transaction not ended by its writer after this long is rolled
+    #: back (its query is taken to be gone for good)
+    sink_transaction_timeout_ms: int = 86_400_000
     store_options: dict = field(default_factory=dict)
     #: PEM certificate (chain) and private key: with both, the port serves TLS only
     tls_cert_file: str | None = None
@@ -125,6 +128,7 @@ class BrokerConfig:
                 "transaction_check_after_ms",
                 "transaction_check_interval_ms",
                 "transaction_max_checks",
+                "sink_transaction_timeout_ms",
             ),
             1,
         )

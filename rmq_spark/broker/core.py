@@ -15,6 +15,7 @@ from rmq_spark.broker.groups import ConsumerRegistry
 from rmq_spark.broker.locks import QueueLockManager
 from rmq_spark.broker.long_poll import PullNotifier
 from rmq_spark.broker.schedule import DelayScheduler
+from rmq_spark.broker.sink_transactions import SinkTransactions
 from rmq_spark.broker.timer import TimerService
 from rmq_spark.broker.transaction_checks import TransactionChecks
 from rmq_spark.broker.transactions import TransactionService
@@ -60,6 +61,8 @@ class Broker:
             )
             #: who is asked about orphaned transactions (each protocol adds its producers)
             self.transaction_checks = TransactionChecks(self)
+            #: the Spark sink's staged sends and the batch ends that commit them
+            self.sinks = SinkTransactions(self, config.sink_transaction_timeout_ms)
             #: RocketMQ 5 timer (delay) messages with a delivery time in ms
             self.timers = TimerService(self)
             self.timers.start()

@@ -80,6 +80,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         config = broker.topic_for_write(topic)
         check_writable(config)
         queue_id = self._select_queue(request, config)
+        if request.HasField("stage"):
+            return self._stage(request, topic, queue_id, batch, peer)
         fields = {
             "born_host": born_host(peer),
             "born_timestamps": batch.born_timestamps,
@@ -97,6 +99,45 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             return self._columns_response(topic, queue_id, result, delayed=bool(batch.delay_level))
         return send_response(
             broker, topic, queue_id, msg_ids, result, delayed=bool(batch.delay_level)
+        )
+
+    def _stage(self, request, topic: str, queue_id: int, batch, peer: str):
+        if not isinstance(batch, ColumnBatch):
+            raise InvalidArgumentError(
+                "a staged send (stage) must carry its messages as columns, not messages"
+            )
+        broker = self._broker
+        first = broker.sinks.stage(request.stage, topic, queue_id, batch, born_host(peer))
+        response = messaging_pb2.SendMessagesResponse(
+            queue=checks.queue_pb(broker, topic, queue_id)
+        )
+        response.columns_result.first_queue_offset = first
+        return response
+
+    @blocking
+    def EndSinkBatch(self, request, context):
+        decision = {
+            part.broker_name: [(t.transaction_id, t.messages) for t in part.transactions]
+            for part in request.decision
+        }
+        plan, committed, last = self._broker.sinks.end(
+            request.sink_id, request.batch_id, request.commit, decision
+        )
+        return messaging_pb2.EndSinkBatchResponse(
+            already_committed=plan.already,
+            decision=[
+                messaging_pb2.SinkBrokerPart(
+                    broker_name=name,
+                    transactions=[
+                        messaging_pb2.SinkTransactionCount(transaction_id=t, messages=n)
+                        for t, n in parts
+                    ],
+                )
+                for name, parts in plan.decision.items()
+            ],
+            committed_messages=committed,
+            rolled_back_transactions=len(plan.rollback),
+            last_committed_batch=last,
         )
 
     @waiting

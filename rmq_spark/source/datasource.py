@@ -1,5 +1,6 @@
 """The ``rocketlite`` Python Data Source: the class Spark instantiates for
-``spark.read.format("rocketlite")`` and ``spark.readStream.format("rocketlite")``.
+``spark.read.format("rocketlite")`` and ``spark.readStream.format("rocketlite")``, and for
+``df.write`` / ``df.writeStream`` with that format (the sink, :mod:`rmq_spark.sink`).
 
 It is registered without a call because the top-level module ``pyspark_rocketlite`` exports
 it as ``DefaultSource`` (pyspark registers every ``pyspark_*`` module's ``DefaultSource`` at
@@ -9,7 +10,8 @@ Options are checked when the data source is created, that is at ``load()``: an u
 malformed option fails there, naming it. Spark does not say yet whether the query will be a
 batch or a streaming one, so options valid in one of the two modes pass; the reader checks
 them again for its mode (``maxMessagesPerTrigger`` on ``spark.read`` fails when the query
-runs).
+runs). Options valid for the sink only pass too; a writer checks them with the DataFrame's
+schema when the write starts.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from __future__ import annotations
 import sys
 from collections.abc import MutableMapping
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from rmq_spark.errors import InvalidArgumentError
@@ -63,6 +71,37 @@ class RocketliteDataSource(DataSource):
         _check_schema(schema)
         return RocketliteStreamReader(SourceOptions.parse(self.options, streaming=True))
 
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from rmq_spark.sink.writer import RocketliteBatchWriter
+
+        if overwrite:
+            raise InvalidArgumentError(
+                "the rocketlite sink only appends: a topic cannot be overwritten. Use "
+                ".mode('append')"
+            )
+        return RocketliteBatchWriter(*_sink_setup(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from rmq_spark.sink.writer import RocketliteStreamWriter
+
+        if overwrite:
+            raise InvalidArgumentError(
+                "the rocketlite sink only appends: use outputMode('append') or 'update'"
+            )
+        return RocketliteStreamWriter(*_sink_setup(self.options, schema))
+
+
+def _sink_setup(options: MutableMapping[str, str], schema: StructType):
+    """The sink's options and column plan, checked on the driver before any task runs."""
+    from rmq_spark.sink.options import SinkOptions
+    from rmq_spark.sink.rows import plan_columns
+    from rmq_spark.sink.send import check_writable_topic
+
+    parsed = SinkOptions.parse(options)
+    plan = plan_columns([(f.name, f.dataType.simpleString()) for f in schema.fields], parsed.topic)
+    check_writable_topic(parsed)
+    return parsed, plan
+
 
 def check_options(options: MutableMapping[str, str]) -> None:
     """Fail unless ``options`` are valid for a batch or a streaming query.
@@ -70,7 +109,27 @@ def check_options(options: MutableMapping[str, str]) -> None:
     An option of one mode only decides the mode (its errors are then that mode's); without
     one, the streaming parse's error is raised when both modes fail.
     """
+    from rmq_spark.sink.options import SINK_ONLY, SinkOptions
+
     keys = {str(key).lower() for key in options}
+    if any(name.lower() in keys for name in SINK_ONLY):
+        SinkOptions.parse(options)
+        return
+    try:
+        _check_source_options(options, keys)
+    except InvalidArgumentError as source_error:
+        try:
+            SinkOptions.parse(options)  # options only a writer can use
+        except InvalidArgumentError as sink_error:
+            if str(sink_error) == str(source_error):
+                raise source_error from None
+            # Spark does not say yet whether this is a read or a write: say both.
+            raise InvalidArgumentError(
+                f"{source_error}\nAs options of a write: {sink_error}"
+            ) from None
+
+
+def _check_source_options(options: MutableMapping[str, str], keys: set[str]) -> None:
     if any(name.lower() in keys for name in BATCH_ONLY):
         SourceOptions.parse(options, streaming=False)
         return

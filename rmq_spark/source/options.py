@@ -19,7 +19,6 @@ import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from rmq_spark.codec.subscription import Subscription, parse_subscription
@@ -27,6 +26,12 @@ from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import SYSTEM_PREFIXES, validate_group, validate_topic
 from rmq_spark.offsets.json_codec import MAX_OFFSET
 from rmq_spark.offsets.spark import parse_offsets_json, parse_timestamps_json
+from rmq_spark.source.connect_options import (
+    credential_options,
+    endpoints_option,
+    name_server_option,
+    tls_options,
+)
 from rmq_spark.source.option_checks import check_combinations
 from rmq_spark.source.option_values import RawOptions, bad
 from rmq_spark.structs import MessageQueue
@@ -215,7 +220,7 @@ class SourceOptions:
             group = _checked("group", group, validate_group)
         parsed = cls(
             streaming=streaming,
-            endpoints=_endpoints(raw),
+            endpoints=endpoints_option(raw),
             name_server=_name_server(raw),
             topics=topics,
             topic_pattern=pattern,
@@ -241,8 +246,8 @@ class SourceOptions:
             max_retries=raw.setting("maxRetries", 1000, 0, DEFAULT_MAX_RETRIES),
             retry_backoff_ms=raw.setting("retryBackoffMs", _MAX_INT, 0, DEFAULT_RETRY_BACKOFF_MS),
             filter_pushdown=raw.flag("filterPushdown", False),
-            **_tls(raw),
-            **_credentials(raw),
+            **tls_options(raw),
+            **credential_options(raw),
         )
         check_combinations(raw, parsed)
         return parsed
@@ -295,85 +300,6 @@ def _unknown_message(key: str) -> str:
         f"unknown option {key!r} for the rocketlite source{hint}. "
         f"Valid options: {', '.join(OPTION_NAMES)}"
     )
-
-
-def _endpoints(raw: RawOptions) -> tuple[str, ...]:
-    from rmq_spark.client.endpoints import Endpoints
-
-    text = raw.get("endpoints")
-    if raw.has("nameServer"):
-        if text is not None:
-            raise InvalidArgumentError(
-                "give the option endpoints (rocketlite brokers over gRPC) or nameServer (a "
-                "RocketMQ name server), not both"
-            )
-        return ()
-    if text is None or not text.strip():
-        raise InvalidArgumentError(
-            "option endpoints is required: the brokers to read from as a comma-separated "
-            "list of host:port, e.g. '127.0.0.1:10911,127.0.0.1:10912' (or nameServer "
-            "'host:9876' for an Apache RocketMQ cluster)"
-        )
-    try:
-        return Endpoints.parse(text).addresses
-    except InvalidArgumentError as exc:
-        raise bad("endpoints", text, str(exc)) from None
-
-
-def _name_server(raw: RawOptions) -> str | None:
-    text = raw.get("nameServer")
-    if text is None:
-        return None
-    servers = [part.strip() for part in text.split(";") if part.strip()]
-    if not servers or any(not _is_address(s) for s in servers):
-        raise bad("nameServer", text, "use host:port of a name server, e.g. '10.0.0.5:9876' "
-                  "(several separated by ';')")  # fmt: skip
-    if raw.has("maxBytesPerTrigger"):
-        raise InvalidArgumentError(
-            "option maxBytesPerTrigger is not supported with nameServer: RocketMQ's brokers "
-            "cannot measure the bytes of an offset range; use maxMessagesPerTrigger, or read "
-            "rocketlite brokers through endpoints"
-        )
-    return ";".join(servers)
-
-
-def _is_address(text: str) -> bool:
-    host, _, port = text.rpartition(":")
-    return bool(host) and port.isdigit() and 0 < int(port) < 65536
-
-
-def _tls(raw: RawOptions) -> dict:
-    """The TLS options, checked here on the driver: files readable and usable, a client
-    certificate with its key."""
-    from rmq_spark import tls
-
-    enabled = raw.flag("tls", False)
-    files = {name: raw.get(name) for name in ("tlsCaFile", "tlsCertFile", "tlsKeyFile")}
-    given = [name for name, path in files.items() if path is not None]
-    if given and not enabled:
-        raise InvalidArgumentError(
-            f"option {given[0]} only applies with tls=true; set tls=true or remove it"
-        )
-    ca, cert, key = files["tlsCaFile"], files["tlsCertFile"], files["tlsKeyFile"]
-    if (cert is None) != (key is None):
-        given_name, missing = (
-            ("tlsCertFile", "tlsKeyFile") if key is None else ("tlsKeyFile", "tlsCertFile")
-        )
-        raise InvalidArgumentError(
-            f"option {given_name} needs the option {missing} (a client certificate and its key)"
-        )
-    try:
-        if ca is not None:
-            tls.check_ca(tls.Setting("option tlsCaFile", ca))
-        if cert is not None and key is not None:
-            tls.check_key_pair(
-                tls.Setting("option tlsCertFile", cert), tls.Setting("option tlsKeyFile", key)
-            )
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(
-            f"{exc}; TLS files must be readable at the same path on the driver and every executor"
-        ) from None
-    return {"tls": enabled, "tls_ca_file": ca, "tls_cert_file": cert, "tls_key_file": key}
 
 
 def _subscription_target(raw: RawOptions) -> tuple[tuple[str, ...], str | None]:
@@ -570,32 +496,17 @@ def _check_mode(raw: RawOptions) -> None:
         raise InvalidArgumentError(f"option {wrong_mode[0]} only applies to {where}; remove it")
 
 
-def _credentials(raw: RawOptions) -> dict[str, str]:
-    """accessKey with secretKey or secretKeyFile (read here, on the driver). Messages name
-    the options and the file, never the secret."""
-    access_key = raw.get("accessKey")
-    secret = raw.get("secretKey")
-    secret_file = raw.get("secretKeyFile")
-    if secret is not None and secret_file is not None:
-        raise InvalidArgumentError("give option secretKey or secretKeyFile, not both")
-    if secret_file is not None:
-        try:
-            secret = Path(secret_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise InvalidArgumentError(
-                f"option secretKeyFile: cannot read {secret_file}: {exc.strerror}"
-            ) from None
-        if not secret:
-            raise InvalidArgumentError(f"option secretKeyFile: {secret_file} is empty")
-    if not access_key and not secret:
-        return {}
-    if not access_key or not secret:
-        raise InvalidArgumentError(
-            "option accessKey needs secretKey or secretKeyFile, and they need accessKey"
-        )
-    return {"access_key": access_key, "secret_key": secret}
-
-
 def _check_not_empty(name: str, text: str, offsets: dict[MessageQueue, int]) -> None:
     if not offsets:
         raise bad(name, text, f"names no queue; expected {_JSON_SHAPE}")
+
+
+def _name_server(raw: RawOptions) -> str | None:
+    servers = name_server_option(raw)
+    if servers is not None and raw.has("maxBytesPerTrigger"):
+        raise InvalidArgumentError(
+            "option maxBytesPerTrigger is not supported with nameServer: RocketMQ's brokers "
+            "cannot measure the bytes of an offset range; use maxMessagesPerTrigger, or read "
+            "rocketlite brokers through endpoints"
+        )
+    return servers

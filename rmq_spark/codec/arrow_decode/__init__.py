@@ -27,6 +27,7 @@ UTF-8, properties not shaped ``name\\x01value\\x02``).
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -51,7 +52,15 @@ from rmq_spark.codec.arrow_decode.tail import Tail, validate
 from rmq_spark.codec.record import POS_MAGIC
 from rmq_spark.errors import CorruptDataError
 
-__all__ = ["PROPERTIES_TYPE", "RECORD_SCHEMA", "RecordIndex", "decode_records", "index_records"]
+__all__ = [
+    "PROPERTIES_TYPE",
+    "RECORD_SCHEMA",
+    "RecordIndex",
+    "RecordParts",
+    "decode_records",
+    "index_records",
+    "record_parts",
+]
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -130,6 +139,49 @@ def decode_records(
         numeric_array(heads.flag),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
+
+
+@dataclass
+class RecordParts:
+    """What re-writing records elsewhere needs from them: the byte columns as stored (the
+    properties undecoded), the tags, and the per-record header fields a copy keeps."""
+
+    body: pa.Array  # binary
+    properties: pa.Array  # binary: the encoded properties as stored
+    tags: pa.Array  # string
+    born_timestamp: np.ndarray
+    born_host: pa.Array  # string
+    flag: np.ndarray
+
+
+def record_parts(
+    buf: bytes | bytearray | memoryview | np.ndarray | pa.Buffer,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+) -> RecordParts:
+    """The parts of the records at ``starts``/``sizes`` in ``buf`` that a copy needs, read
+    as :func:`decode_records` reads them (every length field cross-checked)."""
+    src = Source(buf)
+    starts, sizes = known_positions(src, starts, sizes)
+    if not len(starts):
+        empty = pa.array([], pa.binary())
+        return RecordParts(
+            empty, empty, pa.array([], pa.string()), np.zeros(0, np.int64),
+            pa.array([], pa.string()), np.zeros(0, np.int32),
+        )  # fmt: skip
+    heads, tail = validate(src, starts, sizes, crc=False)
+    body = src.values(starts + heads.header_size, heads.body_len, heads.body_head)
+    raw_props = src.values(tail.props_pos, tail.props_len, tail.props_head)
+    _, tags, _ = properties_columns(raw_props)
+    born_host, _, _ = host_columns(heads.hosts, len(starts))
+    return RecordParts(
+        body=body,
+        properties=raw_props,
+        tags=tags,
+        born_timestamp=np.asarray(heads.born_timestamp, dtype=np.int64),
+        born_host=born_host,
+        flag=np.asarray(heads.flag, dtype=np.int32),
+    )
 
 
 def index_records(buf: bytes | bytearray | memoryview | np.ndarray | pa.Buffer) -> RecordIndex:

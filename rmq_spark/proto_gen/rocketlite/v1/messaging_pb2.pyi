@@ -47,7 +47,7 @@ class Message(_message.Message):
     def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., flag: _Optional[int] = ..., unique_key: _Optional[str] = ...) -> None: ...
 
 class SendMessagesRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "sharding_key", "messages", "delay_level", "producer_group", "columns")
+    __slots__ = ("topic", "queue_id", "sharding_key", "messages", "delay_level", "producer_group", "columns", "stage")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     SHARDING_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class SendMessagesRequest(_message.Message):
     DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     sharding_key: str
@@ -62,7 +63,60 @@ class SendMessagesRequest(_message.Message):
     delay_level: int
     producer_group: str
     columns: MessageColumns
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., sharding_key: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., delay_level: _Optional[int] = ..., producer_group: _Optional[str] = ..., columns: _Optional[_Union[MessageColumns, _Mapping]] = ...) -> None: ...
+    stage: SinkStage
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., sharding_key: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., delay_level: _Optional[int] = ..., producer_group: _Optional[str] = ..., columns: _Optional[_Union[MessageColumns, _Mapping]] = ..., stage: _Optional[_Union[SinkStage, _Mapping]] = ...) -> None: ...
+
+class SinkStage(_message.Message):
+    __slots__ = ("sink_id", "transaction_id", "sequence")
+    SINK_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    sink_id: str
+    transaction_id: str
+    sequence: int
+    def __init__(self, sink_id: _Optional[str] = ..., transaction_id: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class SinkTransactionCount(_message.Message):
+    __slots__ = ("transaction_id", "messages")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    messages: int
+    def __init__(self, transaction_id: _Optional[str] = ..., messages: _Optional[int] = ...) -> None: ...
+
+class SinkBrokerPart(_message.Message):
+    __slots__ = ("broker_name", "transactions")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    transactions: _containers.RepeatedCompositeFieldContainer[SinkTransactionCount]
+    def __init__(self, broker_name: _Optional[str] = ..., transactions: _Optional[_Iterable[_Union[SinkTransactionCount, _Mapping]]] = ...) -> None: ...
+
+class EndSinkBatchRequest(_message.Message):
+    __slots__ = ("sink_id", "batch_id", "commit", "decision")
+    SINK_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    sink_id: str
+    batch_id: int
+    commit: bool
+    decision: _containers.RepeatedCompositeFieldContainer[SinkBrokerPart]
+    def __init__(self, sink_id: _Optional[str] = ..., batch_id: _Optional[int] = ..., commit: _Optional[bool] = ..., decision: _Optional[_Iterable[_Union[SinkBrokerPart, _Mapping]]] = ...) -> None: ...
+
+class EndSinkBatchResponse(_message.Message):
+    __slots__ = ("already_committed", "decision", "committed_messages", "rolled_back_transactions", "last_committed_batch")
+    ALREADY_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
+    already_committed: bool
+    decision: _containers.RepeatedCompositeFieldContainer[SinkBrokerPart]
+    committed_messages: int
+    rolled_back_transactions: int
+    last_committed_batch: int
+    def __init__(self, already_committed: _Optional[bool] = ..., decision: _Optional[_Iterable[_Union[SinkBrokerPart, _Mapping]]] = ..., committed_messages: _Optional[int] = ..., rolled_back_transactions: _Optional[int] = ..., last_committed_batch: _Optional[int] = ...) -> None: ...
 
 class MessageColumns(_message.Message):
     __slots__ = ("bodies", "body_sizes", "properties", "properties_sizes", "tags", "tag_indexes", "born_timestamp_ms", "born_timestamps_ms", "flags")

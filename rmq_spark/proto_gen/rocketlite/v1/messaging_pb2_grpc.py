@@ -60,6 +60,11 @@ class MessagingServiceStub:
                 request_serializer=rocketlite_dot_v1_dot_messaging__pb2.ConsumerSendBackRequest.SerializeToString,
                 response_deserializer=rocketlite_dot_v1_dot_messaging__pb2.ConsumerSendBackResponse.FromString,
                 _registered_method=True)
+        self.EndSinkBatch = channel.unary_unary(
+                '/rocketlite.v1.MessagingService/EndSinkBatch',
+                request_serializer=rocketlite_dot_v1_dot_messaging__pb2.EndSinkBatchRequest.SerializeToString,
+                response_deserializer=rocketlite_dot_v1_dot_messaging__pb2.EndSinkBatchResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -105,6 +110,16 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndSinkBatch(self, request, context):
+        """Ends a batch of a sink's staged sends (SendMessagesRequest.stage): commits the listed
+        transactions (their messages become visible in their queues) or rolls back all of the
+        sink's pending ones; records per sink which batch was committed, so a replayed batch is
+        recognised. See docs/guarantees.md, "The Spark sink".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -132,6 +147,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.ConsumerSendBack,
                     request_deserializer=rocketlite_dot_v1_dot_messaging__pb2.ConsumerSendBackRequest.FromString,
                     response_serializer=rocketlite_dot_v1_dot_messaging__pb2.ConsumerSendBackResponse.SerializeToString,
+            ),
+            'EndSinkBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndSinkBatch,
+                    request_deserializer=rocketlite_dot_v1_dot_messaging__pb2.EndSinkBatchRequest.FromString,
+                    response_serializer=rocketlite_dot_v1_dot_messaging__pb2.EndSinkBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -270,6 +290,33 @@ class MessagingService:
             '/rocketlite.v1.MessagingService/ConsumerSendBack',
             rocketlite_dot_v1_dot_messaging__pb2.ConsumerSendBackRequest.SerializeToString,
             rocketlite_dot_v1_dot_messaging__pb2.ConsumerSendBackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndSinkBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketlite.v1.MessagingService/EndSinkBatch',
+            rocketlite_dot_v1_dot_messaging__pb2.EndSinkBatchRequest.SerializeToString,
+            rocketlite_dot_v1_dot_messaging__pb2.EndSinkBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

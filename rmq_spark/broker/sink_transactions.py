@@ -1,0 +1,522 @@
+"""The Spark sink's transactions, kept by the broker: staged sends and the batch ends that
+make them visible once (the rules are in :mod:`rmq_spark.broker.sink_state`).
+
+* :meth:`SinkTransactions.stage` appends a send's messages to ``RMQ_SYS_SINK_HALF_TOPIC``
+  (queue 0) with the prepared sys flag and marks naming the sink, transaction, send number,
+  real topic and queue. Consumers of the real topic do not see them. A send number the
+  transaction already has is not staged again.
+* :meth:`SinkTransactions.end` commits or rolls back: a commit writes each staged send to
+  its real queue (or its delay level's schedule queue) as one append, with the commit sys
+  flag and the staged record's commit-log offset as PREPARED_TX_OFFSET.
+
+Durability: ``config/sinkTransactions.json`` records every sink's last committed batch and
+decision, the transactions ended since the staging floor, and a commit in progress. It is
+written (fsynced, with a backup) before any row of a commit becomes visible and again after
+the last one, so a broker killed in between finishes the commit when it starts: it scans
+each real queue from the offset it had when the commit began for copies that point at the
+staged records, and writes the missing ones. Pending transactions are rebuilt at start by
+scanning the staging queue from the floor (the oldest record of a pending transaction).
+
+Staged rows are also kept in memory (up to ``memory_bytes``) so a commit does not read them
+back; past that, and after a restart, a commit reads them from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmq_spark.broker import sink_state as ss
+from rmq_spark.codec import record as rec
+from rmq_spark.codec.arrow_decode import decode_records, record_parts
+from rmq_spark.codec.byte_column import ByteColumn
+from rmq_spark.durable_json import read_json_with_backup, write_json_atomic
+from rmq_spark.errors import InvalidArgumentError, StoreError, UnavailableError
+from rmq_spark.names import SCHEDULE_TOPIC, validate_sink_id
+from rmq_spark.structs import PullStatus
+
+log = logging.getLogger("rmq_spark.broker.sinks")
+
+#: sinks remembered (their last committed batch); the oldest are forgotten past this
+MAX_SINKS = 10_000
+_READ_COUNT = 4_096
+_READ_BYTES = 64 << 20
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Staged:
+    """The messages of one staged send as the commit writes them."""
+
+    bodies: ByteColumn
+    properties: ByteColumn
+    tags: Any  # a sequence of tag values, one per message
+    born_timestamps: np.ndarray | int
+    flags: np.ndarray | int
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.bodies.data) + len(self.properties.data)
+
+
+@dataclass
+class Block:
+    """One staged send: ``count`` records from ``half_first`` in the staging queue."""
+
+    sink_id: str
+    transaction_id: str
+    sequence: int
+    half_first: int
+    count: int
+    marker: int  # commit-log offset of the first staged record: the copies' PREPARED_TX_OFFSET
+    topic: str
+    queue_id: int
+    delay: int
+    marks_len: int
+    born_host: str
+    staged_at_ms: int
+    held: Staged | None = None
+
+
+def byte_column_of(values: pa.Array) -> ByteColumn:
+    """An Arrow binary array as a :class:`ByteColumn` (one copy of the bytes)."""
+    values = values.cast(pa.large_binary())
+    if values.offset or values.null_count:
+        values = pa.concat_arrays([values.fill_null(b"")])
+    offsets = np.frombuffer(values.buffers()[1], np.int64)[: len(values) + 1]
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = values.buffers()[2]
+    blob = b"" if data is None else data.to_pybytes()[start:end]
+    return ByteColumn(blob, offsets[1:] - start)
+
+
+class SinkTransactions:
+    def __init__(self, broker, timeout_ms: int, memory_bytes: int = 256 << 20) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.timeout_ms = timeout_ms
+        self.memory_bytes = memory_bytes
+        self._lock = threading.Lock()  # the maps below
+        self._end_lock = threading.Lock()  # one batch end (or recovery) at a time
+        self._blocks: dict[str, list[Block]] = {}  # transaction id -> its sends
+        self._staging: set[tuple[str, int]] = set()  # sends being appended now
+        self._sinks: dict[str, ss.SinkRecord] = {}
+        #: ended transactions with records at or above the floor: id -> [outcome, end]
+        self._resolved: dict[str, list] = {}
+        self._floor = 0
+        self._committing: dict | None = None
+        self._held_bytes = 0
+        self._path = Path(self.store.config.config_dir) / "sinkTransactions.json"
+        self._load()
+        self._rebuild()
+        with self._end_lock:
+            self._finish_committing()
+            self._expire(_now_ms())
+            self._save()
+
+    # -- the API ---------------------------------------------------------------------------
+
+    def stage(self, stage, topic: str, queue_id: int, batch, born_host: str) -> int:
+        """Stage a checked columnar send (a ColumnBatch) of transaction ``stage``; returns
+        the staging queue offset of its first message (of the earlier copy, for a repeat)."""
+        sink_id = validate_sink_id(stage.sink_id, "stage.sink_id")
+        txn = validate_sink_id(stage.transaction_id, "stage.transaction_id")
+        seq = stage.sequence
+        if seq < 0:
+            raise InvalidArgumentError(f"stage.sequence {seq} must be >= 0")
+        key = (txn, seq)
+        with self._lock:
+            ended = self._resolved.get(txn)
+            if ended is not None:
+                raise InvalidArgumentError(
+                    f"transaction {txn!r} was already ended ({ended[0].lower()}); a new task "
+                    "attempt writes under a new transaction id"
+                )
+            for block in self._blocks.get(txn, ()):
+                if block.sequence == seq:
+                    return block.half_first
+            if key in self._staging:
+                raise UnavailableError(
+                    f"send {seq} of transaction {txn!r} is being staged by an earlier request; "
+                    "retry"
+                )
+            self._staging.add(key)
+        try:
+            self._ensure_topic()
+            marks = ss.stage_marks(sink_id, txn, seq, topic, queue_id, batch.delay_level)
+            staged_props = pc.binary_join_element_wise(
+                batch.properties.to_arrow(),
+                pa.scalar(marks, pa.large_binary()),
+                pa.scalar(b"", pa.large_binary()),
+            )
+            result = self.store.append(
+                ss.HALF_TOPIC,
+                0,
+                batch.bodies,
+                byte_column_of(staged_props),
+                tags=batch.tags,
+                born_host=born_host,
+                born_timestamps=batch.born_timestamps,
+                flags=batch.flags,
+                sysflag=rec.TRANSACTION_PREPARED_TYPE,
+            )
+            count = len(batch.bodies)
+            held: Staged | None = Staged(
+                batch.bodies, batch.properties, batch.tags, batch.born_timestamps, batch.flags
+            )
+            block = Block(
+                sink_id=sink_id,
+                transaction_id=txn,
+                sequence=seq,
+                half_first=result.first_queue_offset,
+                count=count,
+                marker=int(result.physical_offsets[0]),
+                topic=topic,
+                queue_id=queue_id,
+                delay=batch.delay_level,
+                marks_len=len(marks),
+                born_host=born_host,
+                staged_at_ms=result.store_timestamp,
+            )
+            with self._lock:
+                assert held is not None
+                if self._held_bytes + held.nbytes <= self.memory_bytes:
+                    block.held = held
+                    self._held_bytes += held.nbytes
+                self._blocks.setdefault(txn, []).append(block)
+            return block.half_first
+        finally:
+            with self._lock:
+                self._staging.discard(key)
+
+    def end(
+        self, sink_id: str, batch_id: int, commit: bool, decision: ss.Decision
+    ) -> tuple[ss.EndPlan, int, int]:
+        """End a batch (see EndSinkBatch in proto/); returns the plan carried out, the
+        messages made visible and the sink's last committed batch (-1: none)."""
+        validate_sink_id(sink_id, "sink_id")
+        if batch_id < 0:
+            raise InvalidArgumentError(f"batch_id {batch_id} must be >= 0")
+        for broker_name, parts in decision.items():
+            for txn, count in parts:
+                validate_sink_id(txn, f"a transaction of broker {broker_name!r}")
+                if count < 1:
+                    raise InvalidArgumentError(
+                        f"transaction {txn!r} counts {count} messages; a transaction has >= 1"
+                    )
+        with self._end_lock:
+            self._finish_committing()
+            now = _now_ms()
+            self._expire(now)
+            with self._lock:
+                pending = {
+                    txn: sum(b.count for b in blocks)
+                    for txn, blocks in self._blocks.items()
+                    if blocks[0].sink_id == sink_id
+                }
+                plan = ss.plan_end(
+                    self._sinks.get(sink_id),
+                    pending,
+                    batch_id=batch_id,
+                    commit=commit,
+                    decision=decision,
+                    broker_name=self.broker.name,
+                    now_ms=now,
+                )
+                blocks = [b for txn in plan.commit for b in self._blocks[txn]]
+            for topic in sorted({b.topic for b in blocks}):
+                self.broker.topic_for_write(topic)  # refuses before anything changes
+            committing = [self._commit_entry(b) for b in blocks]
+            with self._lock:
+                for txn in plan.commit:
+                    self._resolve(txn, "COMMIT")
+                for txn in plan.rollback:
+                    self._resolve(txn, "ROLLBACK")
+                if plan.record is not None:
+                    self._sinks[sink_id] = plan.record
+                self._committing = {"entries": committing} if committing else None
+            if committing:
+                self._save()  # the decision is durable before any row is visible
+            for block in blocks:
+                self._copy(block, 0)
+            with self._lock:
+                self._committing = None
+                for txn in plan.commit + plan.rollback:
+                    self._drop(txn)
+                self._advance_floor()
+            self._save()
+            record = self._sinks.get(sink_id)
+            last = -1 if record is None else record.batch
+            if plan.rollback:
+                log.info("sink %s: rolled back %d transactions", sink_id, len(plan.rollback))
+            return plan, sum(b.count for b in blocks), last
+
+    def pending(self) -> dict[str, int]:
+        """Pending transaction id -> messages staged (for tests and status)."""
+        with self._lock:
+            return {txn: sum(b.count for b in blocks) for txn, blocks in self._blocks.items()}
+
+    # -- commit ----------------------------------------------------------------------------
+
+    def _landing(self, block: Block) -> tuple[str, int]:
+        if block.delay:
+            return SCHEDULE_TOPIC, self.broker.delays.clamp_level(block.delay) - 1
+        return block.topic, block.queue_id
+
+    def _commit_entry(self, block: Block) -> dict:
+        topic, queue_id = self._landing(block)
+        return {
+            "txn": block.transaction_id,
+            "seq": block.sequence,
+            "marker": block.marker,
+            "count": block.count,
+            "floor": self._queue_end(topic, queue_id),
+        }
+
+    def _copy(self, block: Block, skip: int) -> None:
+        staged = block.held if block.held is not None else self._read_back(block)
+        if skip:
+            staged = _sliced(staged, skip)
+        fields = {
+            "born_host": block.born_host,
+            "born_timestamps": staged.born_timestamps,
+            "flags": staged.flags,
+            "sysflag": rec.TRANSACTION_COMMIT_TYPE,
+            "prepared_tx_offset": block.marker,
+        }
+        if block.delay:
+            self.broker.delays.submit(
+                block.topic,
+                block.queue_id,
+                staged.bodies,
+                staged.properties,
+                staged.tags,
+                block.delay,
+                **fields,
+            )
+        else:
+            self.broker.put_messages(
+                block.topic, block.queue_id, staged.bodies, staged.properties, staged.tags, **fields
+            )
+
+    def _read_back(self, block: Block) -> Staged:
+        parts = []
+        offset, remaining = block.half_first, block.count
+        while remaining:
+            got = self.store.get_messages(
+                ss.HALF_TOPIC, 0, offset, max_count=min(remaining, _READ_COUNT),
+                max_bytes=_READ_BYTES,
+            )  # fmt: skip
+            if got.status != PullStatus.FOUND or not got.count:
+                raise StoreError(
+                    f"staged messages of transaction {block.transaction_id!r} from offset "
+                    f"{offset} of {ss.HALF_TOPIC} are gone (deleted by retention?); the "
+                    "transaction cannot be committed"
+                )
+            parts.append(record_parts(got.data, got.record_starts(), got.sizes))
+            offset += got.count
+            remaining -= got.count
+        props_raw = pa.concat_arrays([p.properties for p in parts])
+        return Staged(
+            bodies=byte_column_of(pa.concat_arrays([p.body for p in parts])),
+            properties=byte_column_of(pc.binary_slice(props_raw, 0, -block.marks_len)),
+            tags=pa.concat_arrays([p.tags for p in parts]).to_pylist(),
+            born_timestamps=np.concatenate([p.born_timestamp for p in parts]),
+            flags=np.concatenate([p.flag for p in parts]),
+        )
+
+    def _finish_committing(self) -> None:
+        """Write what a commit cut short by a crash or a failed write did not write."""
+        if self._committing is None:
+            return
+        for entry in self._committing["entries"]:
+            block = next(
+                (b for b in self._blocks.get(entry["txn"], ()) if b.sequence == entry["seq"]),
+                None,
+            )
+            if block is None:
+                raise StoreError(
+                    f"a commit in progress names send {entry['seq']} of transaction "
+                    f"{entry['txn']!r}, which is not in {ss.HALF_TOPIC} any more"
+                )
+            topic, queue_id = self._landing(block)
+            done = self._copies_since(topic, queue_id, entry["floor"], block.marker)
+            if done < block.count:
+                log.warning(
+                    "finishing a commit cut short: %d of %d messages of transaction %s",
+                    block.count - done,
+                    block.count,
+                    block.transaction_id,
+                )
+                self._copy(block, done)
+        with self._lock:
+            for entry in self._committing["entries"]:
+                self._drop(entry["txn"])
+            self._committing = None
+            self._advance_floor()
+        self._save()
+
+    def _copies_since(self, topic: str, queue_id: int, floor: int, marker: int) -> int:
+        found, offset = 0, floor
+        end = self._queue_end(topic, queue_id)
+        while offset < end:
+            got = self.store.get_messages(
+                topic, queue_id, offset, max_count=_READ_COUNT, max_bytes=_READ_BYTES
+            )
+            if not got.count:
+                break
+            for start in got.record_starts():
+                record = rec.decode_record(got.data, int(start), check_crc=False)
+                found += record.prepared_tx_offset == marker
+            offset = got.next_begin_offset
+        return found
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _resolve(self, txn: str, outcome: str) -> None:
+        blocks = self._blocks.get(txn, [])
+        end = max((b.half_first + b.count for b in blocks), default=0)
+        self._resolved[txn] = [outcome, end]
+
+    def _drop(self, txn: str) -> None:
+        for block in self._blocks.pop(txn, ()):
+            if block.held is not None:
+                self._held_bytes -= block.held.nbytes
+
+    def _advance_floor(self) -> None:
+        firsts = [b.half_first for blocks in self._blocks.values() for b in blocks]
+        if firsts:
+            self._floor = min(firsts)
+        else:
+            self._floor = self._queue_end(ss.HALF_TOPIC, 0)
+        self._resolved = {t: v for t, v in self._resolved.items() if v[1] > self._floor}
+
+    def _expire(self, now: int) -> None:
+        with self._lock:
+            old = [
+                txn
+                for txn, blocks in self._blocks.items()
+                if now - min(b.staged_at_ms for b in blocks) > self.timeout_ms
+            ]
+            for txn in old:
+                self._resolve(txn, "ROLLBACK")
+                self._drop(txn)
+        if old:
+            log.warning(
+                "rolled back %d sink transactions staged more than %d ms ago",
+                len(old),
+                self.timeout_ms,
+            )
+
+    def _queue_end(self, topic: str, queue_id: int) -> int:
+        if self.store.topics.find(topic) is None:
+            return 0
+        return self.store.max_offset(topic, queue_id)
+
+    def _ensure_topic(self) -> None:
+        if self.store.topics.find(ss.HALF_TOPIC) is None:
+            self.store.topics.create(ss.HALF_TOPIC, 1)
+
+    def _save(self) -> None:
+        with self._lock:
+            sinks = sorted(self._sinks.items(), key=lambda item: item[1].at_ms)[-MAX_SINKS:]
+            self._sinks = dict(sinks)
+            state = {
+                "version": 1,
+                "floor": self._floor,
+                "resolved": dict(self._resolved),
+                "sinks": {sink: record.to_json() for sink, record in sinks},
+                "committing": self._committing,
+            }
+        write_json_atomic(self._path, state)
+
+    def _load(self) -> None:
+        state, _ = read_json_with_backup(self._path)
+        if state is None:
+            return
+        try:
+            self._floor = int(state["floor"])
+            self._resolved = {str(t): [str(v[0]), int(v[1])] for t, v in state["resolved"].items()}
+            self._sinks = {str(s): ss.SinkRecord.from_json(r) for s, r in state["sinks"].items()}
+            self._committing = state.get("committing")
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise StoreError(
+                f"{self._path} is not a sink transaction state ({exc!r}); restore it from "
+                f"{self._path}.bak or remove both to forget every sink's committed batches"
+            ) from None
+
+    def _rebuild(self) -> None:
+        """Pending sends from the staging queue, from the floor on."""
+        if self.store.topics.find(ss.HALF_TOPIC) is None:
+            return
+        committing = {e["txn"] for e in (self._committing or {}).get("entries", [])}
+        offset = max(self._floor, self.store.min_offset(ss.HALF_TOPIC, 0))
+        end = self.store.max_offset(ss.HALF_TOPIC, 0)
+        found: dict[tuple[str, int], Block] = {}
+        while offset < end:
+            got = self.store.get_messages(
+                ss.HALF_TOPIC, 0, offset, max_count=_READ_COUNT, max_bytes=_READ_BYTES
+            )
+            if not got.count:
+                break
+            batch = decode_records(got.data, got.record_starts(), got.sizes)
+            columns = batch.select(
+                ["properties", "queueOffset", "commitLogOffset", "bornHost", "storeTimestamp"]
+            ).to_pylist()
+            for row in columns:
+                mark = ss.parse_marks(dict(row["properties"]))
+                if mark is None:
+                    continue
+                if mark.transaction_id in self._resolved and mark.transaction_id not in committing:
+                    continue
+                key = (mark.transaction_id, mark.sequence)
+                block = found.get(key)
+                if block is not None:
+                    block.count += 1
+                    continue
+                found[key] = Block(
+                    sink_id=mark.sink_id,
+                    transaction_id=mark.transaction_id,
+                    sequence=mark.sequence,
+                    half_first=row["queueOffset"],
+                    count=1,
+                    marker=row["commitLogOffset"],
+                    topic=mark.topic,
+                    queue_id=mark.queue_id,
+                    delay=mark.delay,
+                    marks_len=len(mark.marks()),
+                    born_host=row["bornHost"],
+                    staged_at_ms=row["storeTimestamp"],
+                )
+            offset = got.next_begin_offset
+        blocks: dict[str, list[Block]] = defaultdict(list)
+        for block in found.values():
+            blocks[block.transaction_id].append(block)
+        self._blocks = dict(blocks)
+        if self._blocks:
+            log.info("sink transactions: %d pending after restart", len(self._blocks))
+
+
+def _sliced(staged: Staged, skip: int) -> Staged:
+    def part(values):
+        return values if isinstance(values, int) else values[skip:]
+
+    return Staged(
+        bodies=byte_column_of(staged.bodies.to_arrow().slice(skip)),
+        properties=byte_column_of(staged.properties.to_arrow().slice(skip)),
+        tags=list(staged.tags)[skip:],
+        born_timestamps=part(staged.born_timestamps),
+        flags=part(staged.flags),
+    )

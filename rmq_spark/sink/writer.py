@@ -1,0 +1,94 @@
+"""The pyspark writers of the ``rocketlite`` sink: ``df.write`` and ``df.writeStream``.
+
+Each task runs :func:`write_task` over its partition's Arrow batches and returns a
+:class:`~rmq_spark.sink.send.SinkCommit`; the driver's ``commit`` ends the batch on every
+broker (:mod:`rmq_spark.sink.commit`), ``abort`` rolls the batch back. Without exactly once
+(``exactlyOnce=false``, or a ``nameServer`` target) the tasks' sends are visible at once and
+commit and abort have nothing to do: rows of a retried task or a replayed batch are written
+again (at least once, as Spark's Kafka sink).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+
+from rmq_spark.sink.commit import abort_batch, end_batch
+from rmq_spark.sink.options import SinkOptions
+from rmq_spark.sink.rows import ColumnPlan
+from rmq_spark.sink.send import SinkCommit, TaskWriter, new_transaction_id
+
+log = logging.getLogger("rmq_spark.sink")
+
+__all__ = ["RocketliteBatchWriter", "RocketliteStreamWriter", "write_task"]
+
+#: the local property Spark sets to the micro-batch id while it runs one
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def write_task(options: SinkOptions, plan: ColumnPlan, sink_id: str, batches) -> SinkCommit:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition = context.partitionId() if context else 0
+    attempt = context.attemptNumber() if context else 0
+    batch = context.getLocalProperty(_BATCH_ID_PROPERTY) if context else None
+    txn = new_transaction_id(sink_id, batch, partition, attempt)
+    writer = TaskWriter(options, plan, sink_id, txn, partition)
+    try:
+        for record_batch in batches:
+            writer.write(record_batch)
+        return writer.finish()
+    finally:
+        writer.close()
+
+
+class RocketliteBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("rocketlite")``: one job is one batch of a sink of its own."""
+
+    def __init__(self, options: SinkOptions, plan: ColumnPlan) -> None:
+        self.options = options
+        self.plan = plan
+        self.sink_id = f"job-{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator) -> SinkCommit:
+        return write_task(self.options, self.plan, self.sink_id, iterator)
+
+    def commit(self, messages) -> None:
+        if self.options.exactly_once:
+            end_batch(self.options, self.sink_id, 0, messages)
+
+    def abort(self, messages) -> None:
+        if self.options.exactly_once:
+            abort_batch(self.options, self.sink_id, 0)
+
+
+class RocketliteStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("rocketlite")``: every micro-batch ends on the brokers once,
+    under the query's sink id (stable across restarts from its checkpoint)."""
+
+    def __init__(self, options: SinkOptions, plan: ColumnPlan) -> None:
+        self.options = options
+        self.plan = plan
+        self.sink_id = options.stream_sink_id() if options.exactly_once else "at-least-once"
+
+    def write(self, iterator: Iterator) -> SinkCommit:
+        return write_task(self.options, self.plan, self.sink_id, iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        if self.options.exactly_once:
+            end = end_batch(self.options, self.sink_id, batchId, messages)
+            if end.replayed:
+                log.warning(
+                    "batch %d of sink %s was committed by an earlier run of the query; the "
+                    "replay's rows were rolled back",
+                    batchId,
+                    self.sink_id,
+                )
+
+    def abort(self, messages, batchId: int) -> None:
+        if self.options.exactly_once:
+            abort_batch(self.options, self.sink_id, batchId)

@@ -1,0 +1,117 @@
+"""The options every ``rocketlite`` reader and writer takes to reach brokers: ``endpoints``
+or ``nameServer``, TLS and access keys, each checked on the driver with errors naming the
+option."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.source.option_values import RawOptions, bad
+
+__all__ = [
+    "credential_options",
+    "endpoints_option",
+    "is_address",
+    "name_server_option",
+    "tls_options",
+]
+
+
+def endpoints_option(raw: RawOptions) -> tuple[str, ...]:
+    from rmq_spark.client.endpoints import Endpoints
+
+    text = raw.get("endpoints")
+    if raw.has("nameServer"):
+        if text is not None:
+            raise InvalidArgumentError(
+                "give the option endpoints (rocketlite brokers over gRPC) or nameServer (a "
+                "RocketMQ name server), not both"
+            )
+        return ()
+    if text is None or not text.strip():
+        raise InvalidArgumentError(
+            "option endpoints is required: the brokers as a comma-separated "
+            "list of host:port, e.g. '127.0.0.1:10911,127.0.0.1:10912' (or nameServer "
+            "'host:9876' for an Apache RocketMQ cluster)"
+        )
+    try:
+        return Endpoints.parse(text).addresses
+    except InvalidArgumentError as exc:
+        raise bad("endpoints", text, str(exc)) from None
+
+
+def name_server_option(raw: RawOptions) -> str | None:
+    text = raw.get("nameServer")
+    if text is None:
+        return None
+    servers = [part.strip() for part in text.split(";") if part.strip()]
+    if not servers or any(not is_address(s) for s in servers):
+        raise bad("nameServer", text, "use host:port of a name server, e.g. '10.0.0.5:9876' "
+                  "(several separated by ';')")  # fmt: skip
+    return ";".join(servers)
+
+
+def is_address(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+def tls_options(raw: RawOptions) -> dict:
+    """The TLS options, checked here on the driver: files readable and usable, a client
+    certificate with its key."""
+    from rmq_spark import tls
+
+    enabled = raw.flag("tls", False)
+    files = {name: raw.get(name) for name in ("tlsCaFile", "tlsCertFile", "tlsKeyFile")}
+    given = [name for name, path in files.items() if path is not None]
+    if given and not enabled:
+        raise InvalidArgumentError(
+            f"option {given[0]} only applies with tls=true; set tls=true or remove it"
+        )
+    ca, cert, key = files["tlsCaFile"], files["tlsCertFile"], files["tlsKeyFile"]
+    if (cert is None) != (key is None):
+        given_name, missing = (
+            ("tlsCertFile", "tlsKeyFile") if key is None else ("tlsKeyFile", "tlsCertFile")
+        )
+        raise InvalidArgumentError(
+            f"option {given_name} needs the option {missing} (a client certificate and its key)"
+        )
+    try:
+        if ca is not None:
+            tls.check_ca(tls.Setting("option tlsCaFile", ca))
+        if cert is not None and key is not None:
+            tls.check_key_pair(
+                tls.Setting("option tlsCertFile", cert), tls.Setting("option tlsKeyFile", key)
+            )
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(
+            f"{exc}; TLS files must be readable at the same path on the driver and every executor"
+        ) from None
+    return {"tls": enabled, "tls_ca_file": ca, "tls_cert_file": cert, "tls_key_file": key}
+
+
+def credential_options(raw: RawOptions) -> dict[str, str]:
+    """accessKey with secretKey or secretKeyFile (read here, on the driver). Messages name
+    the options and the file, never the secret."""
+    access_key = raw.get("accessKey")
+    secret = raw.get("secretKey")
+    secret_file = raw.get("secretKeyFile")
+    if secret is not None and secret_file is not None:
+        raise InvalidArgumentError("give option secretKey or secretKeyFile, not both")
+    if secret_file is not None:
+        try:
+            secret = Path(secret_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"option secretKeyFile: cannot read {secret_file}: {exc.strerror}"
+            ) from None
+        if not secret:
+            raise InvalidArgumentError(f"option secretKeyFile: {secret_file} is empty")
+    if not access_key and not secret:
+        return {}
+    if not access_key or not secret:
+        raise InvalidArgumentError(
+            "option accessKey needs secretKey or secretKeyFile, and they need accessKey"
+        )
+    return {"access_key": access_key, "secret_key": secret}
