@@ -173,4 +173,10 @@ def test_body_over_the_limit_fails_and_nothing_is_visible(spark, broker, topic):
 def test_unknown_option_is_refused(spark, broker, topic):
     create_topic(broker.endpoint, topic)
     df = spark.createDataFrame([("x",)], "body string")
-    _fails(df, broker.endpoint, topic, "unknown option 'sendBatchSizes'", sendBatchSizes=5)
+    _fails(
+        df,
+        broker.endpoint,
+        topic,
+        "(?s)unknown option 'sendbatchsizes'.*did you mean sendBatchSize",
+        sendBatchSizes=5,
+    )
