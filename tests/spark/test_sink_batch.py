@@ -59,9 +59,13 @@ def test_batch_write_round_trip(spark, broker, topic):
 def test_order_per_sharding_key_is_kept(spark, broker, topic):
     create_topic(broker.endpoint, topic, queues=4)
     # one partition: the rows' order is the order the sink receives them in
-    df = spark.range(2000).selectExpr(
-        "CAST(id AS STRING) AS body", "CONCAT('key-', CAST(id % 7 AS STRING)) AS shardingKey"
-    ).coalesce(1)
+    df = (
+        spark.range(2000)
+        .selectExpr(
+            "CAST(id AS STRING) AS body", "CONCAT('key-', CAST(id % 7 AS STRING)) AS shardingKey"
+        )
+        .coalesce(1)
+    )
     write(df, broker.endpoint, topic, sendBatchSize=100)
     found = read_all(broker.endpoint, topic)
     per_key: dict[str, list[int]] = {}

@@ -1,0 +1,90 @@
+"""The streaming job of the sink's exactly-once test, run in its own process (and
+SIGKILLed): it copies topic SRC to topic DST through the ``rocketlite`` sink.
+
+    python sink_copy_job.py ENDPOINTS SRC DST CHECKPOINT MARKER [--available-now]
+
+Each row's body is upper-cased and its key kept as the sharding key. Once per MARKER file,
+the first task attempt that gets a batch of at least 30 rows passes 20 of them on, waits
+for the sink to send them, then fails (Spark retries the task: ``local[2,4]`` allows 4
+attempts).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fail_once(marker: str):
+    def transform(batches):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark import TaskContext
+
+        attempt = TaskContext.get().attemptNumber()
+        for batch in batches:
+            body = pc.utf8_upper(batch.column("body").cast(pa.string()))
+            out = pa.RecordBatch.from_arrays(
+                [body, batch.column("keys")], names=["body", "shardingKey"]
+            )
+            if attempt == 0 and out.num_rows >= 30 and not os.path.exists(marker):
+                yield out.slice(0, 20)
+                time.sleep(1.5)  # the sink sends those rows meanwhile
+                Path(marker).write_text("failed once")
+                raise RuntimeError("injected task failure after 20 rows")
+            yield out
+
+    return transform
+
+
+def main(argv: list[str]) -> int:
+    endpoints, source, target, checkpoint, marker = argv[:5]
+    available_now = "--available-now" in argv
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+    )
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("sink-copy")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "40")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    rows = (
+        spark.readStream.format("rocketlite")
+        .option("endpoints", endpoints)
+        .option("topic", source)
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "300")
+        .load()
+        .select("body", "keys")
+        .mapInArrow(fail_once(marker), "body string, shardingKey string")
+    )
+    writer = (
+        rows.writeStream.format("rocketlite")
+        .option("endpoints", endpoints)
+        .option("topic", target)
+        .option("sendBatchSize", "20")
+        .option("checkpointLocation", checkpoint)
+    )
+    if available_now:
+        writer.trigger(availableNow=True).start().awaitTermination()
+    else:
+        writer.trigger(processingTime="200 milliseconds").start()
+        print("query started", flush=True)
+        spark.streams.awaitAnyTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

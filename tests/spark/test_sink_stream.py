@@ -1,0 +1,209 @@
+"""The ``rocketlite`` sink with ``df.writeStream``: a topic copied to another with a
+transform, and exactly once through task failures and a driver killed again and again."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sink_helpers import bodies, read_all
+from spark_helpers import create_topic, stream
+
+from rmq_spark.client import Admin, Producer
+from rmq_spark.structs import MessageQueue
+
+JOB = Path(__file__).with_name("sink_copy_job.py")
+HALF_TOPIC = "RMQ_SYS_SINK_HALF_TOPIC"
+
+
+def produce_keyed(endpoints: str, topic: str, count: int, keys: int = 10, start: int = 0):
+    """``count`` messages ``k<key>:<n>`` with key ``k<key>`` as sharding key: one key's
+    messages are in one queue, in n order. Returns the bodies."""
+    sent = []
+    with Producer(endpoints) as producer:
+        for n in range(start, start + count):
+            key = f"k{n % keys}"
+            body = f"{key}:{n:06d}"
+            producer.send(topic, body.encode(), keys=[key], sharding_key=key)
+            sent.append(body)
+    return sent
+
+
+def test_streaming_copy_with_a_transform(spark, broker, topic, tmp_path):
+    target = topic + "-out"
+    create_topic(broker.endpoint, topic, queues=3)
+    create_topic(broker.endpoint, target, queues=2)
+    sent = produce_keyed(broker.endpoint, topic, 300)
+    copied = (
+        stream(
+            spark, broker.endpoint, topic, startingOffsets="earliest", maxMessagesPerTrigger="70"
+        )
+        .selectExpr(
+            "upper(CAST(body AS STRING)) AS body",
+            "keys AS shardingKey",
+            "map('source', topic, 'offset', CAST(queueOffset AS STRING)) AS properties",
+        )
+        .writeStream.format("rocketlite")
+        .option("endpoints", broker.endpoint)
+        .option("topic", target)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    copied.awaitTermination(120)
+    assert copied.exception() is None
+    rows = [row for queue in read_all(broker.endpoint, target).values() for row in queue]
+    assert sorted(row["body"].decode() for row in rows) == sorted(b.upper() for b in sent)
+    assert {row["properties"]["source"] for row in rows} == {topic}
+    progress = copied.lastProgress
+    assert progress is not None
+
+    # Restarted from the checkpoint with nothing new: nothing is written again.
+    again = (
+        stream(spark, broker.endpoint, topic, startingOffsets="earliest")
+        .selectExpr("CAST(body AS STRING) AS body")
+        .writeStream.format("rocketlite")
+        .option("endpoints", broker.endpoint)
+        .option("topic", target)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    again.awaitTermination(60)
+    assert len(bodies(broker.endpoint, target)) == 300
+
+
+def test_checkpoint_from_session_conf_needs_a_sink_id(spark, broker, topic, tmp_path):
+    # The sink sees the checkpointLocation option, not the session's default location.
+    create_topic(broker.endpoint, topic)
+    df = stream(spark, broker.endpoint, topic).selectExpr("CAST(body AS STRING) AS body")
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path))
+    try:
+        with pytest.raises(Exception, match="exactly-once writes need a stable sink id"):
+            (
+                df.writeStream.format("rocketlite")
+                .option("endpoints", broker.endpoint)
+                .option("topic", topic)
+                .trigger(availableNow=True)
+                .start()
+                .awaitTermination(60)
+            )
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+
+
+# -- exactly once ----------------------------------------------------------------------------
+
+
+def _job(args: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, str(JOB), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the JVM and workers die with it
+        )
+
+
+def _log_tail(log: Path) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+
+
+def _commits(checkpoint: Path) -> int:
+    return len(list((checkpoint / "commits").glob("[0-9]*")))
+
+
+class Watcher(threading.Thread):
+    """A consumer of the target topic while the job runs: everything it saw, in order."""
+
+    def __init__(self, endpoints: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.endpoints, self.topic = endpoints, topic
+        self.seen: list[bytes] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from rmq_spark.client import PullConsumer
+
+        with Admin(self.endpoints) as admin:
+            queues = admin.describe_topic(self.topic).readable
+        with PullConsumer(self.endpoints) as puller:
+            puller.assign(list(queues))
+            for mq in queues:
+                puller.seek(mq, 0)
+            while not self.stop.is_set():
+                for mq in queues:
+                    result = puller.pull(mq, max_messages=256)
+                    if result.message_count:
+                        self.seen += result.batch.column("body").to_pylist()
+                time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_exactly_once_through_task_failure_and_driver_kills(broker_factory, topic, tmp_path):
+    broker = broker_factory("broker-eo")  # its own: the staging queue counts only this test
+    source, target = topic, topic + "-out"
+    create_topic(broker.endpoint, source, queues=4)
+    create_topic(broker.endpoint, target, queues=3)
+    sent = produce_keyed(broker.endpoint, source, 1200)
+    checkpoint, marker, log = (
+        tmp_path / "checkpoint",
+        tmp_path / "failed-once",
+        tmp_path / "job.log",
+    )
+    args = [broker.endpoint, source, target, str(checkpoint), str(marker)]
+    watcher = Watcher(broker.endpoint, target)
+    watcher.start()
+    kills = 0
+    try:
+        # Kill the driver three times while a batch is being written, at different points.
+        for kill_after_s in (0.4, 1.1, 0.7):
+            job = _job(args, log)
+            try:
+                deadline = time.monotonic() + 120
+                done = _commits(checkpoint)
+                while _commits(checkpoint) <= done:
+                    assert job.poll() is None, f"the job exited early:\n{_log_tail(log)}"
+                    assert time.monotonic() < deadline, f"no batch committed:\n{_log_tail(log)}"
+                    time.sleep(0.05)
+                time.sleep(kill_after_s)
+            finally:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait(30)
+                kills += 1
+        # A last run drains the rest and stops.
+        final = _job([*args, "--available-now"], log)
+        assert final.wait(300) == 0, _log_tail(log)
+    finally:
+        watcher.stop.set()
+        watcher.join(30)
+
+    assert kills == 3
+    assert marker.exists(), "the injected task failure did not happen"
+    found = read_all(broker.endpoint, target)
+    copied = [row["body"].decode() for queue in found.values() for row in queue]
+    counts = collections.Counter(copied)
+    assert sorted(counts) == sorted(b.upper() for b in sent), "lost or foreign rows"
+    assert max(counts.values()) == 1, [b for b, n in counts.items() if n > 1][:5]
+    # per key, the target keeps the source's order
+    for queue in found.values():
+        last: dict[str, int] = {}
+        for row in queue:
+            key, n = row["body"].decode().split(":")
+            assert int(n) > last.get(key, -1)
+            last[key] = int(n)
+    # a consumer reading all along saw each row once and only committed rows
+    seen = collections.Counter(b.decode() for b in watcher.seen)
+    assert max(seen.values(), default=1) == 1
+    assert set(seen) <= set(counts)
+    # rows were staged that never became visible: the failed attempt's and the replays'
+    with Admin(broker.endpoint) as admin:
+        (half,) = admin.query_offsets([MessageQueue(HALF_TOPIC, "broker-eo", 0)]).values()
+    assert half.max_offset > len(sent)
