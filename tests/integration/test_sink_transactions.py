@@ -1,0 +1,204 @@
+"""The Spark sink's transactions on real broker processes, without Spark: the sink's task
+writer stages rows, the driver's batch end commits them. What a consumer sees after broker
+kills, replays, a driver that died between two brokers, and a dead query's timeout."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+from broker_harness import read_queue
+
+from rmq_spark.client import Admin, Producer
+from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.sink.commit import abort_batch, end_batch
+from rmq_spark.sink.options import SinkOptions
+from rmq_spark.sink.rows import plan_columns
+from rmq_spark.sink.send import TaskWriter
+
+PLAN = plan_columns([("body", "string"), ("shardingKey", "string")], "out")
+
+
+def visible(endpoint: str, topic: str = "out") -> list[bytes]:
+    """Every body of ``topic`` on the broker at ``endpoint`` a consumer sees, sorted."""
+    with Admin(endpoint) as admin:
+        queues = admin.describe_topic(topic).readable
+    return sorted(
+        row["body"]
+        for mq in queues
+        for row in read_queue(endpoint, topic, mq.queue_id, mq.broker_name)
+    )
+
+
+def write(endpoints: str, sink: str, txn: str, bodies: list[str], partition: int = 0, **opts):
+    options = SinkOptions.parse({"endpoints": endpoints, "topic": "out", **opts})
+    writer = TaskWriter(options, PLAN, sink, txn, partition)
+    try:
+        keys = [f"k{i % 3}" for i in range(len(bodies))]
+        writer.write(pa.RecordBatch.from_pydict({"body": bodies, "shardingKey": keys}))
+        return writer.finish()
+    finally:
+        writer.close()
+
+
+def options(endpoints: str) -> SinkOptions:
+    return SinkOptions.parse({"endpoints": endpoints, "topic": "out"})
+
+
+@pytest.fixture
+def broker(broker_factory):
+    process = broker_factory("broker-a")
+    with Admin(process.endpoint) as admin:
+        admin.create_topic("out", queues=3)
+    return process
+
+
+def test_staged_rows_are_invisible_until_the_batch_ends(broker):
+    ep = broker.endpoint
+    commit = write(ep, "s1", "s1.t0", [f"r{i}" for i in range(100)], sendBatchSize="7")
+    assert commit.parts == {"broker-a": ("s1.t0", 100)}
+    assert visible(ep) == []
+    end = end_batch(options(ep), "s1", 0, [commit])
+    assert (end.replayed, end.committed_messages) == (False, 100)
+    assert visible(ep) == sorted(f"r{i}".encode() for i in range(100))
+
+
+def test_a_repeated_send_is_staged_once(broker, connect):
+    stubs = connect(broker.endpoint)
+    request = messaging_pb2.SendMessagesRequest(
+        topic="out",
+        queue_id=0,
+        columns=messaging_pb2.MessageColumns(
+            bodies=b"ab",
+            body_sizes=[1, 1],
+            properties=b"UNIQ_KEY\x01A1\x02UNIQ_KEY\x01A2\x02",
+            properties_sizes=[12, 12],
+        ),
+        stage=messaging_pb2.SinkStage(sink_id="s2", transaction_id="s2.t", sequence=0),
+    )
+    first = stubs.messaging.SendMessages(request)
+    again = stubs.messaging.SendMessages(request)  # as a retry after a lost answer
+    assert again.columns_result.first_queue_offset == first.columns_result.first_queue_offset
+    commit = messaging_pb2.EndSinkBatchRequest(
+        sink_id="s2",
+        batch_id=0,
+        commit=True,
+        decision=[
+            messaging_pb2.SinkBrokerPart(
+                broker_name="broker-a",
+                transactions=[
+                    messaging_pb2.SinkTransactionCount(transaction_id="s2.t", messages=2)
+                ],
+            )
+        ],
+    )
+    assert stubs.messaging.EndSinkBatch(commit).committed_messages == 2
+    assert visible(broker.endpoint) == [b"a", b"b"]
+
+
+def test_pending_rows_survive_a_broker_kill(broker):
+    commit = write(broker.endpoint, "s3", "s3.t0", [f"r{i}" for i in range(500)])
+    broker.kill()
+    broker.restart()  # on another port, maybe
+    ep = broker.endpoint
+    assert visible(ep) == []
+    end = end_batch(options(ep), "s3", 0, [commit])
+    assert end.committed_messages == 500
+    assert visible(ep) == sorted(f"r{i}".encode() for i in range(500))
+    # and the committed batch too survives a kill: its replay is recognised
+    broker.kill()
+    broker.restart()
+    ep = broker.endpoint
+    replay = write(ep, "s3", "s3.t1", [f"r{i}" for i in range(500)])
+    assert end_batch(options(ep), "s3", 0, [replay]).replayed
+    assert len(visible(ep)) == 500
+
+
+def test_a_replayed_batch_is_committed_once(broker):
+    ep = broker.endpoint
+    first = write(ep, "s4", "s4.b0.first", ["x", "y"])
+    end_batch(options(ep), "s4", 0, [first])
+    # the driver died before Spark recorded batch 0: the batch runs again
+    replay = write(ep, "s4", "s4.b0.replay", ["x", "y"])
+    end = end_batch(options(ep), "s4", 0, [replay])
+    assert (end.replayed, end.committed_messages, end.rolled_back) == (True, 0, 1)
+    assert visible(ep) == [b"x", b"y"]
+    # the next batch goes on as usual
+    end_batch(options(ep), "s4", 1, [write(ep, "s4", "s4.b1", ["z"])])
+    assert visible(ep) == [b"x", b"y", b"z"]
+
+
+def test_a_failed_attempt_and_an_abort_leave_nothing_visible(broker):
+    ep = broker.endpoint
+    write(ep, "s5", "s5.attempt0", ["lost"])  # a task attempt that failed after sending
+    good = write(ep, "s5", "s5.attempt1", ["kept"])
+    end = end_batch(options(ep), "s5", 0, [good])
+    assert end.rolled_back == 1
+    write(ep, "s5", "s5.b1", ["aborted"])
+    assert abort_batch(options(ep), "s5", 1) == 1
+    assert visible(ep) == [b"kept"]
+
+
+def test_a_dead_querys_rows_are_rolled_back_after_the_timeout(broker_factory):
+    process = broker_factory("broker-a", "--sink-transaction-timeout-ms", "300")
+    ep = process.endpoint
+    with Admin(ep) as admin:
+        admin.create_topic("out", queues=1)
+    dead = write(ep, "s6", "s6.t0", ["never"])
+    time.sleep(0.6)
+    with pytest.raises(InvalidArgumentError, match=r"'s6\.t0' is not pending"):
+        end_batch(options(ep), "s6", 0, [dead])
+    assert visible(ep) == []
+    # the broker keeps serving the sink's later batches
+    end_batch(options(ep), "s6", 0, [write(ep, "s6", "s6.t1", ["later"])])
+    assert visible(ep) == [b"later"]
+
+
+def test_a_batch_over_two_brokers_commits_once_when_the_driver_died_between_them(
+    broker_factory, connect
+):
+    a = broker_factory("broker-a")
+    b = broker_factory("broker-b")
+    eps = f"{a.endpoint},{b.endpoint}"
+    for process in (a, b):
+        with Admin(process.endpoint) as admin:
+            admin.create_topic("out", queues=2)
+    rows = [f"r{i}" for i in range(40)]
+    original = write(eps, "s7", "s7.orig", rows, sendBatchSize="5")
+    assert set(original.parts) == {"broker-a", "broker-b"}
+    # The driver asked the coordinator (the first endpoint's broker) and died.
+    decision = [
+        messaging_pb2.SinkBrokerPart(
+            broker_name=name,
+            transactions=[messaging_pb2.SinkTransactionCount(transaction_id=t, messages=n)],
+        )
+        for name, (t, n) in sorted(original.parts.items())
+    ]
+    connect(a.endpoint).messaging.EndSinkBatch(
+        messaging_pb2.EndSinkBatchRequest(sink_id="s7", batch_id=0, commit=True, decision=decision)
+    )
+    # The restarted query runs batch 0 again; its rows land on the brokers differently.
+    replay = write(eps, "s7", "s7.replay", rows, partition=1, sendBatchSize="3")
+    end = end_batch(options(eps), "s7", 0, [replay])
+    assert end.replayed
+    seen = visible(a.endpoint) + visible(b.endpoint)
+    assert sorted(seen) == sorted(r.encode() for r in rows)
+
+
+def test_at_least_once_writes_are_visible_at_once(broker):
+    ep = broker.endpoint
+    commit = write(ep, "unused", "unused.t", ["now"], exactlyOnce="false")
+    assert commit.parts == {} and commit.rows == 1
+    assert visible(ep) == [b"now"]
+
+
+def test_producer_sends_and_staged_sends_share_the_queue(broker):
+    ep = broker.endpoint
+    staged = write(ep, "s8", "s8.t", ["staged"])
+    with Producer(ep) as producer:
+        producer.send("out", b"plain")
+    assert visible(ep) == [b"plain"]
+    end_batch(options(ep), "s8", 0, [staged])
+    assert visible(ep) == [b"plain", b"staged"]
