@@ -4,6 +4,7 @@ kills, replays, a driver that died between two brokers, and a dead query's timeo
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pyarrow as pa
@@ -202,3 +203,42 @@ def test_producer_sends_and_staged_sends_share_the_queue(broker):
     assert visible(ep) == [b"plain"]
     end_batch(options(ep), "s8", 0, [staged])
     assert visible(ep) == [b"plain", b"staged"]
+
+
+@pytest.mark.slow
+def test_a_broker_killed_during_a_commit_finishes_it_when_it_starts(broker_factory):
+    """The broker is killed while it writes a large commit's rows to their queues (tried at
+    growing delays until a kill lands inside one); when it starts again it writes the rest,
+    and every row is visible once."""
+    process = broker_factory("broker-a")
+    with Admin(process.endpoint) as admin:
+        admin.create_topic("out", queues=3)
+    rows = [f"row-{i:06d}" for i in range(60_000)]
+    expected = sorted(r.encode() for r in rows)
+    cut_short = 0
+    for attempt, delay_s in enumerate((0.02, 0.05, 0.1, 0.15, 0.2, 0.3)):
+        sink = f"crash{attempt}"
+        commit = write(process.endpoint, sink, f"{sink}.t", rows, sendBatchSize="2000")
+        ending = threading.Thread(
+            target=_end_ignoring_the_kill, args=(options(process.endpoint), sink, commit)
+        )
+        ending.start()
+        time.sleep(delay_s)
+        process.kill()
+        ending.join(60)
+        process.restart()
+        # the driver ends the batch again (Spark retries the commit after a restart)
+        end_batch(options(process.endpoint), sink, 0, [commit])
+        # every batch so far once: none lost, none doubled by the redo
+        assert visible(process.endpoint) == sorted(expected * (attempt + 1))
+        cut_short = process.log_text().count("finishing a commit cut short")
+        if cut_short:
+            break
+    assert cut_short, "no kill landed inside a commit"
+
+
+def _end_ignoring_the_kill(opts: SinkOptions, sink: str, commit) -> None:
+    try:
+        end_batch(opts, sink, 0, [commit])
+    except Exception:  # the broker died under the call: expected here
+        pass
