@@ -10,6 +10,8 @@ import logging
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.groups import ConsumerRegistry
 from rmq_spark.broker.locks import QueueLockManager
@@ -19,6 +21,7 @@ from rmq_spark.broker.sink_transactions import SinkTransactions
 from rmq_spark.broker.timer import TimerService
 from rmq_spark.broker.transaction_checks import TransactionChecks
 from rmq_spark.broker.transactions import TransactionService
+from rmq_spark.codec.batch_encode import EncodedBatch
 from rmq_spark.errors import NotFoundError, PermissionDeniedError
 from rmq_spark.store import AppendResult, MessageStore
 from rmq_spark.store.topics import TopicConfig
@@ -109,6 +112,20 @@ class Broker:
         """The single write path: append to the store, then wake long-polling pulls."""
         self.topic_for_write(topic)
         result = self.store.append(topic, queue_id, bodies, properties, tags=tags, **fields)
+        self.notifier.notify(topic, queue_id)
+        return result
+
+    def put_encoded(
+        self,
+        topic: str,
+        queue_id: int,
+        records: EncodedBatch,
+        tag_codes: np.ndarray,
+    ) -> AppendResult:
+        """Like :meth:`put_messages`, for records laid out beforehand (a committed sink
+        transaction's, see :meth:`MessageStore.append_encoded`)."""
+        self.topic_for_write(topic)
+        result = self.store.append_encoded(topic, queue_id, records, tag_codes)
         self.notifier.notify(topic, queue_id)
         return result
 

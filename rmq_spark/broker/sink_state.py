@@ -25,20 +25,29 @@ HALF_TOPIC = "RMQ_SYS_SINK_HALF_TOPIC"
 SINK_ID = "SINK_ID"
 SINK_TXN = "SINK_TXN"
 SINK_SEQ = "SINK_SEQ"
+SINK_COUNT = "SINK_COUNT"
 
 #: broker name -> [(transaction id, messages staged)], in the caller's order
 Decision = dict[str, list[tuple[str, int]]]
 
 
 def stage_marks(
-    sink_id: str, transaction_id: str, sequence: int, topic: str, queue_id: int, delay: int
+    sink_id: str,
+    transaction_id: str,
+    sequence: int,
+    topic: str,
+    queue_id: int,
+    delay: int,
+    count: int,
 ) -> bytes:
-    """The properties every record of one staged send carries after its own (they are
-    stripped again when the records are committed)."""
+    """The properties the first record of one staged send (``count`` records in a row in
+    the staging queue) carries after its own; they are stripped again when the records are
+    committed. The other records carry only their own."""
     fields = {
         SINK_ID: sink_id,
         SINK_TXN: transaction_id,
         SINK_SEQ: str(sequence),
+        SINK_COUNT: str(count),
         props.REAL_TOPIC: topic,
         props.REAL_QID: str(queue_id),
     }
@@ -55,15 +64,22 @@ class StageMark:
     topic: str
     queue_id: int
     delay: int
+    count: int
 
     def marks(self) -> bytes:
         return stage_marks(
-            self.sink_id, self.transaction_id, self.sequence, self.topic, self.queue_id, self.delay
+            self.sink_id,
+            self.transaction_id,
+            self.sequence,
+            self.topic,
+            self.queue_id,
+            self.delay,
+            self.count,
         )
 
 
 def parse_marks(fields: Mapping[str, str]) -> StageMark | None:
-    """The marks of a staged record's properties; None when it carries none (not ours)."""
+    """The marks of a staged send's first record; None for any other record."""
     try:
         return StageMark(
             sink_id=fields[SINK_ID],
@@ -72,6 +88,7 @@ def parse_marks(fields: Mapping[str, str]) -> StageMark | None:
             topic=fields[props.REAL_TOPIC],
             queue_id=int(fields[props.REAL_QID]),
             delay=int(fields.get(props.DELAY, "0")),
+            count=int(fields[SINK_COUNT]),
         )
     except (KeyError, ValueError):
         return None

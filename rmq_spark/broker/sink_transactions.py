@@ -33,12 +33,18 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmq_spark.broker import sink_state as ss
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import decode_records, record_parts
+from rmq_spark.codec.batch_encode import (
+    EncodedBatch,
+    encode_unstamped,
+    prepare_batch,
+    set_prepared_offset,
+)
 from rmq_spark.codec.byte_column import ByteColumn
+from rmq_spark.codec.tag_column import hash_codes
 from rmq_spark.durable_json import read_json_with_backup, write_json_atomic
 from rmq_spark.errors import InvalidArgumentError, StoreError, UnavailableError
 from rmq_spark.names import SCHEDULE_TOPIC, validate_sink_id
@@ -72,6 +78,18 @@ class Staged:
 
 
 @dataclass
+class Ready:
+    """A staged send's records laid out for their real queue, waiting for their offsets."""
+
+    records: EncodedBatch
+    tag_codes: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.records.nbytes
+
+
+@dataclass
 class Block:
     """One staged send: ``count`` records from ``half_first`` in the staging queue."""
 
@@ -87,7 +105,7 @@ class Block:
     marks_len: int
     born_host: str
     staged_at_ms: int
-    held: Staged | None = None
+    held: Staged | Ready | None = None
 
 
 def byte_column_of(values: pa.Array) -> ByteColumn:
@@ -155,34 +173,31 @@ class SinkTransactions:
             self._staging.add(key)
         try:
             self._ensure_topic()
-            marks = ss.stage_marks(sink_id, txn, seq, topic, queue_id, batch.delay_level)
-            staged_props = pc.binary_join_element_wise(
-                batch.properties.to_arrow(),
-                pa.scalar(marks, pa.large_binary()),
-                pa.scalar(b"", pa.large_binary()),
-            )
+            count = len(batch.bodies)
+            marks = ss.stage_marks(sink_id, txn, seq, topic, queue_id, batch.delay_level, count)
+            held, crcs, codes = self._final_form(topic, queue_id, batch, born_host)
             result = self.store.append(
                 ss.HALF_TOPIC,
                 0,
                 batch.bodies,
-                byte_column_of(staged_props),
-                tags=batch.tags,
+                _marked_first(batch.properties, marks),
                 born_host=born_host,
                 born_timestamps=batch.born_timestamps,
                 flags=batch.flags,
                 sysflag=rec.TRANSACTION_PREPARED_TYPE,
+                body_crcs=crcs,
+                tag_codes=codes,
             )
-            count = len(batch.bodies)
-            held: Staged | None = Staged(
-                batch.bodies, batch.properties, batch.tags, batch.born_timestamps, batch.flags
-            )
+            marker = int(result.physical_offsets[0])
+            if isinstance(held, Ready):
+                set_prepared_offset(held.records, marker)
             block = Block(
                 sink_id=sink_id,
                 transaction_id=txn,
                 sequence=seq,
                 half_first=result.first_queue_offset,
                 count=count,
-                marker=int(result.physical_offsets[0]),
+                marker=marker,
                 topic=topic,
                 queue_id=queue_id,
                 delay=batch.delay_level,
@@ -191,7 +206,6 @@ class SinkTransactions:
                 staged_at_ms=result.store_timestamp,
             )
             with self._lock:
-                assert held is not None
                 if self._held_bytes + held.nbytes <= self.memory_bytes:
                     block.held = held
                     self._held_bytes += held.nbytes
@@ -200,6 +214,31 @@ class SinkTransactions:
         finally:
             with self._lock:
                 self._staging.discard(key)
+
+    def _final_form(
+        self, topic: str, queue_id: int, batch, born_host: str
+    ) -> tuple[Staged | Ready, np.ndarray | None, np.ndarray]:
+        """What the commit will write, made now: the records laid out for their queue (or,
+        for a delayed send, its columns), with the bodies' CRCs and tag codes that the
+        staged copy shares."""
+        codes = hash_codes(batch.tags)
+        if batch.delay_level:
+            staged = Staged(
+                batch.bodies, batch.properties, batch.tags, batch.born_timestamps, batch.flags
+            )
+            return staged, None, codes
+        final = prepare_batch(
+            topic,
+            queue_id,
+            batch.bodies,
+            batch.properties,
+            born_host=born_host,
+            store_host=self.store.config.store_host,
+            born_timestamps=batch.born_timestamps,
+            flags=batch.flags,
+            sysflag=rec.TRANSACTION_COMMIT_TYPE,
+        )
+        return Ready(encode_unstamped(final), codes), final.headers["body_crc"], codes
 
     def end(
         self, sink_id: str, batch_id: int, commit: bool, decision: ss.Decision
@@ -235,7 +274,11 @@ class SinkTransactions:
                     broker_name=self.broker.name,
                     now_ms=now,
                 )
-                blocks = [b for txn in plan.commit for b in self._blocks[txn]]
+                blocks = [
+                    b
+                    for txn in plan.commit
+                    for b in sorted(self._blocks[txn], key=lambda b: b.sequence)
+                ]
             for topic in sorted({b.topic for b in blocks}):
                 self.broker.topic_for_write(topic)  # refuses before anything changes
             committing = [self._commit_entry(b) for b in blocks]
@@ -286,7 +329,11 @@ class SinkTransactions:
         }
 
     def _copy(self, block: Block, skip: int) -> None:
-        staged = block.held if block.held is not None else self._read_back(block)
+        held = block.held
+        if isinstance(held, Ready) and not skip:
+            self.broker.put_encoded(block.topic, block.queue_id, held.records, held.tag_codes)
+            return
+        staged = held if isinstance(held, Staged) else self._read_back(block)
         if skip:
             staged = _sliced(staged, skip)
         fields = {
@@ -328,10 +375,10 @@ class SinkTransactions:
             parts.append(record_parts(got.data, got.record_starts(), got.sizes))
             offset += got.count
             remaining -= got.count
-        props_raw = pa.concat_arrays([p.properties for p in parts])
+        props = byte_column_of(pa.concat_arrays([p.properties for p in parts]))
         return Staged(
             bodies=byte_column_of(pa.concat_arrays([p.body for p in parts])),
-            properties=byte_column_of(pc.binary_slice(props_raw, 0, -block.marks_len)),
+            properties=_unmarked_first(props, block.marks_len),
             tags=pa.concat_arrays([p.tags for p in parts]).to_pylist(),
             born_timestamps=np.concatenate([p.born_timestamp for p in parts]),
             flags=np.concatenate([p.flag for p in parts]),
@@ -465,33 +512,27 @@ class SinkTransactions:
         offset = max(self._floor, self.store.min_offset(ss.HALF_TOPIC, 0))
         end = self.store.max_offset(ss.HALF_TOPIC, 0)
         found: dict[tuple[str, int], Block] = {}
-        while offset < end:
-            got = self.store.get_messages(
-                ss.HALF_TOPIC, 0, offset, max_count=_READ_COUNT, max_bytes=_READ_BYTES
-            )
+        while offset < end:  # one read per staged send: its first record has the marks
+            got = self.store.get_messages(ss.HALF_TOPIC, 0, offset, max_count=1)
             if not got.count:
-                break
-            batch = decode_records(got.data, got.record_starts(), got.sizes)
-            columns = batch.select(
-                ["properties", "queueOffset", "commitLogOffset", "bornHost", "storeTimestamp"]
-            ).to_pylist()
-            for row in columns:
-                mark = ss.parse_marks(dict(row["properties"]))
-                if mark is None:
-                    continue
-                if mark.transaction_id in self._resolved and mark.transaction_id not in committing:
-                    continue
-                key = (mark.transaction_id, mark.sequence)
-                block = found.get(key)
-                if block is not None:
-                    block.count += 1
-                    continue
+                offset = got.next_begin_offset if got.next_begin_offset > offset else end
+                continue
+            row = decode_records(got.data, got.record_starts(), got.sizes).to_pylist()[0]
+            mark = ss.parse_marks(dict(row["properties"]))
+            if mark is None:  # not the start of a staged send (the floor is one, always)
+                offset += 1
+                continue
+            # a crash may have cut the send's last records: count what is there
+            count = min(mark.count, end - offset)
+            key = (mark.transaction_id, mark.sequence)
+            ended = mark.transaction_id in self._resolved
+            if key not in found and (not ended or mark.transaction_id in committing):
                 found[key] = Block(
                     sink_id=mark.sink_id,
                     transaction_id=mark.transaction_id,
                     sequence=mark.sequence,
-                    half_first=row["queueOffset"],
-                    count=1,
+                    half_first=offset,
+                    count=count,
                     marker=row["commitLogOffset"],
                     topic=mark.topic,
                     queue_id=mark.queue_id,
@@ -500,7 +541,7 @@ class SinkTransactions:
                     born_host=row["bornHost"],
                     staged_at_ms=row["storeTimestamp"],
                 )
-            offset = got.next_begin_offset
+            offset += max(count, 1)
         blocks: dict[str, list[Block]] = defaultdict(list)
         for block in found.values():
             blocks[block.transaction_id].append(block)
@@ -520,3 +561,17 @@ def _sliced(staged: Staged, skip: int) -> Staged:
         born_timestamps=part(staged.born_timestamps),
         flags=part(staged.flags),
     )
+
+
+def _marked_first(properties: ByteColumn, marks: bytes) -> ByteColumn:
+    """``properties`` with ``marks`` after the first item's own."""
+    first_end = int(properties.ends[0])
+    data = properties.data
+    return ByteColumn(data[:first_end] + marks + data[first_end:], properties.ends + len(marks))
+
+
+def _unmarked_first(properties: ByteColumn, marks_len: int) -> ByteColumn:
+    """``properties`` without the last ``marks_len`` bytes of the first item."""
+    first_end = int(properties.ends[0])
+    data = properties.data
+    return ByteColumn(data[: first_end - marks_len] + data[first_end:], properties.ends - marks_len)

@@ -88,8 +88,10 @@ def prepare_batch(
     reconsume_times: Sequence[int] | int | None = None,
     sysflag: int = 0,
     prepared_tx_offset: int = 0,
+    body_crcs: np.ndarray | None = None,
 ) -> PreparedBatch:
-    """Validate and pre-encode ``bodies`` (with encoded ``properties``) for one queue."""
+    """Validate and pre-encode ``bodies`` (with encoded ``properties``) for one queue.
+    ``body_crcs``: the bodies' BODYCRC values when the caller has them (saves a pass)."""
     n = len(bodies)
     if n == 0:
         raise InvalidArgumentError("a batch needs at least one message")
@@ -133,8 +135,10 @@ def prepare_batch(
     sizes = fixed + body_lens + (2 if v2 else 1) + len(topic_bytes) + 2 + prop_lens
     headers["total_size"] = sizes
     headers["magic"] = rec.MAGIC_V2 if v2 else rec.MAGIC_V1
-    crcs = np.fromiter(map(zlib.crc32, body_items), dtype=np.int64, count=n)
-    headers["body_crc"] = crcs & 0x7FFFFFFF
+    if body_crcs is None:
+        crcs = np.fromiter(map(zlib.crc32, body_items), dtype=np.int64, count=n)
+        body_crcs = crcs & 0x7FFFFFFF
+    headers["body_crc"] = body_crcs
     headers["queue_id"] = queue_id
     headers["flag"] = _per_message("flags", flags, n, 0)
     headers["sysflag"] = sysflag
@@ -165,6 +169,69 @@ def finish_batch(
     if n < SMALL_BATCH:
         return memoryview(_join_small(batch))
     return _join_arrow(batch)
+
+
+@dataclass
+class EncodedBatch:
+    """Records laid out back to back, all but their offsets and store time: :func:`stamp`
+    writes those in place when the batch is written (:func:`set_prepared_offset` may set
+    the prepared transaction offset before)."""
+
+    data: np.ndarray  # uint8, writable
+    starts: np.ndarray  # int64 start of each record in data
+    sizes: np.ndarray  # int64 record sizes
+    fields: dict[str, int]  # byte position within a record of each field written later
+
+    @property
+    def count(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+_LATER = ("queue_offset", "physical_offset", "store_timestamp", "prepared_tx_offset")
+_LANES = np.arange(16)
+
+
+def encode_unstamped(batch: PreparedBatch) -> EncodedBatch:
+    """Lay the records of ``batch`` out now, to be stamped and written later."""
+    n = batch.count
+    laid = _join_small(batch) if n < SMALL_BATCH else _join_arrow(batch)
+    data = np.frombuffer(bytearray(laid), dtype=np.uint8)
+    starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(batch.sizes[:-1], out=starts[1:])
+    fields = {name: batch.headers.dtype.fields[name][1] for name in _LATER}
+    assert fields["physical_offset"] == fields["queue_offset"] + 8  # RocketMQ's layout
+    return EncodedBatch(data, starts, batch.sizes, fields)
+
+
+def _put(batch: EncodedBatch, field: str, values: np.ndarray, width: int) -> None:
+    """Big-endian ``values`` (``width`` bytes per record) at ``field`` of every record."""
+    where = (batch.starts + batch.fields[field])[:, None] + _LANES[:width]
+    batch.data[where] = values.view(np.uint8).reshape(batch.count, width)
+
+
+def set_prepared_offset(batch: EncodedBatch, prepared_tx_offset: int) -> None:
+    _put(batch, "prepared_tx_offset", np.full(batch.count, prepared_tx_offset, ">i8"), 8)
+
+
+def stamp(
+    batch: EncodedBatch,
+    first_queue_offset: int,
+    physical_offsets: np.ndarray,
+    store_timestamp: int,
+) -> memoryview:
+    """Write the queue and physical offsets and the store time into every record of
+    ``batch`` (big-endian, in place); returns the records."""
+    n = batch.count
+    offsets = np.empty((n, 2), dtype=">i8")  # QUEUEOFFSET then PHYSICALOFFSET
+    offsets[:, 0] = np.arange(first_queue_offset, first_queue_offset + n)
+    offsets[:, 1] = physical_offsets
+    _put(batch, "queue_offset", offsets, 16)
+    _put(batch, "store_timestamp", np.full(n, store_timestamp, ">i8"), 8)
+    return memoryview(batch.data)
 
 
 def warm_up() -> None:

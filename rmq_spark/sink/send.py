@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,6 +72,9 @@ class TaskWriter:
         self._rows = 0
         self._sequence: dict[str, int] = {}
         self._limits: dict[str, int] = {}
+        # One send in flight while the next is encoded; one at a time keeps queue order.
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix="rocketlite-sink-send")
+        self._in_flight: tuple[Future, Callable[[], None]] | None = None
         if options.name_server is not None:
             from rmq_spark.client.remoting import RemotingClient
 
@@ -97,9 +101,11 @@ class TaskWriter:
             self._write_topic(self.options.topic, batch, rows)
 
     def finish(self) -> SinkCommit:
+        self._wait_in_flight()
         return self.commit
 
     def close(self) -> None:
+        self._sender.shutdown(wait=True)
         if self._cluster is not None:
             self._cluster.close()
         if self._remoting is not None:
@@ -207,14 +213,29 @@ class TaskWriter:
             request.stage.transaction_id = self.transaction_id
             request.stage.sequence = sequence
         conn = self._cluster.connection(self._cluster.endpoint_of(mq.broker_name))
-        try:
-            conn.call(conn.messaging.SendMessages, request)
-        except NotFoundError as exc:
-            raise NotFoundError(f"writing to topic {mq.topic!r}: {exc}") from None
+
+        def call() -> None:
+            try:
+                conn.call(conn.messaging.SendMessages, request)
+            except NotFoundError as exc:
+                raise NotFoundError(f"writing to topic {mq.topic!r}: {exc}") from None
+
+        def sent() -> None:
+            if self.options.exactly_once:
+                txn, count = self.commit.parts.get(mq.broker_name, (self.transaction_id, 0))
+                self.commit.parts[mq.broker_name] = (txn, count + end - start)
+
         if self.options.exactly_once:
             self._sequence[mq.broker_name] = sequence + 1
-            txn, count = self.commit.parts.get(mq.broker_name, (self.transaction_id, 0))
-            self.commit.parts[mq.broker_name] = (txn, count + end - start)
+        self._wait_in_flight()
+        self._in_flight = (self._sender.submit(call), sent)
+
+    def _wait_in_flight(self) -> None:
+        if self._in_flight is not None:
+            future, sent = self._in_flight
+            self._in_flight = None
+            future.result()
+            sent()
 
     def _send_remoting(self, mq, encoded, start: int, end: int, level: int) -> None:
         assert self._remoting is not None

@@ -26,7 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from rmq_spark.codec import record as rec
-from rmq_spark.codec.batch_encode import finish_batch, prepare_batch, warm_up
+from rmq_spark.codec.batch_encode import (
+    EncodedBatch,
+    finish_batch,
+    prepare_batch,
+    stamp,
+    warm_up,
+)
 from rmq_spark.codec.properties import TAGS, decode_properties, encode_properties
 from rmq_spark.codec.tag_column import hash_codes
 from rmq_spark.errors import (
@@ -320,6 +326,8 @@ class MessageStore:
         sysflag: int = 0,
         prepared_tx_offset: int = 0,
         delivery_delay_ms: int | None = None,
+        body_crcs: np.ndarray | None = None,
+        tag_codes: np.ndarray | None = None,
     ) -> AppendResult:
         """Append a batch of messages to one queue; returns their offsets.
 
@@ -332,6 +340,8 @@ class MessageStore:
         committed transactional message points at its half message this way).
         With ``delivery_delay_ms`` (delayed messages, in the schedule topic) the entries'
         tag-code slot holds each message's delivery time instead: the store time plus it.
+        ``body_crcs`` and ``tag_codes``, when the caller has them already, save computing
+        them again (they must be the bodies' and tags').
         """
         self._check_open()
         if properties is None and tags is not None:
@@ -360,32 +370,70 @@ class MessageStore:
             reconsume_times=reconsume_times,
             sysflag=sysflag,
             prepared_tx_offset=prepared_tx_offset,
+            body_crcs=body_crcs,
         )
         self._check_sizes(batch)
-        if tags is None:
-            tags = [decode_properties(p).get(TAGS) for p in batch.properties]
-        elif len(tags) != batch.count:
-            raise InvalidArgumentError(f"{len(tags)} tags for {batch.count} messages")
-        tag_codes = hash_codes(tags)
-        too_big = batch.sizes > self.config.commitlog_segment_bytes - rec.BLANK_MARKER_SIZE
+        if tag_codes is None:
+            if tags is None:
+                tags = [decode_properties(p).get(TAGS) for p in batch.properties]
+            elif len(tags) != batch.count:
+                raise InvalidArgumentError(f"{len(tags)} tags for {batch.count} messages")
+            tag_codes = hash_codes(tags)
+        delay = delivery_delay_ms
+
+        def lay_out(first: int, positions: np.ndarray, store_ts: int):
+            data = finish_batch(batch, first, positions, store_ts)
+            codes = tag_codes if delay is None else [store_ts + delay] * batch.count
+            return data, codes
+
+        return self._write(topic, queue_id, batch.sizes, lay_out)
+
+    def append_encoded(
+        self,
+        topic: str,
+        queue_id: int,
+        batch: EncodedBatch,
+        tag_codes: np.ndarray,
+    ) -> AppendResult:
+        """Append records laid out beforehand (:func:`~rmq_spark.codec.batch_encode.
+        encode_unstamped`, for ``topic``/``queue_id``): only their offsets and store time
+        are written into them now. A committed transaction's rows are written this way,
+        their encoding paid when they were staged."""
+        self._check_open()
+        config = self.topics.get(topic)
+        if not config.is_writable:
+            raise PermissionDeniedError(
+                f"topic {topic!r} is not writable (perm {config.perm}); "
+                "update it with perm 6 to allow writes"
+            )
+        self.health.check_writable()
+
+        def lay_out(first: int, positions: np.ndarray, store_ts: int):
+            return stamp(batch, first, positions, store_ts), tag_codes
+
+        return self._write(topic, queue_id, batch.sizes, lay_out)
+
+    def _write(self, topic: str, queue_id: int, sizes: np.ndarray, lay_out) -> AppendResult:
+        """Write one batch of records to the commit log and its consume queue, under the
+        write lock. ``lay_out(first queue offset, physical offsets, store time)`` returns
+        the records and their tag codes."""
+        too_big = sizes > self.config.commitlog_segment_bytes - rec.BLANK_MARKER_SIZE
         if too_big.any():
             raise InvalidArgumentError(
-                f"a record of {int(batch.sizes[too_big][0])} bytes does not fit in a "
+                f"a record of {int(sizes[too_big][0])} bytes does not fit in a "
                 f"commit-log segment of {self.config.commitlog_segment_bytes} bytes"
             )
         with self._write_lock:
             self._check_open()
             cq = self._queue(topic, queue_id)
             first = cq.max_offset
-            plan = self.commitlog.plan(batch.sizes)
+            plan = self.commitlog.plan(sizes)
             store_ts = max(now_ms(), self._last_store_ts)
-            data = finish_batch(batch, first, plan.positions, store_ts)
-            if delivery_delay_ms is not None:
-                tag_codes = [store_ts + delivery_delay_ms] * batch.count
+            data, tag_codes = lay_out(first, plan.positions, store_ts)
             log_end = self.commitlog.max_offset
             try:
-                self.commitlog.write(data, batch.sizes, plan)
-                cq.put(first, plan.positions, batch.sizes, tag_codes)
+                self.commitlog.write(data, sizes, plan)
+                cq.put(first, plan.positions, sizes, tag_codes)
             except OSError as exc:
                 self._undo_append(cq, first, log_end)
                 raise self.health.write_failed(exc) from exc

@@ -134,9 +134,9 @@ def test_a_commit_of_rows_the_broker_does_not_hold_is_refused(pending, decision,
 
 
 def test_stage_marks_round_trip():
-    marks = ss.stage_marks("q-1", "q-1.b0.p2.a0.ff", 3, "orders", 2, 4)
+    marks = ss.stage_marks("q-1", "q-1.b0.p2.a0.ff", 3, "orders", 2, 4, 500)
     mark = ss.parse_marks(decode_properties(marks))
-    assert mark == ss.StageMark("q-1", "q-1.b0.p2.a0.ff", 3, "orders", 2, 4)
+    assert mark == ss.StageMark("q-1", "q-1.b0.p2.a0.ff", 3, "orders", 2, 4, 500)
     assert mark.marks() == marks
     assert ss.parse_marks({"TAGS": "a"}) is None
 
