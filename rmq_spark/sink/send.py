@@ -76,9 +76,11 @@ class TaskWriter:
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="rocketlite-sink-send")
         self._in_flight: tuple[Future, Callable[[], None]] | None = None
         if options.name_server is not None:
-            from rmq_spark.client.remoting import RemotingClient
+            from rmq_spark.client.remoting import RemotingProducer
 
-            self._remoting = RemotingClient(options.name_server, options.client_config())
+            self._remoting = RemotingProducer(
+                options.name_server, PRODUCER_GROUP, options.client_config()
+            )
             self._cluster = None
         else:
             self._remoting = None
@@ -141,7 +143,7 @@ class TaskWriter:
 
     def _writable(self, topic: str) -> list[MessageQueue]:
         if self._remoting is not None:
-            queues = list(self._remoting.route(topic).writable)
+            queues = self._remoting.writable_queues(topic)
         else:
             assert self._cluster is not None
             route: TopicRoute = self._cluster.route(topic)
@@ -248,7 +250,7 @@ class TaskWriter:
             if level:
                 item[DELAY] = str(level)
             fields.append(item)
-        self._remoting.send(mq, bodies, fields, producer_group=PRODUCER_GROUP)
+        self._remoting.client.send(mq, bodies, fields, producer_group=PRODUCER_GROUP)
 
 
 def _offsets(sizes: np.ndarray) -> np.ndarray:

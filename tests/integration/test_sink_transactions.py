@@ -242,3 +242,22 @@ def _end_ignoring_the_kill(opts: SinkOptions, sink: str, commit) -> None:
         end_batch(opts, sink, 0, [commit])
     except Exception:  # the broker died under the call: expected here
         pass
+
+
+def test_a_delayed_row_is_delivered_its_delay_after_the_commit(broker):
+    ep = broker.endpoint
+    plan = plan_columns([("body", "string"), ("delayLevel", "int")], "out")
+    writer = TaskWriter(options(ep), plan, "s9", "s9.t", 0)
+    try:
+        writer.write(pa.RecordBatch.from_pydict({"body": ["now", "later"], "delayLevel": [0, 1]}))
+        commit = writer.finish()
+    finally:
+        writer.close()
+    time.sleep(1.2)  # longer than level 1 (1 s): the delay starts at the commit, not the send
+    assert visible(ep) == []
+    end_batch(options(ep), "s9", 0, [commit])
+    assert visible(ep) == [b"now"]
+    deadline = time.monotonic() + 10
+    while visible(ep) != [b"later", b"now"]:
+        assert time.monotonic() < deadline, visible(ep)
+        time.sleep(0.1)

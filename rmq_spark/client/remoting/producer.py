@@ -93,6 +93,11 @@ class RemotingProducer:
             return _results(answer)
         raise AssertionError("unreachable")
 
+    def writable_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues in route order; for a topic that does not exist yet,
+        the queues a first send creates it with (TBW102's route, as Java's producer)."""
+        return list(self._route(validate_topic(topic)).writable)
+
     def _pick(self, topic: str, sharding_key: str | None, avoid: set[str]) -> MessageQueue:
         queues = self._route(topic).writable
         if not queues:

@@ -1,0 +1,92 @@
+"""The ``rocketlite`` sink through ``nameServer`` (RocketMQ's remoting protocol), at least
+once: into the rocketlite broker's remoting port (always), and into Apache RocketMQ 4.9 itself
+(when ``ROCKETMQ_HOME`` names a build)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sink_helpers import bodies
+from spark_helpers import create_topic
+
+from rmq_spark.client.remoting import RemotingClient
+from rmq_spark.errors import NotFoundError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.integration import rocketmq_harness
+from tests.integration.broker_harness import BrokerProcess
+
+
+def _write(df, name_server: str, topic: str, **options: str) -> None:
+    writer = df.write.format("rocketlite").option("nameServer", name_server).mode("append")
+    for key, value in {"topic": topic, "exactlyOnce": "false", **options}.items():
+        writer = writer.option(key, value)
+    writer.save()
+
+
+def _rows(spark, count: int):
+    return spark.createDataFrame(
+        [(f"m{i}", "TagA" if i % 2 else "TagB", f"k{i}", {"n": str(i)}) for i in range(count)],
+        "body string, tags string, keys string, properties map<string,string>",
+    )
+
+
+def test_writes_through_the_remoting_port(spark, tmp_path):
+    broker = BrokerProcess(
+        "broker-a", tmp_path / "store", tmp_path / "broker.log", ["--remoting-port", "0"]
+    ).start()
+    try:
+        create_topic(broker.endpoint, "ViaRemoting", queues=3)
+        _write(_rows(spark, 120), broker.remoting_address, "ViaRemoting", sendBatchSize="16")
+        assert bodies(broker.endpoint, "ViaRemoting") == sorted(
+            f"m{i}".encode() for i in range(120)
+        )
+    finally:
+        broker.stop()
+
+
+def test_exactly_once_is_refused_through_a_name_server(spark):
+    df = spark.createDataFrame([("x",)], "body string")
+    with pytest.raises(Exception, match="exactlyOnce=true needs rocketlite brokers"):
+        _write(df, "127.0.0.1:9876", "T", exactlyOnce="true")
+
+
+@pytest.fixture(scope="module")
+def apache(tmp_path_factory):
+    if not rocketmq_harness.available():
+        pytest.skip("needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/")
+    cluster = rocketmq_harness.RocketMQCluster(tmp_path_factory.mktemp("apache")).start()
+    yield cluster
+    cluster.stop()
+
+
+def test_writes_into_apache_rocketmq(spark, apache):
+    topic = "SparkIntoApache"
+    _write(_rows(spark, 200), apache.name_server, topic)  # the topic is made on first send
+    with RemotingClient(apache.name_server) as client:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                queues = client.route(topic).readable
+                break
+            except NotFoundError:
+                assert time.monotonic() < deadline, "the topic never showed up in its route"
+                time.sleep(1)
+        found = []
+        for mq in queues:
+            offset = 0
+            while True:
+                answer = client.pull(mq, offset, max_messages=64)
+                batch = answer.records()
+                if not batch.num_rows:
+                    break
+                found += batch.to_pylist()
+                offset = answer.next_begin_offset
+    assert sorted(r["body"] for r in found) == sorted(f"m{i}".encode() for i in range(200))
+    by_body = {r["body"]: r for r in found}
+    assert by_body[b"m7"]["tags"] == "TagA"
+    assert by_body[b"m7"]["keys"] == "k7"
+    assert dict(by_body[b"m7"]["properties"])["n"] == "7"
