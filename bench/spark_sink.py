@@ -56,9 +56,7 @@ def send_batch(endpoint: str, topic: str, bodies: list[bytes], tags: list[str]) 
         def send(lo: int, hi: int) -> None:
             for start in range(lo, hi, 4096):
                 end = min(hi, start + 4096)
-                producer.send_batch(
-                    topic, [Message(bodies[i], tags[i]) for i in range(start, end)]
-                )
+                producer.send_batch(topic, [Message(bodies[i], tags[i]) for i in range(start, end)])
 
         threads = [threading.Thread(target=send, args=half) for half in halves]
         for thread in threads:

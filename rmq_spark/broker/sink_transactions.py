@@ -46,7 +46,12 @@ from rmq_spark.codec.batch_encode import (
 from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.codec.tag_column import hash_codes
 from rmq_spark.durable_json import read_json_with_backup, write_json_atomic
-from rmq_spark.errors import InvalidArgumentError, StoreError, UnavailableError
+from rmq_spark.errors import (
+    InvalidArgumentError,
+    ResourceExhaustedError,
+    StoreError,
+    UnavailableError,
+)
 from rmq_spark.names import SCHEDULE_TOPIC, validate_sink_id
 from rmq_spark.structs import PullStatus
 
@@ -140,9 +145,9 @@ class SinkTransactions:
         self._load()
         self._rebuild()
         with self._end_lock:
-            self._finish_committing()
-            self._expire(_now_ms())
-            self._save()
+            self._finish_committing()  # saves when it had anything to finish
+            if self._expire(_now_ms()):
+                self._save()
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -450,7 +455,7 @@ class SinkTransactions:
             self._floor = self._queue_end(ss.HALF_TOPIC, 0)
         self._resolved = {t: v for t, v in self._resolved.items() if v[1] > self._floor}
 
-    def _expire(self, now: int) -> None:
+    def _expire(self, now: int) -> bool:
         with self._lock:
             old = [
                 txn
@@ -466,6 +471,7 @@ class SinkTransactions:
                 len(old),
                 self.timeout_ms,
             )
+        return bool(old)
 
     def _queue_end(self, topic: str, queue_id: int) -> int:
         if self.store.topics.find(topic) is None:
@@ -487,7 +493,13 @@ class SinkTransactions:
                 "sinks": {sink: record.to_json() for sink, record in sinks},
                 "committing": self._committing,
             }
-        write_json_atomic(self._path, state)
+        try:
+            write_json_atomic(self._path, state)
+        except OSError as exc:
+            raise ResourceExhaustedError(
+                f"cannot record the sink transactions in {self._path}: {exc.strerror}; free "
+                "disk space; ending the batch again is safe (no row is made visible twice)"
+            ) from exc
 
     def _load(self) -> None:
         state, _ = read_json_with_backup(self._path)

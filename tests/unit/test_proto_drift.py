@@ -38,6 +38,7 @@ EXPECTED_RPCS = {
             "QueryOffsets",
             "ViewMessage",
             "ConsumerSendBack",
+            "EndSinkBatch",
         },
     ),
     "OffsetService": (
