@@ -14,7 +14,8 @@ into a topic of its own with 8 queues:
 Cases run in interleaved rounds after an untimed warm-up; the table gives each case's median
 rows/s and MB/s (bodies) over rounds with the spread, and the two ratios the targets are on,
 taken within each round: exactly-once / at-least-once (target >= 0.7) and
-at-least-once / send_batch (target >= 0.7).
+at-least-once / send_batch (target >= 0.7); then the broker's CPU time per row of each case
+(user + system, from /proc).
 
 Run: ``.venv/bin/python bench/spark_sink.py [--rows N] [--rounds R] [--quick]``.
 """
@@ -32,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import broker_process
+from _common import broker_process, process_cpu_seconds
 
 QUEUES = 8
 SIZES = (100, 1024)
@@ -78,16 +79,17 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="rmq-sink-bench-"))
     broker = broker_process(work / "store", work / "broker.log").start()
     try:
-        results = run(args, broker.endpoint)
+        results, cpu = run(args, broker.endpoint, broker.pid)
     finally:
         broker.stop()
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)
     report(results, args.rounds)
+    report_cpu(cpu, args.rows)
 
 
-def run(args, endpoint: str) -> dict[tuple[int, str], list[float]]:
+def run(args, endpoint: str, broker_pid: int):
     from pyspark.sql import SparkSession
 
     from rmq_spark.client import Admin
@@ -134,18 +136,23 @@ def run(args, endpoint: str) -> dict[tuple[int, str], list[float]]:
         for fn in cases.values():
             fn(size)
     seconds: dict[tuple[int, str], list[float]] = {}
+    cpu: dict[tuple[int, str], list[float]] = {}
     names = list(cases)
     for round_no in range(args.rounds):
         order = names[round_no % 3 :] + names[: round_no % 3]
         for size in sizes:
             for name in order:
+                used = process_cpu_seconds(broker_pid)
                 started = time.perf_counter()
                 cases[name](size)
                 seconds.setdefault((size, name), []).append(time.perf_counter() - started)
+                cpu.setdefault((size, name), []).append(process_cpu_seconds(broker_pid) - used)
         print(f"round {round_no + 1}/{args.rounds} done", flush=True)
     admin.close()
     spark.stop()
-    return {key: [counts[key[0]] / s for s in values] for key, values in seconds.items()}
+    rates = {key: [counts[key[0]] / s for s in values] for key, values in seconds.items()}
+    per_row = {key: [c / counts[key[0]] * 1e6 for c in values] for key, values in cpu.items()}
+    return rates, per_row
 
 
 def report(rates: dict[tuple[int, str], list[float]], rounds: int) -> None:
@@ -170,6 +177,12 @@ def report(rates: dict[tuple[int, str], list[float]], rounds: int) -> None:
                 f"{size:>5}B  {label:<30} {median:>6.2f} {min(per_round):>5.2f}-"
                 f"{max(per_round):<5.2f}  >= {TARGETS[label]} {verdict}"
             )
+
+
+def report_cpu(cpu: dict[tuple[int, str], list[float]], rows: int) -> None:
+    print(f"\n{'body':>6}  {'case':<14} {'broker CPU µs/row':>18}")
+    for (size, name), values in cpu.items():
+        print(f"{size:>5}B  {name:<14} {statistics.median(values):>18.2f}")
 
 
 if __name__ == "__main__":
