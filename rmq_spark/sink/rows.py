@@ -98,6 +98,12 @@ def plan_columns(fields: Sequence[tuple[str, str]], default_topic: str | None) -
     for name, kind in fields:
         if name in SOURCE_ONLY:
             continue
+        if name == "deliveryTimestamp":
+            raise InvalidArgumentError(
+                "column 'deliveryTimestamp' is not supported: rocketlite's gRPC sends and "
+                "RocketMQ 4's remoting sends delay by level only; give a 'delayLevel' column "
+                "(1..18: 1s 5s 10s 30s 1m ... 2h) instead"
+            )
         allowed = ACCEPTED.get(name)
         if allowed is None:
             raise InvalidArgumentError(
