@@ -120,6 +120,44 @@ def _commits(checkpoint: Path) -> int:
     return len(list((checkpoint / "commits").glob("[0-9]*")))
 
 
+def _wait_for_commit(job: subprocess.Popen, checkpoint: Path, log: Path) -> None:
+    """Until the running job commits one more micro-batch."""
+    deadline = time.monotonic() + 120
+    done = _commits(checkpoint)
+    while _commits(checkpoint) <= done:
+        assert job.poll() is None, f"the job exited early:\n{_log_tail(log)}"
+        assert time.monotonic() < deadline, f"no batch committed:\n{_log_tail(log)}"
+        time.sleep(0.05)
+
+
+def _kill_python_workers(session: int) -> int:
+    """SIGKILL the job's forked Python workers (children of its pyspark.daemon processes),
+    as an executor losing them; returns how many."""
+    daemons, killed = set(), 0
+    procs = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) != session:
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ProcessLookupError, ValueError):
+            continue
+        procs.append((int(entry.name), parent, cmdline))
+        if "pyspark.daemon" in cmdline:
+            daemons.add(int(entry.name))
+    for pid, parent, _ in procs:
+        if parent in daemons:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
 class Watcher(threading.Thread):
     """A consumer of the target topic while the job runs: everything it saw, in order."""
 
@@ -152,7 +190,7 @@ def test_exactly_once_through_task_failure_and_driver_kills(broker_factory, topi
     source, target = topic, topic + "-out"
     create_topic(broker.endpoint, source, queues=4)
     create_topic(broker.endpoint, target, queues=3)
-    sent = produce_keyed(broker.endpoint, source, 1200)
+    sent = produce_keyed(broker.endpoint, source, 3000)
     checkpoint, marker, log = (
         tmp_path / "checkpoint",
         tmp_path / "failed-once",
@@ -163,16 +201,16 @@ def test_exactly_once_through_task_failure_and_driver_kills(broker_factory, topi
     watcher.start()
     kills = 0
     try:
-        # Kill the driver three times while a batch is being written, at different points.
-        for kill_after_s in (0.4, 1.1, 0.7):
+        # Kill the driver three times while a batch is being written, at different points;
+        # in the first run, kill the Python workers that run the sink's tasks (the executor's
+        # side) once before, and let Spark retry them.
+        for run, kill_after_s in enumerate((0.4, 1.1, 0.7)):
             job = _job(args, log)
             try:
-                deadline = time.monotonic() + 120
-                done = _commits(checkpoint)
-                while _commits(checkpoint) <= done:
-                    assert job.poll() is None, f"the job exited early:\n{_log_tail(log)}"
-                    assert time.monotonic() < deadline, f"no batch committed:\n{_log_tail(log)}"
-                    time.sleep(0.05)
+                _wait_for_commit(job, checkpoint, log)
+                if run == 0:
+                    workers_killed = _kill_python_workers(job.pid)
+                    _wait_for_commit(job, checkpoint, log)
                 time.sleep(kill_after_s)
             finally:
                 os.killpg(job.pid, signal.SIGKILL)
@@ -186,6 +224,7 @@ def test_exactly_once_through_task_failure_and_driver_kills(broker_factory, topi
         watcher.join(30)
 
     assert kills == 3
+    assert workers_killed, "no Python worker of the job was found to kill"
     assert marker.exists(), "the injected task failure did not happen"
     found = read_all(broker.endpoint, target)
     copied = [row["body"].decode() for queue in found.values() for row in queue]
