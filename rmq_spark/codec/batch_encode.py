@@ -202,7 +202,9 @@ def encode_unstamped(batch: PreparedBatch) -> EncodedBatch:
     data = np.frombuffer(bytearray(laid), dtype=np.uint8)
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(batch.sizes[:-1], out=starts[1:])
-    fields = {name: batch.headers.dtype.fields[name][1] for name in _LATER}
+    layout = batch.headers.dtype.fields
+    assert layout is not None  # a structured dtype
+    fields = {name: layout[name][1] for name in _LATER}
     assert fields["physical_offset"] == fields["queue_offset"] + 8  # RocketMQ's layout
     return EncodedBatch(data, starts, batch.sizes, fields)
 
@@ -231,7 +233,7 @@ def stamp(
     offsets[:, 1] = physical_offsets
     _put(batch, "queue_offset", offsets, 16)
     _put(batch, "store_timestamp", np.full(n, store_timestamp, ">i8"), 8)
-    return memoryview(batch.data)
+    return memoryview(batch.data.data)
 
 
 def warm_up() -> None:

@@ -11,7 +11,7 @@ import difflib
 import hashlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rmq_spark.client.connection import ClientConfig, RetryPolicy
 from rmq_spark.errors import InvalidArgumentError
@@ -96,6 +96,7 @@ class SinkOptions:
                 validate_topic(topic)
             except InvalidArgumentError as exc:
                 raise bad("topic", topic, str(exc)) from None
+        credentials = credential_options(raw)
         sink_id = raw.get("sinkId")
         if sink_id is not None:
             try:
@@ -116,12 +117,13 @@ class SinkOptions:
             sink_id=sink_id,
             checkpoint_location=raw.get("checkpointLocation"),
             **tls_options(raw),
-            **credential_options(raw),
+            access_key=credentials.get("access_key"),
+            secret_key=credentials.get("secret_key"),
         )
 
     def client_config(self) -> ClientConfig:
         backoff = self.retry_backoff_ms
-        return ClientConfig(
+        config = ClientConfig(
             request_timeout_ms=self.send_timeout_ms,
             retry=RetryPolicy(
                 attempts=self.max_retries + 1,
@@ -132,12 +134,10 @@ class SinkOptions:
             tls_ca_file=self.tls_ca_file,
             tls_cert_file=self.tls_cert_file,
             tls_key_file=self.tls_key_file,
-            **(
-                {}
-                if self.access_key is None
-                else {"access_key": self.access_key, "secret_key": self.secret_key or ""}
-            ),
         )
+        if self.access_key is None:  # ClientConfig's default: ROCKETLITE_ACCESS_KEY, if set
+            return config
+        return replace(config, access_key=self.access_key, secret_key=self.secret_key or "")
 
     def stream_sink_id(self) -> str:
         """The sink id of a streaming query: ``sinkId``, else one derived from the

@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from rmq_spark.client.cluster import Cluster
+from rmq_spark.client.remoting import RemotingProducer
 from rmq_spark.client.route import TopicRoute
 from rmq_spark.codec.properties import DELAY, decode_properties
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
@@ -75,15 +76,13 @@ class TaskWriter:
         # One send in flight while the next is encoded; one at a time keeps queue order.
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="rocketlite-sink-send")
         self._in_flight: tuple[Future, Callable[[], None]] | None = None
+        self._remoting: RemotingProducer | None = None
+        self._cluster: Cluster | None = None
         if options.name_server is not None:
-            from rmq_spark.client.remoting import RemotingProducer
-
             self._remoting = RemotingProducer(
                 options.name_server, PRODUCER_GROUP, options.client_config()
             )
-            self._cluster = None
         else:
-            self._remoting = None
             self._cluster = Cluster(options.endpoints, options.client_config())
 
     def write(self, batch: pa.RecordBatch) -> None:
