@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120
 
 
-def run_example(name: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "false"}
+def run_example(name: str, timeout_s: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """``python examples/<name>``, which must exit 0 within ``timeout_s``."""
+    env = {**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "false", "PYSPARK_PYTHON": sys.executable}
     try:
         done = subprocess.run(
             [sys.executable, str(ROOT / "examples" / name)],
@@ -27,10 +28,10 @@ def run_example(name: str) -> subprocess.CompletedProcess[str]:
             env=env,
             capture_output=True,
             text=True,
-            timeout=TIMEOUT_S,
+            timeout=timeout_s,
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{name} ran longer than {TIMEOUT_S} s; output so far:\n{exc.stdout}")
+        pytest.fail(f"{name} ran longer than {timeout_s} s; output so far:\n{exc.stdout}")
     assert done.returncode == 0, (
         f"{name} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     )

@@ -21,6 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO))  # tests.integration.rocketmq_harness
 
 from broker_harness import TEST_STORE_FLAGS, BrokerProcess  # noqa: E402
 
@@ -92,3 +93,16 @@ def topic(request) -> str:
     """A topic name no other test uses."""
     stem = re.sub(r"[^a-zA-Z0-9_-]", "_", request.node.name)[:80]
     return f"{stem}-{next(_names)}"
+
+
+@pytest.fixture(scope="module")
+def apache(tmp_path_factory):
+    """An Apache RocketMQ 4.9 name server and broker (``.name_server``); skips the test
+    without a build in ``ROCKETMQ_HOME``."""
+    from tests.integration import rocketmq_harness
+
+    if not rocketmq_harness.available():
+        pytest.skip("needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/")
+    cluster = rocketmq_harness.RocketMQCluster(tmp_path_factory.mktemp("apache")).start()
+    yield cluster
+    cluster.stop()

@@ -186,3 +186,22 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, query=N
             raise AssertionError(f"the query stopped while waiting for {what}: {query.exception()}")
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def start_job(script: Path, args: list[str], log: Path):
+    """``python script args...`` in its own process group (so SIGKILLing the group kills
+    its JVM and Python workers too), appending its output to ``log``."""
+    import subprocess
+    import sys
+
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, str(script), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def log_tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])

@@ -3,35 +3,13 @@ print checked."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_S = 300
+import test_examples as examples  # tests/integration: runs an example as a user does
 
 
 def run_example(name: str) -> str:
-    env = {**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "false", "PYSPARK_PYTHON": sys.executable}
-    try:
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "examples" / name)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{name} ran longer than {TIMEOUT_S} s; output so far:\n{exc.stdout}")
-    assert done.returncode == 0, (
-        f"{name} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
-    )
-    return done.stdout
+    return examples.run_example(name, timeout_s=300).stdout
 
 
 def test_copy_topic_example_copies_every_paid_order_once():

@@ -4,20 +4,15 @@ once: into the rocketlite broker's remoting port (always), and into Apache Rocke
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from broker_harness import BrokerProcess
 from sink_helpers import bodies
 from spark_helpers import create_topic
 
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.errors import NotFoundError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.integration import rocketmq_harness
-from tests.integration.broker_harness import BrokerProcess
 
 
 def _write(df, name_server: str, topic: str, **options: str) -> None:
@@ -52,15 +47,6 @@ def test_exactly_once_is_refused_through_a_name_server(spark):
     df = spark.createDataFrame([("x",)], "body string")
     with pytest.raises(Exception, match="exactlyOnce=true needs rocketlite brokers"):
         _write(df, "127.0.0.1:9876", "T", exactlyOnce="true")
-
-
-@pytest.fixture(scope="module")
-def apache(tmp_path_factory):
-    if not rocketmq_harness.available():
-        pytest.skip("needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/")
-    cluster = rocketmq_harness.RocketMQCluster(tmp_path_factory.mktemp("apache")).start()
-    yield cluster
-    cluster.stop()
 
 
 def test_writes_into_apache_rocketmq(spark, apache):

@@ -7,14 +7,13 @@ import collections
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from sink_helpers import bodies, read_all
-from spark_helpers import create_topic, stream
+from spark_helpers import create_topic, log_tail, start_job, stream
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.structs import MessageQueue
@@ -102,20 +101,6 @@ def test_checkpoint_from_session_conf_needs_a_sink_id(spark, broker, topic, tmp_
 # -- exactly once ----------------------------------------------------------------------------
 
 
-def _job(args: list[str], log: Path) -> subprocess.Popen:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, str(JOB), *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the JVM and workers die with it
-        )
-
-
-def _log_tail(log: Path) -> str:
-    return "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-
-
 def _commits(checkpoint: Path) -> int:
     return len(list((checkpoint / "commits").glob("[0-9]*")))
 
@@ -125,8 +110,8 @@ def _wait_for_commit(job: subprocess.Popen, checkpoint: Path, log: Path) -> None
     deadline = time.monotonic() + 120
     done = _commits(checkpoint)
     while _commits(checkpoint) <= done:
-        assert job.poll() is None, f"the job exited early:\n{_log_tail(log)}"
-        assert time.monotonic() < deadline, f"no batch committed:\n{_log_tail(log)}"
+        assert job.poll() is None, f"the job exited early:\n{log_tail(log)}"
+        assert time.monotonic() < deadline, f"no batch committed:\n{log_tail(log)}"
         time.sleep(0.05)
 
 
@@ -205,7 +190,7 @@ def test_exactly_once_through_task_failure_and_driver_kills(broker_factory, topi
         # in the first run, kill the Python workers that run the sink's tasks (the executor's
         # side) once before, and let Spark retry them.
         for run, kill_after_s in enumerate((0.4, 1.1, 0.7)):
-            job = _job(args, log)
+            job = start_job(JOB, args, log)
             try:
                 _wait_for_commit(job, checkpoint, log)
                 if run == 0:
@@ -217,8 +202,8 @@ def test_exactly_once_through_task_failure_and_driver_kills(broker_factory, topi
                 job.wait(30)
                 kills += 1
         # A last run drains the rest and stops.
-        final = _job([*args, "--available-now"], log)
-        assert final.wait(300) == 0, _log_tail(log)
+        final = start_job(JOB, [*args, "--available-now"], log)
+        assert final.wait(300) == 0, log_tail(log)
     finally:
         watcher.stop.set()
         watcher.join(30)

@@ -11,30 +11,22 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from spark_helpers import create_topic, produce, rows_of, run_available_now, stream
+from spark_helpers import (
+    create_topic,
+    log_tail,
+    produce,
+    rows_of,
+    run_available_now,
+    start_job,
+    stream,
+)
 
 JOB = Path(__file__).with_name("driver_kill_job.py")
-
-
-def _job(args: list[str], log: Path) -> subprocess.Popen:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, str(JOB), *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the JVM and workers die with it
-        )
-
-
-def _log_tail(log: Path) -> str:
-    return "\n".join(log.read_text(errors="replace").splitlines()[-40:])
 
 
 def _batch_in_flight(checkpoint: Path, at_least: int) -> int | None:
@@ -63,14 +55,14 @@ def test_driver_killed_mid_stream_restarts_exactly_once(spark, broker, topic, tm
     checkpoint, output, log = tmp_path / "checkpoint", tmp_path / "out", tmp_path / "job.log"
     args = [broker.endpoint, topic, str(checkpoint), str(output)]
     producer = threading.Thread(target=keep_producing, daemon=True)
-    job = _job(args, log)
+    job = start_job(JOB, args, log)
     try:
         producer.start()
         deadline = time.monotonic() + 120
         in_flight = None
         while in_flight is None:
-            assert job.poll() is None, f"the job exited early:\n{_log_tail(log)}"
-            assert time.monotonic() < deadline, f"no batch in flight in time:\n{_log_tail(log)}"
+            assert job.poll() is None, f"the job exited early:\n{log_tail(log)}"
+            assert time.monotonic() < deadline, f"no batch in flight in time:\n{log_tail(log)}"
             time.sleep(0.02)
             in_flight = _batch_in_flight(checkpoint, at_least=2)
         os.killpg(job.pid, signal.SIGKILL)

@@ -18,7 +18,6 @@ from rmq_spark.errors import NotFoundError
 from rmq_spark.structs import MessageQueue
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.integration import rocketmq_harness
 from tests.integration.broker_harness import BrokerProcess
 
 
@@ -30,15 +29,6 @@ def remoting_broker(tmp_path_factory):
     ).start()
     yield broker
     broker.stop()
-
-
-@pytest.fixture(scope="module")
-def apache(tmp_path_factory):
-    if not rocketmq_harness.available():
-        pytest.skip("needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/")
-    cluster = rocketmq_harness.RocketMQCluster(tmp_path_factory.mktemp("apache")).start()
-    yield cluster
-    cluster.stop()
 
 
 def _read(spark, name_server: str, topic: str | None, **options: str):
