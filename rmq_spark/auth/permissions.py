@@ -98,6 +98,18 @@ def fields(*names: str) -> Callable[[object], Iterable[str]]:
     return lambda request: [v for v in (getattr(request, n) for n in names) if v]
 
 
+def _staging_sink(request) -> Iterable[str]:
+    """A Spark sink is bound to its user as a client id is (``sink:`` keeps the two apart):
+    another user can neither stage into it nor end its batches."""
+    if request.HasField("stage") and request.stage.sink_id:
+        return [f"sink:{request.stage.sink_id}"]
+    return []
+
+
+def _ended_sink(request) -> Iterable[str]:
+    return [f"sink:{request.sink_id}"] if request.sink_id else []
+
+
 def _telemetry(command) -> Iterable[Need]:
     """Settings of a RocketMQ 5 client: Pub per publishing topic, or Sub on the group and
     on each subscribed topic."""
@@ -127,12 +139,14 @@ _GROUP_AND_TOPIC = both(group("group.name"), topic("topic.name", SUB))
 
 RULES: dict[str, Rule] = {
     # rocketlite.v1 MessagingService
-    f"{V1}MessagingService/SendMessages": Rule(needs=topic("topic", PUB)),
+    f"{V1}MessagingService/SendMessages": Rule(
+        needs=topic("topic", PUB), client_ids=_staging_sink
+    ),
     f"{V1}MessagingService/PullMessages": Rule(
         needs=both(topic("queue.topic", SUB), group("consumer_group"))
     ),
-    # commits only what a Pub-checked SendMessages staged; the sink id names the writer
-    f"{V1}MessagingService/EndSinkBatch": Rule(),
+    # commits only what a Pub-checked SendMessages staged, of a sink its caller stages for
+    f"{V1}MessagingService/EndSinkBatch": Rule(client_ids=_ended_sink),
     f"{V1}MessagingService/QueryOffsets": Rule(needs=each_topic("queries", "queue.topic", SUB)),
     # names a commit-log position, not a topic: any topic's record can be read
     f"{V1}MessagingService/ViewMessage": Rule(super_only=True),

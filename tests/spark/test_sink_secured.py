@@ -77,3 +77,34 @@ def test_write_through_tls_with_access_control(spark, broker_factory, topic, tmp
     assert _visible(broker.endpoint, topic, tls) == []
     write("writer", "writer-secret")
     assert _visible(broker.endpoint, topic, tls) == sorted(f"s{i}".encode() for i in range(60))
+
+
+def test_another_user_cannot_end_or_stage_into_a_users_sink(broker_factory, topic, tmp_path):
+    import pyarrow as pa
+
+    from rmq_spark.sink.commit import abort_batch, end_batch
+    from rmq_spark.sink.options import SinkOptions
+    from rmq_spark.sink.rows import plan_columns
+    from rmq_spark.sink.send import TaskWriter
+
+    broker = broker_factory("broker-acl", "--acl", _acl(tmp_path / "acl.json", topic))
+    with Admin(broker.endpoint, ClientConfig(**ADMIN)) as admin:
+        admin.create_topic(topic, queues=1)
+
+    def options(user: str) -> SinkOptions:
+        return SinkOptions.parse(
+            {"endpoints": broker.endpoint, "topic": topic, "accessKey": user,
+             "secretKey": f"{user}-secret"}
+        )  # fmt: skip
+
+    writer = TaskWriter(options("writer"), plan_columns([("body", "string")], topic), "etl",
+                        "etl.t0", 0)  # fmt: skip
+    try:
+        writer.write(pa.RecordBatch.from_pydict({"body": ["a", "b"]}))
+        commit = writer.finish()
+    finally:
+        writer.close()
+    with pytest.raises(Exception, match="access control: user reader may not act as"):
+        abort_batch(options("reader"), "etl", 0)
+    assert end_batch(options("writer"), "etl", 0, [commit]).committed_messages == 2
+    assert _visible(broker.endpoint, topic, {}) == [b"a", b"b"]
