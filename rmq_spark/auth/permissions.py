@@ -139,9 +139,7 @@ _GROUP_AND_TOPIC = both(group("group.name"), topic("topic.name", SUB))
 
 RULES: dict[str, Rule] = {
     # rocketlite.v1 MessagingService
-    f"{V1}MessagingService/SendMessages": Rule(
-        needs=topic("topic", PUB), client_ids=_staging_sink
-    ),
+    f"{V1}MessagingService/SendMessages": Rule(needs=topic("topic", PUB), client_ids=_staging_sink),
     f"{V1}MessagingService/PullMessages": Rule(
         needs=both(topic("queue.topic", SUB), group("consumer_group"))
     ),

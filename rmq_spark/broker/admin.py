@@ -104,6 +104,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             store_host=broker.store_host,
             broker_perm=config.broker_perm,
             auto_create_topics=config.auto_create_topics,
+            default_topic_queues=config.default_topic_queues,
             flush_mode=_FLUSH_MODES[broker.store.config.flush_mode],
             start_timestamp_ms=broker.start_ms,
             now_timestamp_ms=time.time_ns() // 1_000_000,

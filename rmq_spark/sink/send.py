@@ -22,7 +22,12 @@ from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.remoting import RemotingProducer
 from rmq_spark.client.route import TopicRoute
 from rmq_spark.codec.properties import DELAY, decode_properties
-from rmq_spark.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from rmq_spark.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
 from rmq_spark.sink import rows as rowlib
 from rmq_spark.sink.options import SinkOptions
@@ -145,7 +150,11 @@ class TaskWriter:
             queues = self._remoting.writable_queues(topic)
         else:
             assert self._cluster is not None
-            route: TopicRoute = self._cluster.route(topic)
+            try:
+                route: TopicRoute = self._cluster.route(topic)
+            except NotFoundError:  # a topic column's new topic: made as a first send would
+                _create_as_on_first_send(self._cluster, topic)
+                route = self._cluster.route(topic)
             queues = list(route.writable)
         if not queues:
             raise PermissionDeniedError(
@@ -281,16 +290,35 @@ def check_writable_topic(options: SinkOptions) -> None:
         try:
             route = cluster.route(options.topic)
         except NotFoundError:
-            infos = cluster.discover_brokers()
-            if any(info.auto_create_topics for info in infos.values()):
-                return
-            raise InvalidArgumentError(
-                f"topic {options.topic!r} does not exist and the brokers do not create topics "
-                f"on first use; create it first: rocketlite topic create {options.topic}"
-            ) from None
+            _create_as_on_first_send(cluster, options.topic)
+            return
         if not route.writable:
             raise InvalidArgumentError(
                 f"topic {options.topic!r} has no writable queue; update its permissions"
             )
     finally:
         cluster.close()
+
+
+def _create_as_on_first_send(cluster: Cluster, topic: str) -> None:
+    """Create ``topic`` on the brokers that would create it on a first send, with their
+    default queue count (the sink must know a topic's queues before it sends); refuse when
+    no broker creates topics."""
+    infos = cluster.discover_brokers()
+    creating = {ep: info for ep, info in infos.items() if info.auto_create_topics}
+    if not creating:
+        raise InvalidArgumentError(
+            f"topic {topic!r} does not exist and the brokers do not create topics on first "
+            f"use; create it first: rocketlite topic create {topic}"
+        )
+    for endpoint, info in creating.items():
+        queues = info.default_topic_queues or 4
+        request = admin_pb2.CreateTopicRequest(
+            topic=topic, read_queue_nums=queues, write_queue_nums=queues
+        )
+        conn = cluster.connection(endpoint)
+        try:
+            conn.call(conn.admin.CreateTopic, request)
+        except AlreadyExistsError:
+            pass  # made meanwhile (by another writer's first send)
+    cluster.routes.invalidate(topic)

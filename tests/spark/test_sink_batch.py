@@ -184,3 +184,19 @@ def test_unknown_option_is_refused(spark, broker, topic):
         "(?s)unknown option 'sendbatchsizes'.*did you mean sendBatchSize",
         sendBatchSizes=5,
     )
+
+
+def test_a_missing_topic_is_made_by_a_broker_that_creates_topics(spark, broker_factory):
+    auto = broker_factory("broker-auto", "--auto-create-topics")
+    df = spark.createDataFrame([(f"n{i}",) for i in range(30)], "body string")
+    write(df, auto.endpoint, "made-on-first-write")
+    assert bodies(auto.endpoint, "made-on-first-write") == sorted(
+        f"n{i}".encode() for i in range(30)
+    )
+
+
+def test_a_topic_columns_missing_topic_is_made_too(spark, broker_factory):
+    auto = broker_factory("broker-auto-rows", "--auto-create-topics")
+    df = spark.createDataFrame([("x", "per-row-new")], "body string, topic string")
+    write(df, auto.endpoint)
+    assert bodies(auto.endpoint, "per-row-new") == [b"x"]

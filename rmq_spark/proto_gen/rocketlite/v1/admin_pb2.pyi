@@ -182,7 +182,7 @@ class StoreStats(_message.Message):
     def __init__(self, commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., commitlog_segments: _Optional[int] = ..., topic_count: _Optional[int] = ..., queue_count: _Optional[int] = ..., disk_full: _Optional[bool] = ...) -> None: ...
 
 class GetBrokerInfoResponse(_message.Message):
-    __slots__ = ("broker_name", "version", "endpoint", "store_host", "broker_perm", "flush_mode", "start_timestamp_ms", "now_timestamp_ms", "limits", "store_stats", "server_stats", "auto_create_topics")
+    __slots__ = ("broker_name", "version", "endpoint", "store_host", "broker_perm", "flush_mode", "start_timestamp_ms", "now_timestamp_ms", "limits", "store_stats", "server_stats", "auto_create_topics", "default_topic_queues")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +195,7 @@ class GetBrokerInfoResponse(_message.Message):
     STORE_STATS_FIELD_NUMBER: _ClassVar[int]
     SERVER_STATS_FIELD_NUMBER: _ClassVar[int]
     AUTO_CREATE_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_TOPIC_QUEUES_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     version: str
     endpoint: str
@@ -207,7 +208,8 @@ class GetBrokerInfoResponse(_message.Message):
     store_stats: StoreStats
     server_stats: ServerStats
     auto_create_topics: bool
-    def __init__(self, broker_name: _Optional[str] = ..., version: _Optional[str] = ..., endpoint: _Optional[str] = ..., store_host: _Optional[str] = ..., broker_perm: _Optional[_Union[_common_pb2.Permission, str]] = ..., flush_mode: _Optional[_Union[FlushMode, str]] = ..., start_timestamp_ms: _Optional[int] = ..., now_timestamp_ms: _Optional[int] = ..., limits: _Optional[_Union[BrokerLimits, _Mapping]] = ..., store_stats: _Optional[_Union[StoreStats, _Mapping]] = ..., server_stats: _Optional[_Union[ServerStats, _Mapping]] = ..., auto_create_topics: _Optional[bool] = ...) -> None: ...
+    default_topic_queues: int
+    def __init__(self, broker_name: _Optional[str] = ..., version: _Optional[str] = ..., endpoint: _Optional[str] = ..., store_host: _Optional[str] = ..., broker_perm: _Optional[_Union[_common_pb2.Permission, str]] = ..., flush_mode: _Optional[_Union[FlushMode, str]] = ..., start_timestamp_ms: _Optional[int] = ..., now_timestamp_ms: _Optional[int] = ..., limits: _Optional[_Union[BrokerLimits, _Mapping]] = ..., store_stats: _Optional[_Union[StoreStats, _Mapping]] = ..., server_stats: _Optional[_Union[ServerStats, _Mapping]] = ..., auto_create_topics: _Optional[bool] = ..., default_topic_queues: _Optional[int] = ...) -> None: ...
 
 class ServerStats(_message.Message):
     __slots__ = ("held_pulls", "watch_streams", "pull_calls", "messages_pulled")
