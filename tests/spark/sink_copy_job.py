@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
         .option("endpoints", endpoints)
         .option("topic", source)
         .option("startingOffsets", "earliest")
-        .option("maxMessagesPerTrigger", "200")
+        .option("maxMessagesPerTrigger", "400")
         .load()
         .select("body", "keys")
         .mapInArrow(fail_once(marker), "body string, shardingKey string")
