@@ -284,8 +284,10 @@ class SinkTransactions:
                     for txn in plan.commit
                     for b in sorted(self._blocks[txn], key=lambda b: b.sequence)
                 ]
+            # Refuse before anything changes: a topic gone, staged rows deleted by retention.
             for topic in sorted({b.topic for b in blocks}):
-                self.broker.topic_for_write(topic)  # refuses before anything changes
+                self.broker.topic_for_write(topic)
+            self._check_still_staged(blocks)
             committing = [self._commit_entry(b) for b in blocks]
             with self._lock:
                 for txn in plan.commit:
@@ -310,6 +312,19 @@ class SinkTransactions:
             if plan.rollback:
                 log.info("sink %s: rolled back %d transactions", sink_id, len(plan.rollback))
             return plan, sum(b.count for b in blocks), last
+
+    def _check_still_staged(self, blocks: list[Block]) -> None:
+        to_read = [b for b in blocks if b.held is None]
+        if not to_read:
+            return
+        first = self.store.min_offset(ss.HALF_TOPIC, 0)
+        lost = next((b for b in to_read if b.half_first < first), None)
+        if lost is not None:
+            raise StoreError(
+                f"staged messages of transaction {lost.transaction_id!r} were deleted by the "
+                f"store's retention before the commit; the batch must be written again (keep "
+                "--sink-transaction-timeout-ms below the retention time)"
+            )
 
     def pending(self) -> dict[str, int]:
         """Pending transaction id -> messages staged (for tests and status)."""

@@ -207,23 +207,27 @@ def test_producer_sends_and_staged_sends_share_the_queue(broker):
 
 @pytest.mark.slow
 def test_a_broker_killed_during_a_commit_finishes_it_when_it_starts(broker_factory):
-    """The broker is killed while it writes a large commit's rows to their queues (tried at
-    growing delays until a kill lands inside one); when it starts again it writes the rest,
-    and every row is visible once."""
+    """The broker is killed while it writes a large commit's rows to their queues: the test
+    watches the broker's sink state file and kills it as soon as a commit is recorded as in
+    progress. When it starts again it writes the rest, and every row is visible once."""
     process = broker_factory("broker-a")
+    state = process.store_dir / "config" / "sinkTransactions.json"
     with Admin(process.endpoint) as admin:
         admin.create_topic("out", queues=3)
     rows = [f"row-{i:06d}" for i in range(60_000)]
     expected = sorted(r.encode() for r in rows)
     cut_short = 0
-    for attempt, delay_s in enumerate((0.02, 0.05, 0.1, 0.15, 0.2, 0.3)):
+    for attempt in range(5):  # the window is short: try again if a kill came too late
         sink = f"crash{attempt}"
-        commit = write(process.endpoint, sink, f"{sink}.t", rows, sendBatchSize="2000")
+        commit = write(process.endpoint, sink, f"{sink}.t", rows, sendBatchSize="500")
         ending = threading.Thread(
             target=_end_ignoring_the_kill, args=(options(process.endpoint), sink, commit)
         )
         ending.start()
-        time.sleep(delay_s)
+        deadline = time.monotonic() + 30
+        while ending.is_alive() and time.monotonic() < deadline:
+            if '"committing": {' in _read(state):
+                break
         process.kill()
         ending.join(60)
         process.restart()
@@ -235,6 +239,13 @@ def test_a_broker_killed_during_a_commit_finishes_it_when_it_starts(broker_facto
         if cut_short:
             break
     assert cut_short, "no kill landed inside a commit"
+
+
+def _read(path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def _end_ignoring_the_kill(opts: SinkOptions, sink: str, commit) -> None:
