@@ -142,8 +142,17 @@ class TaskWriter:
             part = batch.take(pa.array(group)) if len(group) != batch.num_rows else batch
             encoded = rowlib.encode_rows(part, self.plan, rows[group], self.partition)
             self._check_sizes(mq, encoded, rows[group])
+            body_at = _offsets(encoded.body_sizes)
+            prop_at = _offsets(encoded.properties_sizes)
             for start, end in _requests(encoded, self.options.send_batch_size):
-                self._send(mq, encoded, start, end, level)
+                bodies = encoded.bodies[body_at[start] : body_at[end]]
+                if self._remoting is not None:
+                    self._send_remoting(mq, encoded, start, end, level)
+                else:
+                    blobs = encoded.properties[prop_at[start] : prop_at[end]]
+                    self._send_grpc(mq, encoded, bodies, blobs, start, end, level)
+                self.commit.rows += end - start
+                self.commit.bytes += len(bodies)
 
     def _writable(self, topic: str) -> list[MessageQueue]:
         if self._remoting is not None:
@@ -183,20 +192,6 @@ class TaskWriter:
             info = conn.call(conn.admin.GetBrokerInfo, admin_pb2.GetBrokerInfoRequest())
             limit = self._limits[broker_name] = info.limits.max_message_bytes
         return limit
-
-    def _send(
-        self, mq: MessageQueue, encoded: rowlib.Encoded, start: int, end: int, level: int
-    ) -> None:
-        body_at = _offsets(encoded.body_sizes)
-        prop_at = _offsets(encoded.properties_sizes)
-        bodies = encoded.bodies[body_at[start] : body_at[end]]
-        blobs = encoded.properties[prop_at[start] : prop_at[end]]
-        if self._remoting is not None:
-            self._send_remoting(mq, encoded, start, end, level)
-        else:
-            self._send_grpc(mq, encoded, bodies, blobs, start, end, level)
-        self.commit.rows += end - start
-        self.commit.bytes += len(bodies)
 
     def _send_grpc(self, mq, encoded, bodies: bytes, blobs: bytes, start, end, level) -> None:
         assert self._cluster is not None

@@ -3,7 +3,8 @@
     python connect_client.py sc://127.0.0.1:PORT ENDPOINTS TOPIC WORK_DIR
 
 It reads the topic through the Connect server with a batch read and a Trigger.AvailableNow
-stream into parquet, and prints one JSON line. It never imports rmq_spark: the source runs
+stream into parquet, writes the batch read's bodies to ``TOPIC-copy`` with the
+``rocketlite`` sink, and prints one JSON line. It never imports rmq_spark: the source runs
 on the server, which has the package.
 """
 
@@ -28,6 +29,16 @@ def main(argv: list[str]) -> int:
         )
 
     batch_rows = read(spark.read).load().count()
+    (
+        read(spark.read)
+        .load()
+        .select("body", "tags")
+        .write.format("rocketlite")
+        .option("endpoints", endpoints)
+        .option("topic", f"{topic}-copy")
+        .mode("append")
+        .save()
+    )
     query = (
         read(spark.readStream)
         .option("maxMessagesPerTrigger", "40")

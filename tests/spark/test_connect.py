@@ -1,6 +1,7 @@
 """Spark Connect: a Connect server (pyspark's own, ``spark-submit`` of SparkConnectServer)
 whose Python environment has the package serves ``format("rocketlite")`` to a thin
-client, for batch reads and streams; the client needs pyspark's Connect client only."""
+client, for batch reads, streams and the sink's writes; the client needs pyspark's Connect
+client only."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from broker_harness import free_port
+from sink_helpers import bodies
 from spark_helpers import create_topic, produce
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -26,7 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_connect_client_reads_through_the_server(broker, topic, tmp_path):
     create_topic(broker.endpoint, topic, queues=2)
-    produce(broker.endpoint, topic, 100)
+    create_topic(broker.endpoint, f"{topic}-copy", queues=2)
+    sent = produce(broker.endpoint, topic, 100)
     port = free_port()
     # The server's Python workers run this interpreter, which has the package.
     env = {
@@ -75,3 +78,5 @@ def test_connect_client_reads_through_the_server(broker, topic, tmp_path):
         "stream_distinct": 200,
         "client_imported_rmq_spark": False,
     }
+    # the sink ran on the server too: the copy holds the topic's bodies, once each
+    assert bodies(broker.endpoint, f"{topic}-copy") == sorted(sent.values())
