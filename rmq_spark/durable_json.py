@@ -153,8 +153,19 @@ def _read_version(path: Path, validate: Validator | None) -> tuple[bytes, Any]:
 def _parse(data: bytes) -> Any:
     if not data.strip():
         raise ValueError("the file is empty")
-    # Strict JSON: NaN and Infinity are Python extensions that other readers reject.
-    return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    text = data.decode("utf-8")
+    try:
+        # Strict JSON: NaN and Infinity are Python extensions that other readers reject.
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as strict:
+        # Apache RocketMQ's broker writes its config files with fastjson, whose maps keyed
+        # by numbers are not JSON ({0:213664}); read those too, so its store opens here.
+        from rmq_spark.remoting.fastjson import loads as fastjson_loads
+
+        try:
+            return fastjson_loads(text)
+        except ValueError:
+            raise strict from None
 
 
 def _reject_constant(name: str) -> Any:

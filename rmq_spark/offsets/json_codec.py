@@ -106,7 +106,9 @@ def _queues_from_json(key: str, queues: Any) -> dict[int, int]:
             f"offsetTable[{key!r}] must be an object of queue id -> offset, got {_short(queues)}"
         )
     result: dict[int, int] = {}
-    for queue_text, offset in queues.items():
+    for queue_key, offset in queues.items():
+        # fastjson (Apache RocketMQ's files) writes the queue ids as bare numbers
+        queue_text = str(queue_key) if type(queue_key) is int else queue_key
         if not _is_canonical_number(queue_text):
             raise CorruptDataError(
                 f"offsetTable[{key!r}]: queue id {queue_text!r} is not a non-negative integer"

@@ -3,7 +3,9 @@
 ``{"topicConfigTable": {name: {"topicName", "readQueueNums", "writeQueueNums", "perm"}}}``.
 Producers write to queues ``0..write_queue_nums-1`` and consumers read ``0..read_queue_nums-1``;
 the two differ while a topic shrinks (lower the write count first, let consumers drain, then
-lower the read count). ``perm`` is 2 (write), 4 (read) or 6 (both).
+lower the read count). ``perm`` is 2 (write), 4 (read) or 6 (both). RocketMQ also writes its
+inherit (1) and priority (8) bits into ``perm`` (its ``TBW102`` has perm 7): they are kept
+apart in ``rocketmq_bits`` and written back as they were read.
 
 Changes are rare, so each one is written to disk (durably, with a .bak) before it is visible.
 
@@ -43,6 +45,8 @@ TABLE_FIELD = "topicConfigTable"
 MAX_QUEUES_PER_TOPIC = 1024
 DEFAULT_QUEUES = 4
 ALLOWED_PERMS = (int(Permission.WRITE), int(Permission.READ), int(Permission.READ_WRITE))
+#: RocketMQ's PermName.PERM_INHERIT and PERM_PRIORITY: kept, never acted on
+ROCKETMQ_PERM_BITS = 0x1 | 0x8
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
 
 
@@ -55,6 +59,8 @@ class TopicConfig:
     write_queue_nums: int
     perm: int = int(Permission.READ_WRITE)
     message_type: str = "NORMAL"
+    #: RocketMQ's inherit and priority bits of a topics.json it wrote (see the module doc)
+    rocketmq_bits: int = 0
 
     def __post_init__(self) -> None:
         validate_topic(self.name, allow_system=True)
@@ -62,6 +68,10 @@ class TopicConfig:
         _check_queue_count("read_queue_nums", self.read_queue_nums, where)
         _check_queue_count("write_queue_nums", self.write_queue_nums, where)
         _check_perm("perm", self.perm, where)
+        if self.rocketmq_bits & ~ROCKETMQ_PERM_BITS:
+            raise InvalidArgumentError(
+                f"rocketmq_bits={self.rocketmq_bits!r}{where}: use 0, 1, 8 or 9"
+            )
         check_message_type(self.message_type, where)
         # Keep a plain int even when given a Permission flag, so equality and JSON are simple.
         object.__setattr__(self, "perm", int(self.perm))
@@ -83,7 +93,7 @@ class TopicConfig:
             "topicName": self.name,
             "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums,
-            "perm": self.perm,
+            "perm": self.perm | self.rocketmq_bits,
         }
         if self.message_type != "NORMAL":
             out["attributes"] = {MESSAGE_TYPE_ATTRIBUTE: self.message_type}
@@ -104,12 +114,17 @@ class TopicConfig:
         try:
             if not isinstance(attributes, dict):
                 raise InvalidArgumentError(f"attributes must be an object, not {attributes!r}")
+            perm = obj["perm"]
+            bits = perm & ROCKETMQ_PERM_BITS if type(perm) is int else 0
+            if bits and perm & ~ROCKETMQ_PERM_BITS not in ALLOWED_PERMS:
+                bits = 0  # no read or write bit besides: refused below, naming perm as read
             return cls(
                 obj["topicName"],
                 obj["readQueueNums"],
                 obj["writeQueueNums"],
-                obj["perm"],
+                perm & ~ROCKETMQ_PERM_BITS if bits else perm,
                 attributes.get(MESSAGE_TYPE_ATTRIBUTE, "NORMAL"),
+                rocketmq_bits=bits,
             )
         except InvalidArgumentError as exc:
             raise CorruptDataError(f"bad topic config {obj!r}: {exc}") from exc

@@ -151,7 +151,9 @@ class RocketMQCluster:
         time.sleep(2)  # the broker registers with the name server
         return self
 
-    def stop(self) -> None:
+    def stop(self, keep_store: bool = False) -> None:
+        """SIGTERM both processes (a clean shutdown); the store is deleted unless
+        ``keep_store``."""
         for process in reversed(self._processes):
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -161,4 +163,5 @@ class RocketMQCluster:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
         self._processes.clear()
-        shutil.rmtree(self.root / "store", ignore_errors=True)
+        if not keep_store:
+            shutil.rmtree(self.root / "store", ignore_errors=True)

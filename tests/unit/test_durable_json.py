@@ -257,3 +257,14 @@ def test_killed_writer_always_leaves_a_readable_main_file(tmp_path: Path) -> Non
         # A process crash loses nothing already renamed, so main must always be whole.
         assert source == "main"
         assert obj["version"] >= 1
+
+
+def test_fastjsons_bare_number_keys_are_read(tmp_path):
+    # Apache RocketMQ's broker writes consumerOffset.json with fastjson: {0:213664} is not JSON
+    path = tmp_path / "consumerOffset.json"
+    path.write_text('{"offsetTable":{"T@g":{0:213664,1:5}}}')
+    obj, source = read_json_with_backup(path)
+    assert (obj, source) == ({"offsetTable": {"T@g": {0: 213664, 1: 5}}}, "main")
+    path.write_text('{"offsetTable":{"T@g":{0:}}}')  # broken either way: the JSON error
+    with pytest.raises(StoreError, match=r"not valid|Expecting value"):
+        read_json_with_backup(path)

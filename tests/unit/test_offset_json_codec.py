@@ -129,3 +129,10 @@ _tables = st.dictionaries(
 def test_any_valid_table_survives_a_round_trip(table: dict) -> None:
     # Reserved prefixes are fine here: %RETRY%/%DLQ% topics have offsets too.
     assert decode_offset_table(encode_offset_table(table)) == table
+
+
+def test_fastjsons_numeric_queue_keys_are_read():
+    # what fastjson.loads gives for Apache RocketMQ's {"offsetTable":{"T@g":{0:213664}}}
+    assert offset_table_from_json({"offsetTable": {"T@g": {0: 213664, 1: 5}}}) == {
+        ("T", "g"): {0: 213664, 1: 5}
+    }

@@ -309,3 +309,14 @@ def test_both_files_unreadable_refuses_to_start_unless_forced(
     assert "force_empty" in caplog.text
     assert len(list(tmp_path.glob("topics.json*.corrupt-*"))) == 2
     assert TopicTable.open(tmp_path).list() == []
+
+
+def test_rocketmqs_inherit_and_priority_bits_are_kept_apart_and_written_back() -> None:
+    entry = {"topicName": "TBW102", "readQueueNums": 8, "writeQueueNums": 8, "perm": 7}
+    config = TopicConfig.from_json(entry)
+    assert (config.perm, config.rocketmq_bits, config.is_readable, config.is_writable) == (
+        6, 1, True, True,
+    )  # fmt: skip
+    assert config.to_json()["perm"] == 7
+    read_only = TopicConfig.from_json({**entry, "perm": 4 | 8})
+    assert (read_only.perm, read_only.is_writable, read_only.to_json()["perm"]) == (4, False, 12)

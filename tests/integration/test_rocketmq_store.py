@@ -1,0 +1,75 @@
+"""A store Apache RocketMQ 4.9 wrote, opened by rocketlite's broker with no editing: its
+``topics.json`` (perm 7, RocketMQ's inherit bit) and ``consumerOffset.json`` (fastjson's
+bare numeric keys) are read as they are, every message is served and the group's offsets
+are kept. Needs ``ROCKETMQ_HOME`` (see the README, "Testing against Apache RocketMQ")."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import rocketmq_harness
+from broker_harness import BrokerProcess, read_queue
+
+from rmq_spark.client import Admin
+from rmq_spark.client.remoting import RemotingClient
+from rmq_spark.errors import NotFoundError
+from rmq_spark.structs import MessageQueue
+
+pytestmark = pytest.mark.skipif(
+    not rocketmq_harness.available(),
+    reason="needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/",
+)
+
+TOPIC, GROUP = "WrittenByApache", "apache-group"
+
+
+def test_rocketlite_opens_a_store_apache_rocketmq_wrote(tmp_path):
+    cluster = rocketmq_harness.RocketMQCluster(tmp_path / "apache").start()
+    sent: dict[int, list[bytes]] = {}
+    try:
+        with RemotingClient(cluster.name_server) as client:
+            deadline = time.monotonic() + 30
+            while True:  # the first send makes the topic, then its route names it
+                try:
+                    queues = client.route(TOPIC).writable
+                    break
+                except NotFoundError:
+                    default = client.route("TBW102").writable[0]
+                    client.send(MessageQueue(TOPIC, default.broker_name, 0), [b"first"])
+                    sent.setdefault(0, []).append(b"first")
+                    assert time.monotonic() < deadline, "the topic never showed up"
+                    time.sleep(1)
+            for i in range(400):
+                mq = queues[i % len(queues)]
+                body = f"apache-{i}".encode()
+                client.send(mq, [body], [{"TAGS": "TagA", "KEYS": f"k{i}"}])
+                sent.setdefault(mq.queue_id, []).append(body)
+            for mq in queues:
+                client.commit_offset(GROUP, mq, 3)
+    finally:
+        cluster.stop(keep_store=True)  # a clean shutdown writes consumerOffset.json
+    store = tmp_path / "apache" / "store"
+    topics = json.loads((store / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert topics["TBW102"]["perm"] == 7  # what made rocketlite refuse such a store
+    assert "{0:" in (store / "config" / "consumerOffset.json").read_text().replace(" ", "")
+
+    broker = BrokerProcess(
+        "broker-a",
+        store,
+        tmp_path / "rocketlite.log",
+        ["--commitlog-segment-bytes", "16MiB"],
+    ).start()
+    try:
+        for queue_id, bodies in sent.items():
+            rows = read_queue(broker.endpoint, TOPIC, queue_id, "broker-a")
+            assert [r["body"] for r in rows] == bodies
+        with Admin(broker.endpoint) as admin:
+            offsets = admin.consumer_offsets(GROUP, TOPIC)
+        assert {mq.queue_id: o for mq, o in offsets.items()} == {q: 3 for q in sent}
+    finally:
+        broker.stop()
+    # what it writes back keeps RocketMQ's bits
+    topics = json.loads((store / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert topics["TBW102"]["perm"] == 7
