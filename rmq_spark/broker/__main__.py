@@ -212,8 +212,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     store = parser.add_argument_group("store (defaults: the store's)")
-    store.add_argument("--commitlog-segment-bytes", type=byte_size, metavar="SIZE")
-    store.add_argument("--consumequeue-entries-per-file", type=int, metavar="N")
+    store.add_argument(
+        "--commitlog-segment-bytes",
+        type=byte_size,
+        metavar="SIZE",
+        help="size of a commit-log segment; default: an existing store's own, else 1GiB",
+    )
+    store.add_argument(
+        "--consumequeue-entries-per-file",
+        type=int,
+        metavar="N",
+        help="entries per consume-queue file; default: an existing store's own, else 300000",
+    )
     store.add_argument("--flush-interval-ms", type=int, metavar="MS")
     store.add_argument("--sync-flush-timeout-ms", type=int, metavar="MS")
     store.add_argument("--checkpoint-interval-ms", type=int, metavar="MS")

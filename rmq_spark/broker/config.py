@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rmq_spark import tls
 from rmq_spark.errors import InvalidArgumentError, check_whole_numbers
+from rmq_spark.store import geometry
 from rmq_spark.store.config import MiB, StoreConfig
 
 DEFAULT_PORT = 10911
@@ -212,6 +213,14 @@ class BrokerConfig:
         )
 
     def store_config(self) -> StoreConfig:
+        """The store's settings; file sizes not given are the existing store's own."""
+        where = StoreConfig(self.store_dir)
+        options = {
+            **geometry.existing_sizes(
+                where.config_dir, where.commitlog_dir, where.consumequeue_dir
+            ),
+            **self.store_options,
+        }
         return StoreConfig(
             self.store_dir,
             broker_name=self.name,
@@ -219,5 +228,5 @@ class BrokerConfig:
             flush_mode=self.flush_mode,  # type: ignore[arg-type]
             max_message_bytes=self.max_message_bytes,
             schedule_delays_ms=tuple(self.delay_levels_ms),
-            **self.store_options,
+            **options,
         )

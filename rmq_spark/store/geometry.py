@@ -83,6 +83,23 @@ def sizes_in_files(commitlog_dir: Path, consumequeue_dir: Path) -> dict[str, int
     }
 
 
+def existing_sizes(config_dir: Path, commitlog_dir: Path, consumequeue_dir: Path) -> dict[str, int]:
+    """The sizes an existing store was made with (recorded, else read from its files), for
+    a broker that was not told them: it opens a store, its own or Apache RocketMQ's, with
+    no flag beyond the directory. Empty for a new store."""
+    path = config_dir / FILE_NAME
+    try:
+        document, source = read_json_or_start_empty(
+            path, validate=_parse, force_empty=False, what="no recorded geometry"
+        )
+    except StoreError:
+        document, source = None, "none"  # open() reports the damaged file
+    if source != "none":
+        return _parse(document).to_json()
+    found = sizes_in_files(commitlog_dir, consumequeue_dir)
+    return {name: size for name, size in found.items() if size is not None}
+
+
 def load_or_record(
     config_dir: Path, configured: Geometry, find: Callable[[], dict[str, int | None]]
 ) -> None:

@@ -1,4 +1,5 @@
-"""A store Apache RocketMQ 4.9 wrote, opened by rocketlite's broker with no editing: its
+"""A store Apache RocketMQ 4.9 wrote (16 MiB segments, RocketMQ's 300,000-entry queue files),
+opened by rocketlite's broker with no editing and no flag beyond its directory: its
 ``topics.json`` (perm 7, RocketMQ's inherit bit) and ``consumerOffset.json`` (fastjson's
 bare numeric keys) are read as they are, every message is served and the group's offsets
 are kept. Needs ``ROCKETMQ_HOME`` (see the README, "Testing against Apache RocketMQ")."""
@@ -55,12 +56,8 @@ def test_rocketlite_opens_a_store_apache_rocketmq_wrote(tmp_path):
     assert topics["TBW102"]["perm"] == 7  # what made rocketlite refuse such a store
     assert "{0:" in (store / "config" / "consumerOffset.json").read_text().replace(" ", "")
 
-    broker = BrokerProcess(
-        "broker-a",
-        store,
-        tmp_path / "rocketlite.log",
-        ["--commitlog-segment-bytes", "16MiB"],
-    ).start()
+    # no flag beyond the directory: the segment and queue-file sizes are the store's own
+    broker = BrokerProcess("broker-a", store, tmp_path / "rocketlite.log", []).start()
     try:
         for queue_id, bodies in sent.items():
             rows = read_queue(broker.endpoint, TOPIC, queue_id, "broker-a")

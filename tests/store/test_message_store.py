@@ -340,6 +340,25 @@ def test_a_store_without_recorded_sizes_has_them_read_from_its_files(store_facto
     assert len(read_all(store_factory(), "t", 0)[1]) == 10
 
 
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_broker_not_told_the_file_sizes_takes_the_stores_own(store_factory, tmp_path, recorded):
+    from rmq_spark.broker.config import BrokerConfig
+
+    store = store_factory()  # 64 KiB segments, not the broker's 1 GiB default
+    store.topics.create("t", queues=1)
+    store.append("t", 0, bodies("x", 10))
+    store.close()
+    if not recorded:  # a store RocketMQ wrote records no sizes: they are read from its files
+        (tmp_path / "store" / "config" / "storeGeometry.json").unlink()
+    config = BrokerConfig(store_dir=tmp_path / "store").store_config()
+    assert (config.commitlog_segment_bytes, config.consumequeue_entries_per_file) == (
+        store.config.commitlog_segment_bytes,
+        store.config.consumequeue_entries_per_file,
+    )
+    fresh = BrokerConfig(store_dir=tmp_path / "new").store_config()
+    assert fresh.commitlog_segment_bytes == 1 << 30  # a new store gets the defaults
+
+
 def test_schedule_topic_entries_hold_the_delivery_time(store_factory, tmp_path):
     """As in RocketMQ, where a broker opening the store reads due times from the entries."""
     topic = "SCHEDULE_TOPIC_XXXX"
