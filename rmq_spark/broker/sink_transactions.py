@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.names import SCHEDULE_TOPIC, validate_sink_id
+from rmq_spark.store.message_store import now_ms
 from rmq_spark.structs import PullStatus
 
 log = logging.getLogger("rmq_spark.broker.sinks")
@@ -61,10 +61,6 @@ log = logging.getLogger("rmq_spark.broker.sinks")
 MAX_SINKS = 10_000
 _READ_COUNT = 4_096
 _READ_BYTES = 64 << 20
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -113,18 +109,6 @@ class Block:
     held: Staged | Ready | None = None
 
 
-def byte_column_of(values: pa.Array) -> ByteColumn:
-    """An Arrow binary array as a :class:`ByteColumn` (one copy of the bytes)."""
-    values = values.cast(pa.large_binary())
-    if values.offset or values.null_count:
-        values = pa.concat_arrays([values.fill_null(b"")])
-    offsets = np.frombuffer(values.buffers()[1], np.int64)[: len(values) + 1]
-    start, end = int(offsets[0]), int(offsets[-1])
-    data = values.buffers()[2]
-    blob = b"" if data is None else data.to_pybytes()[start:end]
-    return ByteColumn(blob, offsets[1:] - start)
-
-
 class SinkTransactions:
     def __init__(self, broker, timeout_ms: int, memory_bytes: int = 256 << 20) -> None:
         self.broker = broker
@@ -146,7 +130,7 @@ class SinkTransactions:
         self._rebuild()
         with self._end_lock:
             self._finish_committing()  # saves when it had anything to finish
-            if self._expire(_now_ms()):
+            if self._expire(now_ms()):
                 self._save()
 
     # -- the API ---------------------------------------------------------------------------
@@ -262,7 +246,7 @@ class SinkTransactions:
                     )
         with self._end_lock:
             self._finish_committing()
-            now = _now_ms()
+            now = now_ms()
             self._expire(now)
             with self._lock:
                 pending = {
@@ -395,9 +379,9 @@ class SinkTransactions:
             parts.append(record_parts(got.data, got.record_starts(), got.sizes))
             offset += got.count
             remaining -= got.count
-        props = byte_column_of(pa.concat_arrays([p.properties for p in parts]))
+        props = ByteColumn.from_arrow(pa.concat_arrays([p.properties for p in parts]))
         return Staged(
-            bodies=byte_column_of(pa.concat_arrays([p.body for p in parts])),
+            bodies=ByteColumn.from_arrow(pa.concat_arrays([p.body for p in parts])),
             properties=_unmarked_first(props, block.marks_len),
             tags=pa.concat_arrays([p.tags for p in parts]).to_pylist(),
             born_timestamps=np.concatenate([p.born_timestamp for p in parts]),
@@ -582,8 +566,8 @@ def _sliced(staged: Staged, skip: int) -> Staged:
         return values if isinstance(values, int) else values[skip:]
 
     return Staged(
-        bodies=byte_column_of(staged.bodies.to_arrow().slice(skip)),
-        properties=byte_column_of(staged.properties.to_arrow().slice(skip)),
+        bodies=ByteColumn.from_arrow(staged.bodies.to_arrow().slice(skip)),
+        properties=ByteColumn.from_arrow(staged.properties.to_arrow().slice(skip)),
         tags=list(staged.tags)[skip:],
         born_timestamps=part(staged.born_timestamps),
         flags=part(staged.flags),

@@ -39,6 +39,20 @@ class ByteColumn(Sequence[bytes]):
         lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
         return cls(b"".join(items), np.cumsum(lengths))
 
+    @classmethod
+    def from_arrow(cls, values: pa.Array) -> ByteColumn:
+        """A binary or string Arrow array (nulls as empty items) as a column: one copy of
+        its bytes."""
+        if values.offset or values.null_count:
+            values = pa.concat_arrays([values.fill_null(pa.scalar(b"", values.type))])
+        wide = pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type)
+        n = len(values)
+        offsets = np.frombuffer(values.buffers()[1], np.int64 if wide else np.int32)[: n + 1]
+        start, end = int(offsets[0]), int(offsets[-1])
+        data = values.buffers()[2]
+        blob = b"" if data is None else memoryview(data)[start:end].tobytes()
+        return cls(blob, offsets[1:].astype(np.int64) - start)
+
     def __len__(self) -> int:
         return len(self.ends)
 

@@ -11,12 +11,13 @@ import difflib
 import hashlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from rmq_spark.client.connection import ClientConfig, RetryPolicy
+from rmq_spark.client.connection import ClientConfig
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import validate_sink_id, validate_topic
 from rmq_spark.source.connect_options import (
+    client_config,
     credential_options,
     endpoints_option,
     name_server_option,
@@ -122,22 +123,17 @@ class SinkOptions:
         )
 
     def client_config(self) -> ClientConfig:
-        backoff = self.retry_backoff_ms
-        config = ClientConfig(
+        return client_config(
+            max_retries=self.max_retries,
+            retry_backoff_ms=self.retry_backoff_ms,
             request_timeout_ms=self.send_timeout_ms,
-            retry=RetryPolicy(
-                attempts=self.max_retries + 1,
-                backoff_ms=backoff,
-                max_backoff_ms=max(backoff, 10_000),
-            ),
             tls=self.tls,
             tls_ca_file=self.tls_ca_file,
             tls_cert_file=self.tls_cert_file,
             tls_key_file=self.tls_key_file,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
         )
-        if self.access_key is None:  # ClientConfig's default: ROCKETLITE_ACCESS_KEY, if set
-            return config
-        return replace(config, access_key=self.access_key, secret_key=self.secret_key or "")
 
     def stream_sink_id(self) -> str:
         """The sink id of a streaming query: ``sinkId``, else one derived from the

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq_spark.client.message import new_unique_keys
+from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.codec.properties import MAX_PROPERTIES_BYTES, RESERVED_PROPERTIES
 from rmq_spark.codec.taghash import java_string_hash
 from rmq_spark.errors import InvalidArgumentError
@@ -267,14 +268,8 @@ def _binary(values: pa.Array) -> pa.Array:
 
 def _blob(values: pa.Array) -> tuple[bytes, np.ndarray]:
     """The items of a binary or string array back to back, and each one's size."""
-    if values.offset or values.null_count:
-        values = pa.concat_arrays([values.fill_null(pa.scalar(b"", values.type))])
-    wide = pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type)
-    offsets = np.frombuffer(values.buffers()[1], np.int64 if wide else np.int32)[: len(values) + 1]
-    data = values.buffers()[2]
-    start, end = int(offsets[0]), int(offsets[-1])
-    blob = b"" if data is None else memoryview(data)[start:end].tobytes()
-    return blob, np.diff(offsets).astype(np.int64)
+    column = ByteColumn.from_arrow(values)
+    return column.data, column.lengths()
 
 
 def _named(name: str, values: pa.Array) -> pa.Array:

@@ -99,8 +99,9 @@ class TaskWriter:
         if self.plan.has("topic"):
             rowlib.check_not_null(batch, "topic", rows, self.partition, "name the row's topic")
             topics = batch.column("topic")
+            names = topics.to_numpy(zero_copy_only=False)
             for topic in topics.unique().to_pylist():
-                mask = np.asarray(topics.to_numpy(zero_copy_only=False) == topic)
+                mask = np.asarray(names == topic)
                 self._write_topic(topic, batch.filter(pa.array(mask)), rows[mask])
         else:
             assert self.options.topic is not None

@@ -4,12 +4,16 @@ option."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from rmq_spark.client.connection import ClientConfig, RetryPolicy
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.source.option_values import RawOptions, bad
 
 __all__ = [
+    "MAX_RETRY_BACKOFF_MS",
+    "client_config",
     "credential_options",
     "endpoints_option",
     "is_address",
@@ -115,3 +119,39 @@ def credential_options(raw: RawOptions) -> dict[str, str]:
             "option accessKey needs secretKey or secretKeyFile, and they need accessKey"
         )
     return {"access_key": access_key, "secret_key": secret}
+
+
+#: the longest pause between two retries of an unavailable broker
+MAX_RETRY_BACKOFF_MS = 10_000
+
+
+def client_config(
+    *,
+    max_retries: int,
+    retry_backoff_ms: int,
+    request_timeout_ms: int,
+    tls: bool,
+    tls_ca_file: str | None,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    access_key: str | None,
+    secret_key: str | None,
+) -> ClientConfig:
+    """The client settings of a reader or writer: ``maxRetries`` retries after UNAVAILABLE,
+    waiting ``retryBackoffMs`` and doubling (1 s, 2 s, 4 s by default: a broker restart
+    fits); without an access key, ClientConfig's default (ROCKETLITE_ACCESS_KEY, if set)."""
+    config = ClientConfig(
+        request_timeout_ms=request_timeout_ms,
+        retry=RetryPolicy(
+            attempts=max_retries + 1,
+            backoff_ms=retry_backoff_ms,
+            max_backoff_ms=max(retry_backoff_ms, MAX_RETRY_BACKOFF_MS),
+        ),
+        tls=tls,
+        tls_ca_file=tls_ca_file,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+    )
+    if access_key is None:
+        return config
+    return replace(config, access_key=access_key, secret_key=secret_key or "")

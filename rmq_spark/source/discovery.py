@@ -19,11 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rmq_spark.client.cluster import Cluster
-from rmq_spark.client.connection import ClientConfig, Connection, RetryPolicy
+from rmq_spark.client.connection import ClientConfig, Connection
 from rmq_spark.client.offsets import QueueOffsets, query_queue_offsets
 from rmq_spark.errors import InvalidArgumentError, RocketliteError, UnavailableError
 from rmq_spark.offsets.spark import Offsets
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
+from rmq_spark.source import connect_options
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.positions import starting_offsets, timestamps_needed
 from rmq_spark.structs import MessageQueue, Permission
@@ -40,23 +41,16 @@ __all__ = [
     "take_snapshot",
 ]
 
-#: the longest pause between two retries of an unavailable broker
-MAX_RETRY_BACKOFF_MS = 10_000
-
 
 def client_config(options: SourceOptions, request_timeout_ms: int | None = None) -> ClientConfig:
-    """The client settings of the source: ``maxRetries`` retries after UNAVAILABLE, waiting
-    ``retryBackoffMs`` and doubling (1 s, 2 s, 4 s by default: a broker restart fits)."""
-    backoff = options.retry_backoff_ms
-    return ClientConfig(
+    """The client settings of the source (see :func:`connect_options.client_config`)."""
+    return connect_options.client_config(
+        max_retries=options.max_retries,
+        retry_backoff_ms=options.retry_backoff_ms,
         request_timeout_ms=request_timeout_ms or ClientConfig.request_timeout_ms,
-        retry=RetryPolicy(
-            attempts=options.max_retries + 1,
-            backoff_ms=backoff,
-            max_backoff_ms=max(backoff, MAX_RETRY_BACKOFF_MS),
-        ),
+        access_key=options.access_key,
+        secret_key=options.secret_key,
         **options.tls_settings(),
-        **options.credentials(),
     )
 
 

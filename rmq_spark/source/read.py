@@ -51,7 +51,7 @@ from rmq_spark.errors import (
 from rmq_spark.offsets.spark import DataLoss, data_loss_message
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.pull_wire import decode_pull_response
-from rmq_spark.source.discovery import MAX_RETRY_BACKOFF_MS
+from rmq_spark.source.connect_options import MAX_RETRY_BACKOFF_MS
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import PlannedPartition, QueueRange
 from rmq_spark.source.schema import to_rows

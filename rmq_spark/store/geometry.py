@@ -87,15 +87,12 @@ def existing_sizes(config_dir: Path, commitlog_dir: Path, consumequeue_dir: Path
     """The sizes an existing store was made with (recorded, else read from its files), for
     a broker that was not told them: it opens a store, its own or Apache RocketMQ's, with
     no flag beyond the directory. Empty for a new store."""
-    path = config_dir / FILE_NAME
     try:
-        document, source = read_json_or_start_empty(
-            path, validate=_parse, force_empty=False, what="no recorded geometry"
-        )
+        recorded = _recorded(config_dir)
     except StoreError:
-        document, source = None, "none"  # open() reports the damaged file
-    if source != "none":
-        return _parse(document).to_json()
+        recorded = None  # open() reports the damaged file
+    if recorded is not None:
+        return recorded.to_json()
     found = sizes_in_files(commitlog_dir, consumequeue_dir)
     return {name: size for name, size in found.items() if size is not None}
 
@@ -105,15 +102,19 @@ def load_or_record(
 ) -> None:
     """Check the store against ``configured`` (see :func:`check_geometry`; ``find`` reads
     the sizes from the files, asked only when none are recorded), then record them."""
-    path = config_dir / FILE_NAME
-    document, source = read_json_or_start_empty(
-        path, validate=_parse, force_empty=False, what="no recorded geometry"
-    )
-    recorded = _parse(document) if source != "none" else None
+    recorded = _recorded(config_dir)
     check_geometry(configured, recorded, find() if recorded is None else {})
     if recorded is None:
         config_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, configured.to_json(), validate=_parse)
+        write_json_atomic(config_dir / FILE_NAME, configured.to_json(), validate=_parse)
+
+
+def _recorded(config_dir: Path) -> Geometry | None:
+    """The sizes recorded in ``config_dir`` (or its backup); None when none are."""
+    document, source = read_json_or_start_empty(
+        config_dir / FILE_NAME, validate=_parse, force_empty=False, what="no recorded geometry"
+    )
+    return _parse(document) if source != "none" else None
 
 
 def _parse(document: object) -> Geometry:

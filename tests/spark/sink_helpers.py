@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-from rmq_spark.client import Admin, PullConsumer
+from broker_harness import read_queue
+
+from rmq_spark.client import Admin
 from rmq_spark.structs import MessageQueue
 
 
-def read_all(endpoints: str, topic: str) -> dict[MessageQueue, list[dict]]:
+def read_all(endpoint: str, topic: str) -> dict[MessageQueue, list[dict]]:
     """Every visible message of ``topic`` by queue, in queue order: dicts with the source's
     columns, ``keys`` as a list and ``properties`` as a dict."""
-    with Admin(endpoints) as admin:
+    with Admin(endpoint) as admin:
         queues = admin.describe_topic(topic).readable
     found: dict[MessageQueue, list[dict]] = {}
-    with PullConsumer(endpoints) as puller:
-        puller.assign(list(queues))
-        for mq in queues:
-            puller.seek(mq, 0)
-            rows: list[dict] = []
-            while True:
-                result = puller.pull(mq, max_messages=1024)
-                if result.message_count == 0:
-                    break
-                rows += result.batch.to_pylist()
-            for row in rows:
-                row["keys"] = (row["keys"] or "").split()
-                row["properties"] = dict(row["properties"] or [])
-            found[mq] = rows
+    for mq in queues:
+        rows = read_queue(endpoint, topic, mq.queue_id, mq.broker_name)
+        for row in rows:
+            row["keys"] = (row["keys"] or "").split()
+            row["properties"] = dict(row["properties"] or [])
+        found[mq] = rows
     return found
 
 
