@@ -111,6 +111,25 @@ def host_size(sysflag: int, v6_bit: int) -> int:
     return IPV6_HOST if sysflag & v6_bit else IPV4_HOST
 
 
+#: bytes of a record's head that always cover its store timestamp
+STORE_TIMESTAMP_HEAD = POS_BORNHOST + IPV6_HOST + 8
+
+
+def store_timestamp_in(head: bytes | memoryview) -> int | None:
+    """The store timestamp in a record's first :data:`STORE_TIMESTAMP_HEAD` bytes, or None
+    when they do not start a message record (a blank filler, zeros, garbage)."""
+    if len(head) < POS_BORNHOST + IPV4_HOST + 8:
+        return None
+    (magic,) = struct.unpack_from(">I", head, POS_MAGIC)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        return None
+    (sysflag,) = struct.unpack_from(">i", head, POS_SYSFLAG)
+    pos = POS_BORNHOST + host_size(sysflag, SYSFLAG_BORNHOST_V6)
+    if len(head) < pos + 8:
+        return None
+    return struct.unpack_from(">q", head, pos)[0]
+
+
 def record_size(body_len: int, topic_len: int, props_len: int, sysflag: int = 0) -> int:
     """Total record size; v2 (2-byte topic length) is implied by ``topic_len`` > 127."""
     size = FIXED_WITHOUT_HOSTS + body_len + topic_len + props_len

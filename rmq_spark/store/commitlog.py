@@ -105,6 +105,14 @@ class CommitLog:
         seg = segments[i]
         return seg if offset < seg.end_offset else None
 
+    def first_store_timestamp(self, seg: MappedFile) -> int | None:
+        """The store timestamp of a segment's first record, None when it starts with none."""
+        view = seg.view()
+        try:
+            return rec.store_timestamp_in(view[: rec.STORE_TIMESTAMP_HEAD])
+        finally:
+            view.release()
+
     # -- writing ---------------------------------------------------------------------------
 
     def plan(self, sizes: np.ndarray) -> WritePlan:

@@ -43,7 +43,11 @@ from rmq_spark.errors import (
 )
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
 from rmq_spark.store import geometry
-from rmq_spark.store.checkpoint import CheckpointFile
+from rmq_spark.store.checkpoint import (
+    RocketMQCheckpoint,
+    open_checkpoints,
+    rocketmq_recovery_start,
+)
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.consume_queue import ConsumeQueue
@@ -179,7 +183,7 @@ class MessageStore:
         self.commitlog = CommitLog(cfg.commitlog_dir, cfg.commitlog_segment_bytes)
         self._load_queues()
         try:
-            self._checkpoint = CheckpointFile(root / "checkpoint")
+            self._checkpoint, self._rocketmq_checkpoint = open_checkpoints(root)
         except OSError as exc:
             if not is_no_space(exc):
                 raise
@@ -187,12 +191,13 @@ class MessageStore:
         last = self._checkpoint.last
         if abnormal:
             log.warning("store %s was not shut down cleanly; recovering from the commit log", root)
+        safe_offset = last.safe_offset if last else self._rocketmq_recovery_start()
         try:
             self.recovery = recover(
                 self.commitlog,
                 self._queue,
                 list(self._queues.values()),
-                last.safe_offset if last else None,
+                safe_offset,
                 abnormal=abnormal or last is None,
                 schedule_delays_ms=cfg.schedule_delays_ms,
             )
@@ -231,6 +236,22 @@ class MessageStore:
             cfg.flush_mode,
         )
 
+    def _rocketmq_recovery_start(self) -> int | None:
+        """Where to scan from in a store only Apache RocketMQ wrote (it has no
+        ``rocketlite.checkpoint``): RocketMQ's own rule over its checkpoint, or None (scan
+        the whole commit log) when that file is absent or empty."""
+        cp = self._rocketmq_checkpoint.last
+        if cp is None or cp.min_timestamp <= 0:
+            return None
+        firsts = [
+            (seg.start_offset, self.commitlog.first_store_timestamp(seg))
+            for seg in self.commitlog.segments
+        ]
+        start = rocketmq_recovery_start(firsts, cp)
+        if start is not None:
+            log.info("recovery starts at %d, from RocketMQ's checkpoint", start)
+        return start
+
     def _load_queues(self) -> None:
         base = self.config.consumequeue_dir
         if not base.exists():
@@ -258,6 +279,7 @@ class MessageStore:
             for cq in self._queues.values():
                 cq.close()
             self._checkpoint.close()
+            self._rocketmq_checkpoint.close()
             if not failed:  # after a failure the next open must run crash recovery
                 (Path(self.config.store_dir) / "abort").unlink(missing_ok=True)
             self._dir_lock.release()
@@ -551,15 +573,16 @@ class MessageStore:
             view.release()
 
     def store_timestamp_at(self, physical_offset: int) -> int:
-        head = self.commitlog.read(physical_offset, 48 + rec.IPV6_HOST + 8)
+        head = self.commitlog.read(physical_offset, rec.STORE_TIMESTAMP_HEAD)
         if head is None:
             raise NotFoundError(f"no message at physical offset {physical_offset}")
         try:
-            (sysflag,) = struct.unpack_from(">i", head, rec.POS_SYSFLAG)
-            pos = rec.POS_BORNHOST + rec.host_size(sysflag, rec.SYSFLAG_BORNHOST_V6)
-            return struct.unpack_from(">q", head, pos)[0]
+            stamp = rec.store_timestamp_in(head)
         finally:
             head.release()
+        if stamp is None:
+            raise NotFoundError(f"no message at physical offset {physical_offset}")
+        return stamp
 
     def range_size(
         self,
@@ -622,6 +645,7 @@ class MessageStore:
         for cq in list(self._queues.values()):
             cq.flush()
         self._checkpoint.write(end, ts, ts)
+        self._rocketmq_checkpoint.write(RocketMQCheckpoint(ts, ts, ts))
 
     def _run_cleaner(self) -> None:
         interval = self.config.cleanup_interval_ms / 1000

@@ -92,10 +92,17 @@ def _wait_port(port: int, process: subprocess.Popen, log: Path) -> None:
 
 
 class RocketMQCluster:
-    """``name_server`` is the address clients use; ``stop()`` ends both processes."""
+    """``name_server`` is the address clients use; ``stop()`` ends both processes.
 
-    def __init__(self, root: Path) -> None:
+    The broker's store is ``root/store`` unless ``store`` names another directory (e.g. one
+    rocketlite wrote); ``settings`` are extra ``broker.conf`` lines."""
+
+    def __init__(
+        self, root: Path, store: Path | None = None, settings: tuple[str, ...] = ()
+    ) -> None:
         self.root = root
+        self.store = store if store is not None else root / "store"
+        self.settings = settings
         self.home = root / "home"
         (self.home / "conf").mkdir(parents=True)
         for conf in (Path(ROCKETMQ_HOME) / "conf").glob("logback_*.xml"):
@@ -110,7 +117,7 @@ class RocketMQCluster:
     def start(self) -> RocketMQCluster:
         env = {**os.environ, "ROCKETMQ_HOME": str(self.home)}
         (self.root / "namesrv.conf").write_text(f"listenPort={self.namesrv_port}\n")
-        store = self.root / "store"
+        store = self.store
         (self.root / "broker.conf").write_text(
             "\n".join(
                 [
@@ -127,6 +134,7 @@ class RocketMQCluster:
                     "autoCreateTopicEnable=true",
                     "mappedFileSizeCommitLog=16777216",
                     "diskMaxUsedSpaceRatio=98",
+                    *self.settings,
                 ]
             )
             + "\n"
@@ -151,12 +159,12 @@ class RocketMQCluster:
         time.sleep(2)  # the broker registers with the name server
         return self
 
-    def stop(self, keep_store: bool = False) -> None:
-        """SIGTERM both processes (a clean shutdown); the store is deleted unless
-        ``keep_store``."""
+    def stop(self, keep_store: bool = False, *, crash: bool = False) -> None:
+        """SIGTERM both processes (a clean shutdown; SIGKILL with ``crash``); the store is
+        deleted unless ``keep_store``."""
         for process in reversed(self._processes):
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
+                os.killpg(process.pid, signal.SIGKILL if crash else signal.SIGTERM)
                 try:
                     process.wait(30)
                 except subprocess.TimeoutExpired:
@@ -164,4 +172,4 @@ class RocketMQCluster:
                     process.wait()
         self._processes.clear()
         if not keep_store:
-            shutil.rmtree(self.root / "store", ignore_errors=True)
+            shutil.rmtree(self.store, ignore_errors=True)

@@ -376,3 +376,51 @@ def test_schedule_topic_entries_hold_the_delivery_time(store_factory, tmp_path):
     reopened = store_factory(schedule_delays_ms=(1_000, 5_000))
     again = reopened._queue(topic, 1).entries(0, 3)
     assert again["tag_code"].tolist() == [result.store_timestamp + 5_000] * 3
+
+
+def test_checkpoints_rocketmqs_file_in_its_layout_and_ours_beside_it(store_factory):
+    from rmq_spark.store.checkpoint import RocketMQCheckpoint, read_store_checkpoints
+
+    store = store_factory(commitlog_segment_bytes=8192)
+    store.topics.create("orders", queues=1)
+    for batch in range(30):
+        store.append("orders", 0, bodies(f"b{batch}", 5, size=200), [b""] * 5)
+    last = store.get_messages("orders", 0, 149, max_count=1)
+    last_ts = next(rec.iter_records(last.data)).store_timestamp
+    end = store.commitlog.max_offset
+    root = store.config.store_dir
+    store.close()
+
+    cps = read_store_checkpoints(root)
+    assert cps.rocketmq == RocketMQCheckpoint(last_ts, last_ts, last_ts)
+    assert cps.rocketlite is not None and cps.rocketlite.safe_offset == end
+    assert (root / "checkpoint").stat().st_size == 4096
+
+
+def test_a_store_with_only_rocketmqs_checkpoint_recovers_from_the_segment_it_names(
+    store_factory,
+):
+    from rmq_spark.store.checkpoint import RocketMQCheckpoint, encode_rocketmq
+
+    store = store_factory(commitlog_segment_bytes=8192)
+    store.topics.create("orders", queues=1)
+    for batch in range(30):
+        store.append("orders", 0, bodies(f"b{batch}", 5, size=200), [b""] * 5)
+        time.sleep(0.003)  # distinct store times, so each segment starts at its own
+    segments = [s.start_offset for s in store.commitlog.segments]
+    firsts = [store.commitlog.first_store_timestamp(s) for s in store.commitlog.segments]
+    root = store.config.store_dir
+    store.close()
+    assert len(segments) > 3 and firsts == sorted(set(firsts))
+    # As Apache RocketMQ leaves it after a crash: its checkpoint, an abort file, none of
+    # ours. Its checkpoint says the third segment's first record is 3 s older than what
+    # was flushed: the scan starts there.
+    (root / "rocketlite.checkpoint").unlink()
+    (root / "abort").touch()
+    flushed = firsts[2] + 3_000
+    (root / "checkpoint").write_bytes(encode_rocketmq(RocketMQCheckpoint(flushed, flushed, 0)))
+
+    store = store_factory(commitlog_segment_bytes=8192)
+    assert store.recovery.abnormal and store.recovery.scanned_from == segments[2]
+    result, records = read_all(store, "orders", 0)
+    assert [r.body for r in records] == [b for i in range(30) for b in bodies(f"b{i}", 5, 200)]

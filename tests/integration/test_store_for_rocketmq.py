@@ -1,0 +1,117 @@
+"""A store rocketlite wrote, opened by Apache RocketMQ 4.9 itself: the real broker serves
+every message and every group's offset, after a clean stop and after a crash (where its
+recovery reads rocketlite's ``checkpoint`` to choose the segment it scans from). Segments
+and queue files have RocketMQ's sizes (16 MiB here, 300,000 entries), several segments.
+Needs ``ROCKETMQ_HOME`` (see the README, "Testing against Apache RocketMQ")."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import rocketmq_harness
+from broker_harness import BrokerProcess
+
+from rmq_spark.client import Admin, Producer
+from rmq_spark.client.remoting import RemotingClient
+from rmq_spark.codec import record as rec
+from rmq_spark.store.checkpoint import read_store_checkpoints, rocketmq_recovery_start
+from rmq_spark.structs import MessageQueue, PullStatus
+
+pytestmark = pytest.mark.skipif(
+    not rocketmq_harness.available(),
+    reason="needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/",
+)
+
+TOPIC, GROUP, QUEUES = "WrittenByRocketlite", "lite-group", 4
+SEGMENT = 16 * 1024 * 1024
+BODY = 1024
+GEOMETRY = ["--commitlog-segment-bytes", str(SEGMENT), "--consumequeue-entries-per-file", "300000"]
+
+
+def body(i: int) -> bytes:
+    return f"lite-{i:08d}-".encode().ljust(BODY, b"x")
+
+
+def write_store(store: Path, log: Path, rounds: list[int], pause_s: float) -> BrokerProcess:
+    """A rocketlite broker on ``store`` that got the group's offsets, then ``rounds`` of
+    messages (a round per count, ``pause_s`` after each, 500 per queue in turn)."""
+    broker = BrokerProcess("broker-a", store, log, GEOMETRY).start()
+    with Admin(broker.endpoint) as admin:
+        admin.create_topic(TOPIC, QUEUES)
+        # Committed first: consumerOffset.json (what RocketMQ reads) is rewritten every 5 s;
+        # a crash loses the commits of the last seconds for RocketMQ, as its own crash does.
+        offsets = {MessageQueue(TOPIC, "broker-a", q): 100 + q for q in range(QUEUES)}
+        admin.commit_offsets(GROUP, offsets)
+        n = 0
+        with Producer(broker.endpoint) as producer:
+            for count in rounds:
+                for start in range(n, n + count, 500):
+                    batch = range(start, min(start + 500, n + count))
+                    producer.send_batch(TOPIC, [body(i) for i in batch], queue=start // 500 % 4)
+                n += count
+                time.sleep(pause_s)
+    return broker
+
+
+def expected_bodies(rounds: list[int]) -> dict[int, list[bytes]]:
+    by_queue: dict[int, list[bytes]] = {q: [] for q in range(QUEUES)}
+    for i in range(sum(rounds)):
+        by_queue[i // 500 % 4].append(body(i))
+    return by_queue
+
+
+def read_through_rocketmq(cluster: rocketmq_harness.RocketMQCluster) -> dict[int, list[bytes]]:
+    got: dict[int, list[bytes]] = {}
+    with RemotingClient(cluster.name_server) as client:
+        for q in range(QUEUES):
+            mq = MessageQueue(TOPIC, "broker-a", q)
+            offset, bodies = 0, []
+            while True:
+                answer = client.pull(mq, offset, max_messages=32)
+                if answer.status != PullStatus.FOUND:
+                    break
+                bodies += [r.body for r in rec.iter_records(answer.data)]
+                offset = answer.next_begin_offset
+            got[q] = bodies
+            assert client.committed_offset(GROUP, mq) == 100 + q
+    return got
+
+
+def test_apache_rocketmq_serves_a_store_rocketlite_wrote(tmp_path):
+    store = tmp_path / "store"
+    rounds = [20_000, 20_000, 5_000]  # about 51 MB
+    write_store(store, tmp_path / "rocketlite.log", rounds, pause_s=0).stop()
+    assert len(list((store / "commitlog").iterdir())) == 4
+
+    cluster = rocketmq_harness.RocketMQCluster(tmp_path / "apache", store=store).start()
+    try:
+        assert read_through_rocketmq(cluster) == expected_bodies(rounds)
+    finally:
+        cluster.stop(keep_store=True)
+
+
+def test_apache_rocketmqs_crash_recovery_starts_where_rocketlites_checkpoint_says(tmp_path):
+    store = tmp_path / "store"
+    # Rounds 4 s apart; the last segment starts during the last round, the one before it
+    # during the round before: RocketMQ scans from the newest segment whose first record is
+    # 3 s older than the checkpoint, the one before the last. (Reading the checkpoint as
+    # rocketlite used to write it, RocketMQ took the last segment.)
+    rounds = [20_000, 12_000, 14_000]
+    broker = write_store(store, tmp_path / "rocketlite.log", rounds, pause_s=4)
+    broker.kill()  # SIGKILL: the abort file stays, RocketMQ recovers as after a crash
+    assert (store / "abort").exists()
+    segments = sorted((store / "commitlog").iterdir())
+    checkpoint = read_store_checkpoints(store).rocketmq
+    assert checkpoint is not None
+    firsts = [(int(s.name), rec.store_timestamp_in(s.read_bytes()[:100])) for s in segments]
+    assert rocketmq_recovery_start(firsts, checkpoint) == int(segments[-2].name)
+
+    cluster = rocketmq_harness.RocketMQCluster(tmp_path / "apache", store=store).start()
+    try:
+        assert read_through_rocketmq(cluster) == expected_bodies(rounds)
+    finally:
+        cluster.stop(keep_store=True)
+    store_log = (tmp_path / "apache" / "logs" / "rocketmqlogs" / "store.log").read_text()
+    assert f"recover from this mapped file {segments[-2]}" in store_log, store_log[-3000:]
