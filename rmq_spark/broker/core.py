@@ -18,6 +18,7 @@ from rmq_spark.broker.locks import QueueLockManager
 from rmq_spark.broker.long_poll import PullNotifier
 from rmq_spark.broker.schedule import DelayScheduler
 from rmq_spark.broker.sink_transactions import SinkTransactions
+from rmq_spark.broker.subscription_groups import SubscriptionGroups
 from rmq_spark.broker.timer import TimerService
 from rmq_spark.broker.transaction_checks import TransactionChecks
 from rmq_spark.broker.transactions import TransactionService
@@ -52,6 +53,13 @@ class Broker:
         #: PullMessages answered and the messages they carried (GetBrokerInfo.server_stats)
         self.pull_calls = 0
         self.messages_pulled = 0
+        #: consumer groups' settings, in RocketMQ's subscriptionGroup.json
+        self.subscription_groups = SubscriptionGroups(
+            store_config.config_dir,
+            retry_max_times=config.max_reconsume_times,
+            seen=self._groups_seen,
+        )
+        self.subscription_groups.start()
         self.delays = DelayScheduler(self, config.delay_levels_ms)
         self.delays.start()
         try:
@@ -73,6 +81,11 @@ class Broker:
             self.delays.stop()
             self.store.close()
             raise
+
+    def _groups_seen(self) -> set[str]:
+        """Consumer groups with committed offsets or registered members."""
+        with_offsets = {group for _, group in self.store.offsets.snapshot()}
+        return with_offsets | set(self.consumers.groups())
 
     @property
     def name(self) -> str:
@@ -134,5 +147,6 @@ class Broker:
         self.delays.stop()
         self.transactions.close()
         self.consumers.close()
+        self.subscription_groups.close()
         self.notifier.close()
         self.store.close()

@@ -116,7 +116,8 @@ def send_back(broker: Broker, request, context=None) -> messaging_pb2.ConsumerSe
         record_msg_id=msg_id,
         original_topic=request.original_topic,
         delay_level=request.delay_level,
-        max_reconsume_times=request.max_reconsume_times or broker.config.max_reconsume_times,
+        max_reconsume_times=request.max_reconsume_times
+        or broker.subscription_groups.retry_max_times(group),
         dead_letter_now=request.dead_letter_now,
         consumer_reconsume_times=request.reconsume_times,
     )

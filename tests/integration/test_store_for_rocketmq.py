@@ -6,6 +6,7 @@ Needs ``ROCKETMQ_HOME`` (see the README, "Testing against Apache RocketMQ")."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -84,12 +85,20 @@ def test_apache_rocketmq_serves_a_store_rocketlite_wrote(tmp_path):
     rounds = [20_000, 20_000, 5_000]  # about 51 MB
     write_store(store, tmp_path / "rocketlite.log", rounds, pause_s=0).stop()
     assert len(list((store / "commitlog").iterdir())) == 4
+    assert GROUP in groups_in(store)
 
     cluster = rocketmq_harness.RocketMQCluster(tmp_path / "apache", store=store).start()
     try:
         assert read_through_rocketmq(cluster) == expected_bodies(rounds)
     finally:
         cluster.stop(keep_store=True)
+    # RocketMQ parsed rocketlite's subscriptionGroup.json and wrote the group back
+    assert groups_in(store)[GROUP]["retryMaxTimes"] == 16
+
+
+def groups_in(store: Path) -> dict:
+    text = (store / "config" / "subscriptionGroup.json").read_text()
+    return json.loads(text)["subscriptionGroupTable"]
 
 
 def test_apache_rocketmqs_crash_recovery_starts_where_rocketlites_checkpoint_says(tmp_path):

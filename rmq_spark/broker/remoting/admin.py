@@ -229,21 +229,7 @@ class Administration:
         return response
 
     async def group_configs(self, connection, request: Command) -> Command:
-        snapshot = self._broker.store.offsets.snapshot()
-        groups = {group for _, group in snapshot} | set(self._broker.consumers.groups())
-        table = {
-            group: {
-                "brokerId": 0,
-                "consumeBroadcastEnable": True,
-                "consumeEnable": True,
-                "consumeFromMinEnable": True,
-                "groupName": group,
-                "retryMaxTimes": self._broker.config.max_reconsume_times,
-                "retryQueueNums": 1,
-                "whichBrokerWhenConsumeSlowly": 1,
-            }
-            for group in sorted(groups)
-        }
+        table = self._broker.subscription_groups.table()
         body = {"dataVersion": _data_version(), "subscriptionGroupTable": table}
         response = request.reply()
         response.body = bodies.dumps(body).encode()

@@ -306,7 +306,7 @@ def _send_back(
         record_msg_id=offset_msg_id(record.store_host, physical),
         original_topic=origin_topic,
         delay_level=max(level, 0),
-        max_reconsume_times=max_times or broker.config.max_reconsume_times,
+        max_reconsume_times=max_times or broker.subscription_groups.retry_max_times(group),
         dead_letter_now=level < 0,
         consumer_reconsume_times=record.reconsume_times,
     )

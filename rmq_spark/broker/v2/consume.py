@@ -148,7 +148,7 @@ class Consuming:
             invisible_ms=invisible_ms,
             tag_codes=tag_codes,
             fifo=fifo,
-            max_attempts=max_attempts(self._broker),
+            max_attempts=max_attempts(self._broker, group),
             client_id=owner,
         )
         return args, poll_ms

@@ -82,9 +82,9 @@ def is_fifo_group(broker: Broker, topics: list[str]) -> bool:
     return False
 
 
-def max_attempts(broker: Broker) -> int:
-    """Deliveries of one message before it goes to the dead-letter queue."""
-    return broker.config.max_reconsume_times + 1
+def max_attempts(broker: Broker, group: str) -> int:
+    """Deliveries of one message to ``group`` before it goes to the dead-letter queue."""
+    return broker.subscription_groups.retry_max_times(group) + 1
 
 
 def endpoints_for(broker: Broker, asked: pb.Endpoints) -> pb.Endpoints:

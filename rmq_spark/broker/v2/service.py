@@ -193,7 +193,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             answer = settings.consumer_settings(
                 client,
                 fifo=is_fifo_group(self._broker, topics),
-                max_attempts=max_attempts(self._broker),
+                max_attempts=max_attempts(self._broker, client.subscription.group.name),
             )
         else:
             return None

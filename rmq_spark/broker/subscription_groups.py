@@ -1,0 +1,153 @@
+"""Consumer groups' settings in ``config/subscriptionGroup.json``, RocketMQ's file.
+
+Apache RocketMQ keeps one entry per consumer group (retry queues, the most retries before
+the dead-letter queue, whether the group may consume, ...) and creates an entry when it
+first sees a group. rocketlite keeps the same file so a store moves both ways:
+
+- read: an entry's ``retryMaxTimes`` is the group's limit for send-backs that do not carry
+  one; every field is kept as found and written back, including ones rocketlite does not use.
+- written: every group the broker has seen (committed offsets, registered consumers) gets an
+  entry with RocketMQ's fields; a new group's ``retryMaxTimes`` is the broker's
+  ``--max-reconsume-times``. The file is written when a group appears (checked every 5 s
+  and at close), with a ``.bak`` of the previous version, in RocketMQ's shape:
+  ``{"subscriptionGroupTable": {group: {...}}, "dataVersion": {...}}``.
+
+>>> entry = new_group_entry("orders-app", retry_max_times=16)
+>>> (entry["groupName"], entry["retryMaxTimes"], entry["consumeEnable"])
+('orders-app', 16, True)
+>>> groups_from_json({"subscriptionGroupTable": {"g": {"groupName": "g", "retryMaxTimes": 3}}})
+{'g': {'groupName': 'g', 'retryMaxTimes': 3}}
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from rmq_spark.durable_json import read_json_with_backup, write_json_atomic
+from rmq_spark.errors import CorruptDataError
+
+log = logging.getLogger("rmq_spark.broker")
+
+FILE_NAME = "subscriptionGroup.json"
+TABLE_FIELD = "subscriptionGroupTable"
+PERSIST_INTERVAL_S = 5.0
+
+
+def new_group_entry(group: str, *, retry_max_times: int) -> dict[str, Any]:
+    """A group's entry with the values Apache RocketMQ 4.9 gives a new group."""
+    return {
+        "brokerId": 0,
+        "consumeBroadcastEnable": True,
+        "consumeEnable": True,
+        "consumeFromMinEnable": True,
+        "groupName": group,
+        "notifyConsumerIdsChangedEnable": True,
+        "retryMaxTimes": retry_max_times,
+        "retryQueueNums": 1,
+        "whichBrokerWhenConsumeSlowly": 1,
+    }
+
+
+def groups_from_json(document: Any) -> dict[str, dict[str, Any]]:
+    """The entries of a subscriptionGroup.json document; raises CorruptDataError naming
+    what is wrong with its shape."""
+    if not isinstance(document, dict):
+        raise CorruptDataError(
+            f"{FILE_NAME} must hold a JSON object, not {type(document).__name__}"
+        )
+    table = document.get(TABLE_FIELD, {})
+    if not isinstance(table, dict):
+        raise CorruptDataError(f"{FILE_NAME}: {TABLE_FIELD} must be an object")
+    for group, entry in table.items():
+        if not isinstance(entry, dict):
+            raise CorruptDataError(f"{FILE_NAME}: the entry of group {group!r} is not an object")
+        limit = entry.get("retryMaxTimes", 16)
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise CorruptDataError(
+                f"{FILE_NAME}: group {group!r} has retryMaxTimes {limit!r}, not a whole number"
+            )
+    return {str(group): dict(entry) for group, entry in table.items()}
+
+
+def groups_to_json(groups: dict[str, dict[str, Any]], version: int) -> dict[str, Any]:
+    return {
+        TABLE_FIELD: {group: groups[group] for group in sorted(groups)},
+        "dataVersion": {"counter": version, "timestamp": time.time_ns() // 1_000_000},
+    }
+
+
+class SubscriptionGroups:
+    """The broker's group table; ``seen()`` lists the groups the broker knows of now."""
+
+    def __init__(
+        self, config_dir: Path, *, retry_max_times: int, seen: Callable[[], Iterable[str]]
+    ) -> None:
+        self._path = Path(config_dir) / FILE_NAME
+        self._retry_max_times = retry_max_times
+        self._seen = seen
+        document, _ = read_json_with_backup(self._path, validate=groups_from_json)
+        self._groups = groups_from_json(document) if document is not None else {}
+        self._written = document is not None
+        self._version = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rmq-sub-groups", daemon=True)
+
+    def start(self) -> None:
+        self.persist()  # a new store gets the file at once, as RocketMQ's does
+        self._thread.start()
+
+    def retry_max_times(self, group: str) -> int:
+        """The most reconsumes before the dead-letter queue for ``group``."""
+        with self._lock:
+            entry = self._groups.get(group)
+        limit = entry.get("retryMaxTimes") if entry is not None else None
+        return limit if isinstance(limit, int) and limit >= 1 else self._retry_max_times
+
+    def table(self) -> dict[str, dict[str, Any]]:
+        """Every group's entry (those seen since the last write included)."""
+        self._note(self._seen())
+        with self._lock:
+            return {group: dict(entry) for group, entry in self._groups.items()}
+
+    def persist(self) -> bool:
+        """Write the file if a group appeared since the last write; True when written."""
+        added = self._note(self._seen())
+        if not added and self._written:
+            return False
+        with self._lock:
+            self._version += 1
+            document = groups_to_json(self._groups, self._version)
+        write_json_atomic(self._path, document, validate=groups_from_json)
+        self._written = True
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        try:
+            self.persist()
+        except OSError:
+            log.exception("could not write %s at close", self._path)
+
+    def _note(self, groups: Iterable[str]) -> bool:
+        with self._lock:
+            new = [g for g in groups if g not in self._groups]
+            for group in new:
+                self._groups[group] = new_group_entry(group, retry_max_times=self._retry_max_times)
+        return bool(new)
+
+    def _run(self) -> None:
+        while not self._stop.wait(PERSIST_INTERVAL_S):
+            try:
+                self.persist()
+            except Exception:
+                log.exception(
+                    "could not write %s; retrying in %.0f s", self._path, PERSIST_INTERVAL_S
+                )
