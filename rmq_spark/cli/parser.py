@@ -13,6 +13,7 @@ from rmq_spark.cli.commands import (
     cmd_topic,
 )
 from rmq_spark.cli.security import cmd_acl, cmd_user
+from rmq_spark.cli.store_inspect import add_parser as add_store_parser
 
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
 DESCRIPTION = "The rocketlite command: run a broker, manage topics, send, consume, inspect offsets."
@@ -159,5 +160,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="grant: only from this network (repeatable; default anywhere)",
     )
     acl.set_defaults(func=cmd_acl)
+    add_store_parser(sub)
     parser.subcommands = sub.choices  # type: ignore[attr-defined]
     return parser

@@ -1,0 +1,168 @@
+"""``rocketlite store inspect DIR --json`` run as a user runs it (a process), on stores real
+brokers wrote: a rocketlite broker process, while it runs and after it stopped, and Apache
+RocketMQ 4.9 itself (needs ``ROCKETMQ_HOME``, see the README, "Testing against Apache
+RocketMQ"). What it reports is what was sent and committed, and the directory is left
+exactly as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+
+import rocketmq_harness
+from broker_harness import wait_until
+
+from rmq_spark.client import Admin, Producer
+from rmq_spark.client.remoting import RemotingClient
+from rmq_spark.codec.arrow_decode import decode_records
+from rmq_spark.errors import NotFoundError
+from rmq_spark.store.offline import StoreView
+from rmq_spark.structs import MessageQueue
+
+INSPECT = [sys.executable, "-m", "rmq_spark.cli", "store", "inspect"]
+TIMEOUT_S = 60
+
+
+def inspect(store, *flags: str) -> subprocess.CompletedProcess:
+    run = subprocess.run(
+        [*INSPECT, str(store), *flags], capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout}\n{run.stderr}"
+    assert "Traceback" not in run.stderr, run.stderr
+    return run
+
+
+def report_of(store) -> dict:
+    return json.loads(inspect(store, "--json").stdout)
+
+
+def ranges(report: dict, topic: str) -> dict[int, tuple[int, int, int]]:
+    """{queue id: (min, max, messages)} of the queues of ``topic`` that hold messages."""
+    (found,) = [t for t in report["topics"] if t["topic"] == topic]
+    return {q["queueId"]: (q["min"], q["max"], q["messages"]) for q in found["queues"] if q["max"]}
+
+
+def group_rows(report: dict, group: str) -> dict[tuple[str, int], tuple[int, int]]:
+    (found,) = [g for g in report["consumerGroups"] if g["group"] == group]
+    return {(r["topic"], r["queueId"]): (r["committed"], r["lag"]) for r in found["offsets"]}
+
+
+def snapshot(root) -> dict:
+    """(size, mtime, digest of small files) of every file and directory under ``root``."""
+    state = {}
+    for path in sorted(root.rglob("*")):
+        info = path.stat()
+        digest = None
+        if path.is_file() and info.st_size <= 1 << 20:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        state[str(path.relative_to(root))] = (info.st_size, info.st_mtime_ns, digest)
+    return state
+
+
+def test_a_store_a_rocketlite_broker_wrote_live_and_stopped(broker_factory):
+    broker = broker_factory("broker-a", "--delay-levels", "200ms 1s")
+    counts = {0: 5, 1: 9, 2: 1}
+    with Admin(broker.endpoint) as admin:
+        admin.create_topic("Inspected", queues=3)
+        admin.create_topic("Later", queues=1)
+    with Producer(broker.endpoint) as producer:
+        for queue_id, n in counts.items():
+            producer.send_batch("Inspected", [f"m{queue_id}-{i}" for i in range(n)], queue=queue_id)
+        producer.send("Later", "after 200 ms", queue=0, delay_level=1)
+    with Admin(broker.endpoint) as admin:
+        queues = {MessageQueue("Inspected", "broker-a", q): 2 for q in counts if q != 2}
+        admin.commit_offsets("inspect-group", queues)
+        later = MessageQueue("Later", "broker-a", 0)  # the delayed message, once delivered
+        wait_until(lambda: admin.query_offsets([later])[later].max_offset == 1, 10)
+
+    live = report_of(broker.store_dir)
+    assert live["live"] and "rocketlite" in live["lockHolder"]
+    assert ranges(live, "Inspected") == {q: (0, n, n) for q, n in counts.items()}
+    assert "LIVE" in inspect(broker.store_dir).stdout
+
+    assert broker.stop() == 0
+    before = snapshot(broker.store_dir)
+    report = report_of(broker.store_dir)
+    text = inspect(broker.store_dir).stdout
+    assert snapshot(broker.store_dir) == before, "inspect changed the store directory"
+
+    assert not report["live"] and report["cleanShutdown"] and report["kind"] == "rocketlite"
+    assert ranges(report, "Inspected") == {q: (0, n, n) for q, n in counts.items()}
+    assert ranges(report, "Later") == {0: (0, 1, 1)}
+    assert group_rows(report, "inspect-group") == {
+        ("Inspected", 0): (2, counts[0] - 2),
+        ("Inspected", 1): (2, counts[1] - 2),
+    }
+    assert {"level": 1, "offset": 1, "max": 1, "pending": 0} in report["delayLevels"]
+    assert "inspect-group" in report["subscriptionGroups"]  # config/subscriptionGroup.json
+    segments = report["commitlog"]["segments"]
+    assert (
+        segments[-1]["startOffset"] + segments[-1]["writtenBytes"]
+        == (report["commitlog"]["maxOffset"])
+    )
+    assert report["checkpoints"]["rocketlite"]["safeOffset"] == report["commitlog"]["maxOffset"]
+    assert "closed cleanly" in text and "inspect-group" in text
+
+
+@rocketmq_harness.needs_rocketmq
+def test_a_store_apache_rocketmq_wrote_live_and_stopped(tmp_path):
+    cluster = rocketmq_harness.RocketMQCluster(tmp_path / "apache").start()
+    store = tmp_path / "apache" / "store"
+    sent: dict[int, list[bytes]] = {}
+    topic, group = "ApacheInspected", "apache-inspect"
+    try:
+        with RemotingClient(cluster.name_server) as client:
+            deadline = time.monotonic() + 30
+            while True:  # the first send makes the topic, then its route names it
+                try:
+                    queues = client.route(topic).writable
+                    break
+                except NotFoundError:
+                    default = client.route("TBW102").writable[0]
+                    client.send(MessageQueue(topic, default.broker_name, 0), [b"first"])
+                    sent.setdefault(0, []).append(b"first")
+                    assert time.monotonic() < deadline, "the topic never showed up"
+                    time.sleep(1)
+            for i in range(120):
+                mq = queues[i % len(queues)]
+                body = f"apache-{i}".encode()
+                client.send(mq, [body], [{"TAGS": "TagA"}])
+                sent.setdefault(mq.queue_id, []).append(body)
+            for mq in queues:
+                client.commit_offset(group, mq, 3)
+        expected = {q: (0, len(b), len(b)) for q, b in sent.items()}
+        # RocketMQ writes consume-queue entries a moment after the commit log
+        deadline = time.monotonic() + 10
+        while (live := report_of(store)) and ranges(live, topic) != expected:
+            assert time.monotonic() < deadline, ranges(live, topic)
+            time.sleep(0.2)
+        assert live["live"] and "POSIX" in live["lockHolder"]
+    finally:
+        cluster.stop(keep_store=True)  # a clean shutdown writes consumerOffset.json
+
+    before = snapshot(store)
+    report = report_of(store)
+    text = inspect(store).stdout
+    assert snapshot(store) == before, "inspect changed the store directory"
+
+    assert report["kind"] == "apache-rocketmq" and not report["live"]
+    assert report["cleanShutdown"] and report["geometry"]["commitlogSegmentBytes"] == 16 << 20
+    assert ranges(report, topic) == expected
+    assert group_rows(report, group) == {(topic, q): (3, len(b) - 3) for q, b in sent.items()}
+    checkpoint = report["checkpoints"]["rocketmq"]
+    assert checkpoint["physicMsgTimestampIso"].startswith("20")
+    assert report["checkpoints"]["rocketlite"] is None
+    assert "apache-rocketmq" in text and "closed cleanly" in text
+
+    # what the Spark source will do with such a directory: read every queue offline
+    with StoreView.open(store) as view:
+        for queue_id, bodies in sent.items():
+            low, high = view.queue_range(topic, queue_id)
+            got = view.read_records(topic, queue_id, low, high, max_bytes=1 << 20)
+            batch = decode_records(got.buffer, sizes=got.sizes)
+            assert batch.column("body").to_pylist() == bodies
+            assert batch.column("queueOffset").to_pylist() == list(range(low, high))
+    assert snapshot(store) == before
