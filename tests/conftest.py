@@ -28,6 +28,8 @@ def store_factory(tmp_path):
             "store_dir": tmp_path / "store",
             "commitlog_segment_bytes": 64 * 1024,
             "consumequeue_entries_per_file": 64,
+            "index_hash_slots": 4096,
+            "index_max_entries": 16384,
         }
         settings.update(overrides)
         store = MessageStore.open(StoreConfig(**settings))

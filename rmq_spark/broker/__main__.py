@@ -46,6 +46,9 @@ _STORE_FLAGS = (
     "disk_max_used_ratio",
     "offsets_persist_interval_ms",
     "force_empty_offsets",
+    "message_index",
+    "index_hash_slots",
+    "index_max_entries",
 )
 
 
@@ -241,6 +244,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="start with no consumer offsets when both offset files are unreadable",
+    )
+    store.add_argument(
+        "--no-message-index",
+        dest="message_index",
+        action="store_false",
+        default=None,
+        help="keep no index/ of messages by key (RocketMQ's messageIndexEnable=false)",
+    )
+    store.add_argument(
+        "--index-hash-slots",
+        type=int,
+        metavar="N",
+        help="hash slots per index file, RocketMQ's maxHashSlotNum (default 5000000); a "
+        "store's index is read with the sizes it was made with",
+    )
+    store.add_argument(
+        "--index-max-entries",
+        type=int,
+        metavar="N",
+        help="keys per index file, RocketMQ's maxIndexNum (default 20000000)",
     )
 
     parser.add_argument(

@@ -46,6 +46,12 @@ class StoreConfig:
     #: delay of each level (level 1 first): recovery rewrites schedule-topic entries with
     #: the delivery time (store time + the level's delay), as the broker wrote them
     schedule_delays_ms: tuple[int, ...] = ()
+    #: keep RocketMQ's message index (``index/``: messages by KEYS and UNIQ_KEY)
+    message_index: bool = True
+    #: the index files' geometry: RocketMQ's maxHashSlotNum and maxIndexNum (a store's
+    #: index must be opened with the sizes it was made with, by rocketlite and RocketMQ)
+    index_hash_slots: int = 5_000_000
+    index_max_entries: int = 20_000_000
 
     def __post_init__(self) -> None:
         self.store_dir = Path(self.store_dir)
@@ -63,6 +69,8 @@ class StoreConfig:
             "file_reserved_ms": 1,
             "cleanup_interval_ms": 1,
             "offsets_persist_interval_ms": 1,
+            "index_hash_slots": 1,
+            "index_max_entries": 2,
         }
         for name, minimum in minimums.items():
             value = getattr(self, name)

@@ -6,7 +6,9 @@ Directory layout (RocketMQ's, plus a lock file)::
     consumequeue/{topic}/{queueId}/{start} 20-byte entries per message
     config/topics.json                     topic table
     config/consumerOffset.json (+ .bak)    consumer-group offsets
-    checkpoint                             where recovery may start
+    index/{yyyyMMddHHmmssSSS}              RocketMQ's message index (by KEYS, UNIQ_KEY)
+    checkpoint                             RocketMQ's: store times of what is flushed
+    rocketlite.checkpoint                  where recovery may start
     abort                                  present while open: a crash leaves it behind
     lock                                   flock held by the owning process
 """
@@ -54,6 +56,8 @@ from rmq_spark.store.consume_queue import ConsumeQueue
 from rmq_spark.store.dir_lock import DirectoryLock
 from rmq_spark.store.failure import StoreHealth, is_no_space
 from rmq_spark.store.flush import FlushService
+from rmq_spark.store.index import MessageIndex
+from rmq_spark.store.index_builder import IndexBuilder, matching_key, position_after_last
 from rmq_spark.store.recovery import RecoveryReport, recover
 from rmq_spark.store.sizes import MAX_SCANNED_ENTRIES, RangeSize, measure
 from rmq_spark.store.topics import TopicTable
@@ -64,6 +68,9 @@ log = logging.getLogger("rmq_spark.store")
 #: how many consume-queue entries one filtered read may scan (RocketMQ's 16000)
 MAX_FILTER_SCAN = 16_000
 DEFAULT_MAX_BYTES = 4 << 20
+#: at close, the index catches up with the log when it is at most this far behind (more
+#: is left to the next open, which goes on from where it stopped)
+CLOSE_INDEX_BYTES = 64 << 20
 
 
 def now_ms() -> int:
@@ -203,6 +210,12 @@ class MessageStore:
             )
             for cq in self._queues.values():
                 cq.drop_below_physical(self.commitlog.min_offset)
+            self._last_store_ts = max(
+                last.physic_msg_timestamp if last else 0,
+                rmq.physic_msg_timestamp if (rmq := self._rocketmq_checkpoint.last) else 0,
+            )
+            doing = "opening the message index"
+            self._open_index(abnormal)
             doing = "creating the abort marker"
             abort_file.touch()
             doing = "writing the checkpoint"
@@ -224,6 +237,8 @@ class MessageStore:
             on_failure=self.health.fail,
         )
         self.flush_service.start(self.commitlog.max_offset)
+        if self.index_builder is not None:
+            self.index_builder.start()
         self._stop_cleaner = threading.Event()
         self._cleaner = threading.Thread(target=self._run_cleaner, name="rmq-clean", daemon=True)
         self._cleaner.start()
@@ -235,6 +250,59 @@ class MessageStore:
             len(self._queues),
             cfg.flush_mode,
         )
+
+    def _open_index(self, abnormal: bool) -> None:
+        """Open ``index/`` and set its builder where the index ends. After a crash the
+        files holding keys newer than the checkpoint's are deleted and built again (as
+        RocketMQ does), and so are keys pointing past the recovered end of the log."""
+        self.index: MessageIndex | None = None
+        self.index_builder: IndexBuilder | None = None
+        cfg = self.config
+        if not cfg.message_index:
+            return
+        root = Path(cfg.store_dir)
+        index = MessageIndex.open(root / "index", cfg.index_hash_slots, cfg.index_max_entries)
+        try:
+            rmq = self._rocketmq_checkpoint.last
+            if abnormal:
+                index.truncate_after_crash(rmq.index_msg_timestamp if rmq else 0)
+            if index.files and index.end_phy_offset >= self.commitlog.max_offset:
+                log.warning("the message index names records past the log's end; rebuilding")
+                index.truncate_after_crash(min(self._last_store_ts, index.last_timestamp - 1))
+            position = position_after_last(index, self.commitlog)
+        except BaseException:
+            index.close()
+            raise
+        self.index = index
+        self.index_builder = IndexBuilder(
+            index, self.commitlog, lambda: self.commitlog.max_offset, position
+        )
+
+    def query_messages(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 64,
+        begin_ms: int = 0,
+        end_ms: int = 2**63 - 1,
+    ) -> list[bytes]:
+        """Raw records of ``topic`` whose KEYS hold ``key`` or whose UNIQ_KEY is ``key``,
+        stored in [begin_ms, end_ms], newest first, at most ``max_count`` (the message
+        index; keys are findable a moment after their message is stored)."""
+        self._check_open()
+        if self.index is None:
+            raise StoreError(
+                f"store {self.config.store_dir} keeps no message index (message_index=False)"
+            )
+        found = []
+        for physical in self.index.query(topic, key, max_count, begin_ms, end_ms):
+            try:
+                raw = self.read_record(physical)
+            except NotFoundError:  # deleted by retention, or cut by recovery
+                continue
+            if matching_key(rec.decode_record(raw, check_crc=False), topic, key):
+                found.append(raw)
+        return found
 
     def _rocketmq_recovery_start(self) -> int | None:
         """Where to scan from in a store only Apache RocketMQ wrote (it has no
@@ -269,6 +337,9 @@ class MessageStore:
             self._closed = True
         self._stop_cleaner.set()
         self._cleaner.join()
+        if self.index_builder is not None:
+            self.index_builder.stop()
+            self.index_builder.catch_up(max_bytes=CLOSE_INDEX_BYTES)
         self.flush_service.stop()  # its last round covers SYNC appenders still waiting
         failed = self.health.failure is not None
         if not failed:
@@ -280,6 +351,8 @@ class MessageStore:
                 cq.close()
             self._checkpoint.close()
             self._rocketmq_checkpoint.close()
+            if self.index is not None:
+                self.index.close()
             if not failed:  # after a failure the next open must run crash recovery
                 (Path(self.config.store_dir) / "abort").unlink(missing_ok=True)
             self._dir_lock.release()
@@ -644,8 +717,10 @@ class MessageStore:
         self.commitlog.flush()
         for cq in list(self._queues.values()):
             cq.flush()
+        # the time of the last key indexed; with no key indexed, nothing to protect
+        index_ts = (self.index_builder.flush() if self.index_builder is not None else 0) or ts
         self._checkpoint.write(end, ts, ts)
-        self._rocketmq_checkpoint.write(RocketMQCheckpoint(ts, ts, ts))
+        self._rocketmq_checkpoint.write(RocketMQCheckpoint(ts, ts, index_ts))
 
     def _run_cleaner(self) -> None:
         interval = self.config.cleanup_interval_ms / 1000
@@ -675,6 +750,8 @@ class MessageStore:
             new_min = self.commitlog.min_offset
             for cq in list(self._queues.values()):
                 cq.drop_below_physical(new_min)
+        if self.index_builder is not None:
+            self.index_builder.delete_before(new_min)
         log.info("retention deleted %d commit-log segment(s); minimum is now %d", deleted, new_min)
         return deleted
 

@@ -173,3 +173,57 @@ class RocketMQCluster:
         self._processes.clear()
         if not keep_store:
             shutil.rmtree(self.store, ignore_errors=True)
+
+
+# Finds messages through the broker's index with RocketMQ's own Java client: each argument
+# after the topic is key=K (queryMessage) or uniq=U (viewMessage by UNIQ_KEY).
+QUERY_JAVA = """
+import org.apache.rocketmq.client.QueryResult;
+import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
+import org.apache.rocketmq.common.message.MessageExt;
+
+public class QueryByKey {
+    public static void main(String[] args) throws Exception {
+        DefaultMQPullConsumer consumer = new DefaultMQPullConsumer("index-query-group");
+        consumer.setNamesrvAddr(args[0]);
+        consumer.setInstanceName("query" + System.nanoTime());
+        consumer.start();
+        try {
+            for (int i = 2; i < args.length; i++) {
+                String[] what = args[i].split("=", 2);
+                if (what[0].equals("key")) {
+                    QueryResult found =
+                        consumer.queryMessage(args[1], what[1], 64, 0, Long.MAX_VALUE);
+                    for (MessageExt m : found.getMessageList()) {
+                        System.out.println(args[i] + "\\t" + m.getCommitLogOffset());
+                    }
+                } else {
+                    MessageExt m = consumer.viewMessage(args[1], what[1]);
+                    System.out.println(args[i] + "\\t" + m.getCommitLogOffset());
+                }
+            }
+        } finally {
+            consumer.shutdown();
+        }
+    }
+}
+"""
+
+
+def query_by_key(
+    cluster: RocketMQCluster, topic: str, asked: list[str], work_dir: Path
+) -> dict[str, set[int]]:
+    """Ask the cluster's broker, with RocketMQ's Java client, for the messages of ``topic``
+    under each ``key=K`` or ``uniq=U`` in ``asked``: the commit-log offsets it answers."""
+    source = work_dir / "QueryByKey.java"
+    source.write_text(QUERY_JAVA)
+    command = [*java_command(work_dir, "256m"), str(source), cluster.name_server, topic, *asked]
+    run = subprocess.run(command, capture_output=True, timeout=120)
+    out = run.stdout.decode()
+    assert run.returncode == 0, out + run.stderr.decode()[-3000:]
+    answers: dict[str, set[int]] = {}
+    for line in out.splitlines():
+        what, _, offset = line.partition("\t")
+        if what in asked:
+            answers.setdefault(what, set()).add(int(offset))
+    return answers

@@ -35,9 +35,12 @@ def body(i: int) -> bytes:
     return f"lite-{i:08d}-".encode().ljust(BODY, b"x")
 
 
-def write_store(store: Path, log: Path, rounds: list[int], pause_s: float) -> BrokerProcess:
+def write_store(
+    store: Path, log: Path, rounds: list[int], pause_s: float, uniq_keys: dict[str, int]
+) -> BrokerProcess:
     """A rocketlite broker on ``store`` that got the group's offsets, then ``rounds`` of
-    messages (a round per count, ``pause_s`` after each, 500 per queue in turn)."""
+    messages (a round per count, ``pause_s`` after each, 500 per queue in turn; message i
+    has KEYS ``order-i``; ``uniq_keys`` gets each message's UNIQ_KEY)."""
     broker = BrokerProcess("broker-a", store, log, GEOMETRY).start()
     with Admin(broker.endpoint) as admin:
         admin.create_topic(TOPIC, QUEUES)
@@ -46,11 +49,13 @@ def write_store(store: Path, log: Path, rounds: list[int], pause_s: float) -> Br
         offsets = {MessageQueue(TOPIC, "broker-a", q): 100 + q for q in range(QUEUES)}
         admin.commit_offsets(GROUP, offsets)
         n = 0
+        uniq_keys.clear()
         with Producer(broker.endpoint) as producer:
             for count in rounds:
                 for start in range(n, n + count, 500):
-                    batch = range(start, min(start + 500, n + count))
-                    producer.send_batch(TOPIC, [body(i) for i in batch], queue=start // 500 % 4)
+                    batch = [(body(i), None, f"order-{i}") for i in range(start, start + 500)]
+                    results = producer.send_batch(TOPIC, batch, queue=start // 500 % 4)
+                    uniq_keys.update({r.msg_id: start + j for j, r in enumerate(results)})
                 n += count
                 time.sleep(pause_s)
     return broker
@@ -83,17 +88,33 @@ def read_through_rocketmq(cluster: rocketmq_harness.RocketMQCluster) -> dict[int
 def test_apache_rocketmq_serves_a_store_rocketlite_wrote(tmp_path):
     store = tmp_path / "store"
     rounds = [20_000, 20_000, 5_000]  # about 51 MB
-    write_store(store, tmp_path / "rocketlite.log", rounds, pause_s=0).stop()
+    uniq_keys: dict[str, int] = {}
+    write_store(store, tmp_path / "rocketlite.log", rounds, 0, uniq_keys).stop()
     assert len(list((store / "commitlog").iterdir())) == 4
     assert GROUP in groups_in(store)
 
     cluster = rocketmq_harness.RocketMQCluster(tmp_path / "apache", store=store).start()
     try:
         assert read_through_rocketmq(cluster) == expected_bodies(rounds)
+        # RocketMQ's own client finds messages by key through the index rocketlite wrote
+        wanted = {f"key=order-{i}": i for i in (0, 7, 19_999, 20_000, 31_234, 44_999)}
+        wanted |= {f"uniq={u}": i for u, i in list(uniq_keys.items())[::9_000]}
+        answers = rocketmq_harness.query_by_key(cluster, TOPIC, list(wanted), tmp_path)
     finally:
         cluster.stop(keep_store=True)
+    assert {q: [body_at(store, o) for o in answers.get(q, ())] for q in wanted} == {
+        q: [body(i)] for q, i in wanted.items()
+    }
     # RocketMQ parsed rocketlite's subscriptionGroup.json and wrote the group back
     assert groups_in(store)[GROUP]["retryMaxTimes"] == 16
+
+
+def body_at(store: Path, physical_offset: int) -> bytes:
+    """The body of the record at ``physical_offset``, read from the segment files."""
+    start = physical_offset // SEGMENT * SEGMENT
+    with open(store / "commitlog" / f"{start:020d}", "rb") as segment:
+        segment.seek(physical_offset - start)
+        return rec.decode_record(segment.read(BODY + 1024)).body
 
 
 def groups_in(store: Path) -> dict:
@@ -108,7 +129,7 @@ def test_apache_rocketmqs_crash_recovery_starts_where_rocketlites_checkpoint_say
     # 3 s older than the checkpoint, the one before the last. (Reading the checkpoint as
     # rocketlite used to write it, RocketMQ took the last segment.)
     rounds = [20_000, 12_000, 14_000]
-    broker = write_store(store, tmp_path / "rocketlite.log", rounds, pause_s=4)
+    broker = write_store(store, tmp_path / "rocketlite.log", rounds, 4, {})
     broker.kill()  # SIGKILL: the abort file stays, RocketMQ recovers as after a crash
     assert (store / "abort").exists()
     segments = sorted((store / "commitlog").iterdir())

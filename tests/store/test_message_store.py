@@ -422,5 +422,113 @@ def test_a_store_with_only_rocketmqs_checkpoint_recovers_from_the_segment_it_nam
 
     store = store_factory(commitlog_segment_bytes=8192)
     assert store.recovery.abnormal and store.recovery.scanned_from == segments[2]
-    result, records = read_all(store, "orders", 0)
+    _, records = read_all(store, "orders", 0)
     assert [r.body for r in records] == [b for i in range(30) for b in bodies(f"b{i}", 5, 200)]
+
+
+# -- the message index -----------------------------------------------------------------------
+
+
+def keyed(prefix: str, n: int) -> list[bytes]:
+    return [encode_properties({"KEYS": f"{prefix}-{i} {prefix}", "UNIQ_KEY": f"U-{prefix}-{i}"})
+            for i in range(n)]  # fmt: skip
+
+
+def bodies_found(store, topic, key, **kw) -> list[bytes]:
+    return sorted(rec.decode_record(raw).body for raw in store.query_messages(topic, key, **kw))
+
+
+def test_messages_are_found_by_key_and_by_uniq_key(store_factory):
+    store = store_factory(commitlog_segment_bytes=8192)
+    store.topics.create("orders", queues=2)
+    store.topics.create("refunds", queues=1)
+    store.append("orders", 0, bodies("a", 5), keyed("a", 5))
+    store.append("orders", 1, bodies("b", 5), keyed("b", 5))
+    store.append("refunds", 0, bodies("r", 5), keyed("a", 5))  # same keys, other topic
+    store.index_builder.catch_up()
+    assert bodies_found(store, "orders", "a-3") == [b"a-3"]
+    assert bodies_found(store, "orders", "U-b-4") == [b"b-4"]
+    assert bodies_found(store, "orders", "a") == sorted(bodies("a", 5))
+    assert bodies_found(store, "refunds", "a-3") == [b"r-3"]
+    assert len(store.query_messages("orders", "a", max_count=2)) == 2
+    assert store.query_messages("orders", "nothing") == []
+
+
+def test_keys_sharing_a_hash_slot_are_told_apart(store_factory):
+    store = store_factory(index_hash_slots=1)  # every key in one chain
+    store.topics.create("orders", queues=1)
+    store.append("orders", 0, bodies("a", 50), keyed("a", 50))
+    store.index_builder.catch_up()
+    assert bodies_found(store, "orders", "a-17") == [b"a-17"]
+
+
+def test_the_index_is_built_in_the_background_and_rolls_to_new_files(store_factory):
+    store = store_factory(index_max_entries=40)  # 39 keys a file
+    store.topics.create("orders", queues=1)
+    for batch in range(10):
+        store.append("orders", 0, bodies(f"b{batch}", 5), keyed(f"b{batch}", 5))
+    deadline = time.monotonic() + 10
+    while not bodies_found(store, "orders", "b9-4"):  # no catch_up: the thread indexes
+        assert time.monotonic() < deadline, "the index thread never indexed the last batch"
+        time.sleep(0.05)
+    assert len(store.index.files) == 4  # 150 keys
+    assert all(bodies_found(store, "orders", f"b{b}-2") == [f"b{b}-2".encode()] for b in range(10))
+
+
+def test_a_store_whose_index_is_gone_or_cut_by_a_crash_indexes_again(store_factory):
+    from rmq_spark.store.checkpoint import (
+        RocketMQCheckpoint,
+        encode_rocketmq,
+        read_store_checkpoints,
+    )
+
+    store = store_factory(index_max_entries=40)
+    store.topics.create("orders", queues=1)
+    for batch in range(10):
+        store.append("orders", 0, bodies(f"b{batch}", 5), keyed(f"b{batch}", 5))
+    root = store.config.store_dir
+    store.close()
+    names = sorted(p.name for p in (root / "index").iterdir())
+    assert len(names) == 4
+
+    # As after a crash: the abort file stays, and the checkpoint's index time is older than
+    # the keys of every file, so all are deleted and their keys indexed again.
+    (root / "abort").touch()
+    checkpoint = read_store_checkpoints(root).rocketmq
+    stale = RocketMQCheckpoint(checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp, 1)
+    (root / "checkpoint").write_bytes(encode_rocketmq(stale).ljust(4096, b"\0"))
+    store = store_factory(index_max_entries=40)
+    store.index_builder.catch_up()
+    assert all(bodies_found(store, "orders", f"b{b}-2") == [f"b{b}-2".encode()] for b in range(10))
+    store.close()
+    rebuilt = sorted(p.name for p in (root / "index").iterdir())
+    assert len(rebuilt) == 4 and not set(rebuilt) & set(names), "the files were made again"
+
+    for path in (root / "index").iterdir():  # no index at all (a store from before it)
+        path.unlink()
+    store = store_factory(index_max_entries=40)
+    store.index_builder.catch_up()
+    assert bodies_found(store, "orders", "b0-0") == [b"b0-0"]
+    assert bodies_found(store, "orders", "U-b9-4") == [b"b9-4"]
+
+
+def test_retention_deletes_index_files_that_point_only_at_deleted_segments(store_factory):
+    store = store_factory(commitlog_segment_bytes=4096, index_max_entries=20)
+    store.topics.create("orders", queues=1)
+    for batch in range(30):
+        store.append("orders", 0, bodies(f"b{batch}", 3, size=200), keyed(f"b{batch}", 3))
+    store.index_builder.catch_up()
+    before = len(store.index.files)
+    assert store.delete_expired_files(max_age_ms=0) > 0
+    assert 0 < len(store.index.files) < before
+    assert bodies_found(store, "orders", "b0-0") == []  # its segment is gone
+    assert bodies_found(store, "orders", "b29-2") == [b"b29-2".ljust(200, b".")]
+
+
+def test_a_store_without_the_index_says_so(store_factory):
+    store = store_factory(message_index=False)
+    store.topics.create("orders", queues=1)
+    store.append("orders", 0, bodies("a", 2), keyed("a", 2))
+    with pytest.raises(StoreError, match="message_index=False"):
+        store.query_messages("orders", "a-1")
+    assert not (store.config.store_dir / "index").exists()

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmq_spark.codec.arrow_decode.hosts import host_columns
 from rmq_spark.codec.arrow_decode.positions import (
@@ -49,6 +50,7 @@ from rmq_spark.codec.arrow_decode.source import (
     to_strings,
 )
 from rmq_spark.codec.arrow_decode.tail import Tail, validate
+from rmq_spark.codec.properties import UNIQ_KEY
 from rmq_spark.codec.record import POS_MAGIC
 from rmq_spark.errors import CorruptDataError
 
@@ -59,6 +61,7 @@ __all__ = [
     "RecordParts",
     "decode_records",
     "index_records",
+    "key_fields",
     "record_parts",
 ]
 
@@ -181,6 +184,45 @@ def record_parts(
         born_timestamp=np.asarray(heads.born_timestamp, dtype=np.int64),
         born_host=born_host,
         flag=np.asarray(heads.flag, dtype=np.int32),
+    )
+
+
+@dataclass
+class KeyFields:
+    """What the message index needs of records: where they are, when they were stored, their
+    sysflag, topic, KEYS and UNIQ_KEY (null where absent)."""
+
+    physical_offset: np.ndarray
+    store_timestamp: np.ndarray
+    sysflag: np.ndarray
+    topic: pa.Array  # string
+    keys: pa.Array  # string
+    uniq_key: pa.Array  # string
+
+
+def key_fields(
+    buf: bytes | bytearray | memoryview | np.ndarray | pa.Buffer,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+) -> KeyFields:
+    """The :class:`KeyFields` of the records at ``starts``/``sizes`` in ``buf``, read as
+    :func:`decode_records` reads them, without copying bodies."""
+    src = Source(buf)
+    starts, sizes = known_positions(src, starts, sizes)
+    if not len(starts):
+        none = pa.array([], pa.string())
+        empty = np.zeros(0, np.int64)
+        return KeyFields(empty, empty, empty.astype(np.int32), none, none, none)
+    heads, tail = validate(src, starts, sizes, crc=False)
+    props = src.values(tail.props_pos, tail.props_len, tail.props_head)
+    properties, _, keys = properties_columns(props)
+    return KeyFields(
+        physical_offset=np.asarray(heads.physical_offset, dtype=np.int64),
+        store_timestamp=np.asarray(heads.store_timestamp, dtype=np.int64),
+        sysflag=np.asarray(heads.sysflag, dtype=np.int32),
+        topic=_topic_column(src, tail),
+        keys=keys,
+        uniq_key=pc.map_lookup(properties, pa.scalar(UNIQ_KEY), "first"),
     )
 
 

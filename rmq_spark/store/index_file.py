@@ -1,0 +1,454 @@
+"""One file of a store's ``index/`` directory: messages by key, as RocketMQ 4.9 keeps them.
+
+The layout is Apache RocketMQ 4.9.7's, byte for byte (big-endian)::
+
+    header   40 bytes          beginTimestamp i64 | endTimestamp i64 | beginPhyOffset i64
+                               | endPhyOffset i64 | hashSlotCount i32 | indexCount i32
+    slots    hash_slots x 4    the newest entry whose key hashes to the slot (0: none)
+    entries  max_entries x 20  keyHash i32 | phyOffset i64 | timeDiff i32 | prevIndex i32
+
+Entries are numbered from 1 (``indexCount`` starts at 1; 0 means "none"), and each one
+links to the entry its slot pointed at before, so a slot's entries form a chain, newest
+first. ``timeDiff`` is the store time in whole seconds after ``beginTimestamp``. The hash
+is of ``topic#key`` (:func:`index_key_hashes`); different keys may share it.
+
+The codec (header, hashes, chain links, time differences) is pure functions over arrays;
+:class:`IndexFile` is the mmap adapter. Entries are written with ``pwrite``, so a full disk
+fails the call; the header and the slots go through the map. The file is sparse: only the
+header's blocks are allocated when it is made, the slots' pages get theirs as keys land in
+them (see :func:`_allocate_head` for why that is safe enough).
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import struct
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from rmq_spark.codec.taghash import java_string_hash
+from rmq_spark.errors import CorruptDataError, InvalidArgumentError, StoreError
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = HEADER.size
+SLOT_SIZE = 4
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = ENTRY.size
+ENTRY_DTYPE = np.dtype(
+    [("key_hash", ">i4"), ("phys_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
+)
+assert ENTRY_DTYPE.itemsize == ENTRY_SIZE and HEADER_SIZE == 40
+#: RocketMQ's maxHashSlotNum and maxIndexNum
+DEFAULT_HASH_SLOTS = 5_000_000
+DEFAULT_MAX_ENTRIES = 5_000_000 * 4
+INT32_MAX = 2**31 - 1
+
+
+# -- codec -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexHeader:
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    #: the number of the next entry (entries are numbered from 1)
+    index_count: int = 1
+
+
+def encode_header(header: IndexHeader) -> bytes:
+    """The 40 header bytes.
+
+    >>> encode_header(IndexHeader(index_count=2)).hex()[-16:]
+    '0000000000000002'
+    """
+    return HEADER.pack(*astuple(header))
+
+
+def decode_header(data: bytes | memoryview | mmap.mmap) -> IndexHeader:
+    """The header at the start of ``data``; a count of 0 (a file no key was added to yet,
+    as RocketMQ leaves it) reads as 1, like RocketMQ does."""
+    header = IndexHeader(*HEADER.unpack_from(data))
+    return header if header.index_count > 0 else replace(header, index_count=1)
+
+
+def file_size(hash_slots: int, max_entries: int) -> int:
+    """Bytes of an index file with these sizes (RocketMQ needs it to fit a Java int)."""
+    for name, value in (("hash_slots", hash_slots), ("max_entries", max_entries)):
+        if not isinstance(value, int) or value < 1:
+            raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
+    size = HEADER_SIZE + hash_slots * SLOT_SIZE + max_entries * ENTRY_SIZE
+    if size > INT32_MAX:
+        raise InvalidArgumentError(
+            f"an index file of {hash_slots} slots and {max_entries} entries is {size} bytes; "
+            f"RocketMQ cannot map more than {INT32_MAX}: choose smaller sizes"
+        )
+    return size
+
+
+def index_key_hash(key: str) -> int:
+    """The hash RocketMQ indexes ``key`` by: |String.hashCode()|, Integer.MIN_VALUE -> 0.
+
+    >>> index_key_hash("polygenelubricants"), index_key_hash("FB")
+    (0, 2236)
+    """
+    h = java_string_hash(key)
+    return 0 if h == -(2**31) else abs(h)
+
+
+#: 31 is odd, so it has an inverse modulo 2**32: 31**(e - p) == 31**e * INVERSE**p there
+_INVERSE_OF_31 = pow(31, -1, 1 << 32)
+_POWERS: dict[int, np.ndarray] = {}
+#: texts are hashed in runs of about this many characters, bounding the memory used
+_RUN_CHARS = 1 << 20
+
+
+def _powers(base: int, count: int) -> np.ndarray:
+    """base**k mod 2**32 for k < count (uint32 products wrap as Java ints do)."""
+    table = _POWERS.get(base)
+    if table is None or len(table) < count:
+        grown = np.full(max(count, 2 * len(table) if table is not None else 1), base, np.uint32)
+        grown[0] = 1
+        table = _POWERS[base] = np.cumprod(grown, dtype=np.uint32)
+    return table[:count]
+
+
+def java_string_hashes(texts: Sequence[str]) -> np.ndarray:
+    """Java's ``String.hashCode()`` of each text as an int32 array, with no loop per text.
+
+    Java's hash of units u[s..e] is sum(u[p] * 31**(e - p)) mod 2**32, which is
+    31**e * sum(u[p] * INVERSE**p) for positions p in the texts joined end to end: one
+    product per UTF-16 unit, one sum per text (``reduceat``), one product per text. A
+    text with characters past U+FFFF is counted in units (two surrogates each).
+
+    >>> java_string_hashes(["TagA", "", "😀"]).tolist()
+    [2598919, 0, 1772899]
+    """
+    texts = texts if isinstance(texts, list) else list(texts)
+    n = len(texts)
+    chars = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+    ends = np.cumsum(chars)
+    hashes = np.zeros(n, dtype=np.uint32)
+    lo = 0
+    while lo < n:
+        hi = int(np.searchsorted(ends, ends[lo] - chars[lo] + _RUN_CHARS, side="right"))
+        hi = max(hi, lo + 1)
+        hashes[lo:hi] = _hash_run(texts[lo:hi], chars[lo:hi])
+        lo = hi
+    return hashes.view(np.int32)
+
+
+def _hash_run(texts: list[str], chars: np.ndarray) -> np.ndarray:
+    joined = "".join(texts)
+    units = np.frombuffer(joined.encode("utf-16-le", "surrogatepass"), dtype="<u2")
+    lengths = chars
+    if len(units) != len(joined):  # surrogate pairs: count units text by text
+        sizes = (len(t.encode("utf-16-le", "surrogatepass")) // 2 for t in texts)
+        lengths = np.fromiter(sizes, dtype=np.int64, count=len(texts))
+    ends = np.cumsum(lengths)
+    hashes = np.zeros(len(texts), dtype=np.uint32)
+    filled = lengths > 0
+    if filled.any():
+        terms = units.astype(np.uint32) * _powers(_INVERSE_OF_31, len(units))
+        sums = np.add.reduceat(terms, (ends - lengths)[filled], dtype=np.uint32)
+        hashes[filled] = sums * _powers(31, len(units))[ends[filled] - 1]
+    return hashes
+
+
+def index_key_hashes(keys: Sequence[str]) -> np.ndarray:
+    """:func:`index_key_hash` of each key, as an int32 array (one vectorised pass)."""
+    hashes = np.abs(java_string_hashes(keys))
+    hashes[hashes < 0] = 0  # |Integer.MIN_VALUE| overflows to itself
+    return hashes
+
+
+def chain_links(
+    slots: np.ndarray, heads: np.ndarray, first_index: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Link entries ``first_index, first_index + 1, ..`` (hashing to ``slots``) into their
+    slots' chains: returns each entry's prevIndex, then the slots touched and the entry
+    each must point at afterwards (the last of the batch in that slot).
+
+    ``heads`` is what each entry's slot held before the batch; RocketMQ takes it only when
+    it names an entry written before this one (0 < head <= this entry's number). Entries
+    of one slot inside the batch link to each other: a stable sort by slot puts them side
+    by side, in order.
+
+    >>> prev, touched, newest = chain_links(np.array([3, 5, 3]), np.array([2, 0, 2]), 4)
+    >>> prev.tolist(), touched.tolist(), newest.tolist()
+    ([2, 0, 4], [3, 5], [6, 5])
+    """
+    n = len(slots)
+    numbers = first_index + np.arange(n, dtype=np.int64)
+    order = np.argsort(slots, kind="stable")
+    sorted_slots = slots[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = sorted_slots[1:] != sorted_slots[:-1]
+    prev_sorted = np.empty(n, dtype=np.int64)
+    prev_sorted[1:] = numbers[order[:-1]]
+    first = order[starts]
+    head = heads[first].astype(np.int64)
+    prev_sorted[starts] = np.where((head > 0) & (head <= numbers[first]), head, 0)
+    prev = np.empty(n, dtype=np.int64)
+    prev[order] = prev_sorted
+    lasts = np.ones(n, dtype=bool)
+    lasts[:-1] = starts[1:]
+    return prev, sorted_slots[lasts], numbers[order[lasts]]
+
+
+def time_diffs(timestamps: np.ndarray, begin_timestamp: int, first_in_file: bool) -> np.ndarray:
+    """Each entry's timeDiff: whole seconds after the file's begin time, in [0, INT32_MAX],
+    0 while the file has no begin time.
+
+    The first entry of a file is measured from the begin time the file was made with (the
+    previous file's end, or 0), and becomes the begin time of the entries after it.
+
+    >>> time_diffs(np.array([5_000, 7_999, 9_000]), 4_000, True).tolist()
+    [1, 2, 4]
+    """
+    begins = np.full(len(timestamps), begin_timestamp, dtype=np.int64)
+    if first_in_file and len(timestamps):
+        begins[1:] = timestamps[0]
+    seconds = np.clip((timestamps - begins) // 1000, 0, INT32_MAX)
+    return np.where(begins > 0, seconds, 0).astype(np.int32)
+
+
+def time_matched(header: IndexHeader, begin_ms: int, end_ms: int) -> bool:
+    """Whether a query for [begin_ms, end_ms] looks into a file (RocketMQ's overlap test)."""
+    first, last = header.begin_timestamp, header.end_timestamp
+    return (
+        (begin_ms < first and end_ms > last) or first <= begin_ms <= last or first <= end_ms <= last
+    )
+
+
+# -- the file ----------------------------------------------------------------------------
+
+
+class IndexFile:
+    """One mapped index file. Make one with :meth:`create` or :meth:`open`.
+
+    One writer at a time; lookups may run beside it (they read the header afresh)."""
+
+    def __init__(self, path: Path, fd: int, hash_slots: int, max_entries: int, read_only: bool):
+        self.path = path
+        self.hash_slots = hash_slots
+        self.max_entries = max_entries
+        self.read_only = read_only
+        self._fd = fd
+        self._entries_at = HEADER_SIZE + hash_slots * SLOT_SIZE
+        access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+        self._map = mmap.mmap(fd, file_size(hash_slots, max_entries), access=access)
+        self._dirty = False
+        self.closed = False
+
+    @classmethod
+    def create(
+        cls,
+        path: Path,
+        hash_slots: int = DEFAULT_HASH_SLOTS,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        *,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+    ) -> IndexFile:
+        """A new, empty (sparse) file continuing from a previous file's end offset and time."""
+        size = file_size(hash_slots, max_entries)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise StoreError(f"index file {path} already exists; not overwriting it") from None
+        try:
+            os.ftruncate(fd, size)
+            _allocate_head(fd, HEADER_SIZE, strict=True)
+            index = cls(path, fd, hash_slots, max_entries, read_only=False)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        # Like RocketMQ: only the inherited positions are written, the counts stay 0.
+        for at, value in ((16, end_phy_offset), (0, end_timestamp)):
+            if value > 0:
+                struct.pack_into(">qq", index._map, at, value, value)
+        index._dirty = True
+        return index
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        hash_slots: int = DEFAULT_HASH_SLOTS,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        *,
+        read_only: bool = False,
+    ) -> IndexFile:
+        """An existing file. ``read_only`` maps it read-only and never writes it (for
+        readers of a store another process owns). CorruptDataError names a file whose size
+        does not fit the sizes given, or whose header is impossible."""
+        size = file_size(hash_slots, max_entries)
+        fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual == 0 and not read_only:
+                os.ftruncate(fd, size)  # a crash between making the file and sizing it
+                actual = size
+            if actual != size:
+                raise CorruptDataError(
+                    f"index file {path} is {actual} bytes, but {hash_slots} hash slots and "
+                    f"{max_entries} entries make {size}: open it with the sizes it was made "
+                    "with (RocketMQ's maxHashSlotNum and maxIndexNum), or move it away"
+                )
+            if not read_only:
+                _allocate_head(fd, HEADER_SIZE, strict=False)
+            index = cls(path, fd, hash_slots, max_entries, read_only)
+        except BaseException:
+            os.close(fd)
+            raise
+        count = index.header.index_count
+        if count > max_entries:
+            index.close()
+            raise CorruptDataError(
+                f"index file {path} claims {count} entries, more than its {max_entries}: "
+                "its header is damaged or the file was made with other sizes"
+            )
+        return index
+
+    @property
+    def header(self) -> IndexHeader:
+        return decode_header(self._map)
+
+    @property
+    def is_full(self) -> bool:
+        return self.header.index_count >= self.max_entries
+
+    def add_batch(
+        self, key_hashes: np.ndarray, phys_offsets: np.ndarray, store_timestamps: np.ndarray
+    ) -> int:
+        """Add entries (index key hashes, non-negative; the records' physical offsets and
+        store times in ms) in order, until the file is full; returns how many were added."""
+        if self.read_only:
+            raise StoreError(f"index file {self.path} was opened read-only; cannot add keys")
+        key_hashes = np.asarray(key_hashes, dtype=np.int64)
+        if not len(key_hashes) == len(phys_offsets) == len(store_timestamps):
+            raise InvalidArgumentError(
+                f"{len(key_hashes)} key hashes, {len(phys_offsets)} offsets and "
+                f"{len(store_timestamps)} timestamps: give one of each per key"
+            )
+        if len(key_hashes) and key_hashes.min() < 0:
+            raise InvalidArgumentError(
+                f"key hash {key_hashes.min()} is negative: pass index_key_hashes(), not "
+                "String.hashCode() values"
+            )
+        header = self.header
+        n = max(0, min(len(key_hashes), self.max_entries - header.index_count))
+        if n == 0:
+            return 0
+        hashes = key_hashes[:n]
+        phys = np.asarray(phys_offsets[:n], dtype=np.int64)
+        stamps = np.asarray(store_timestamps[:n], dtype=np.int64)
+        slots = hashes % self.hash_slots
+        table = np.frombuffer(self._map, dtype=">i4", count=self.hash_slots, offset=HEADER_SIZE)
+        try:
+            first_in_file = header.index_count == 1
+            prev, touched, newest = chain_links(slots, table[slots], header.index_count)
+            entries = np.empty(n, dtype=ENTRY_DTYPE)
+            entries["key_hash"] = hashes
+            entries["phys_offset"] = phys
+            entries["time_diff"] = time_diffs(stamps, header.begin_timestamp, first_in_file)
+            entries["prev_index"] = prev
+            self._pwrite(entries.tobytes(), self._entries_at + header.index_count * ENTRY_SIZE)
+            table[touched] = newest
+        finally:
+            del table  # a live view would keep the map from closing
+        if first_in_file:
+            header = replace(header, begin_timestamp=int(stamps[0]), begin_phy_offset=int(phys[0]))
+        self._map[:HEADER_SIZE] = encode_header(
+            replace(
+                header,
+                end_timestamp=int(stamps[-1]),
+                end_phy_offset=int(phys[-1]),
+                hash_slot_count=header.hash_slot_count + int(np.count_nonzero(prev == 0)),
+                index_count=header.index_count + n,
+            )
+        )
+        self._dirty = True
+        return n
+
+    def lookup(self, key_hash: int, begin_ms: int, end_ms: int, limit: int) -> list[int]:
+        """Physical offsets of up to ``limit`` entries with this index key hash stored in
+        [begin_ms, end_ms] (at RocketMQ's one-second resolution), newest first.
+
+        The walk follows the slot's chain like RocketMQ and stops at its end, at an entry
+        older than ``begin_ms``, or at a link that does not lead to an older entry (a
+        damaged file cannot loop). The records may carry another key with the same hash.
+        """
+        found: list[int] = []
+        if self.closed:  # deleted by retention while a query was on its way
+            return found
+        header = self.header
+        count = header.index_count
+        at = self._entries_at
+        try:
+            slot_at = HEADER_SIZE + (key_hash % self.hash_slots) * SLOT_SIZE
+            (number,) = struct.unpack_from(">i", self._map, slot_at)
+            if not 0 < number < count or count > self.max_entries:
+                return found
+            while len(found) < limit:
+                hash_read, phys, diff, prev = ENTRY.unpack_from(self._map, at + number * ENTRY_SIZE)
+                if diff < 0:
+                    break
+                stored = header.begin_timestamp + diff * 1000
+                if hash_read == key_hash and begin_ms <= stored <= end_ms:
+                    found.append(phys)
+                if not 0 < prev < number or stored < begin_ms:
+                    break
+                number = prev
+        except (struct.error, ValueError) as exc:
+            raise CorruptDataError(f"index file {self.path} cannot be read: {exc}") from None
+        return found
+
+    def flush(self) -> None:
+        """Write the header in full (RocketMQ's flush does), then msync and fsync."""
+        if not self._dirty or self.read_only or self.closed:
+            return
+        self._map[:HEADER_SIZE] = encode_header(self.header)
+        self._map.flush()
+        os.fsync(self._fd)
+        self._dirty = False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._map.close()
+        os.close(self._fd)
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def _pwrite(self, data: bytes, pos: int) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self._fd, view, pos)
+            view, pos = view[written:], pos + written
+
+
+def _allocate_head(fd: int, size: int, *, strict: bool) -> None:
+    """Give the header its blocks, as it is written through the map. A new file fails on a
+    full disk (``strict``); an existing one (RocketMQ's files are sparse) is used anyway.
+    The slot table stays sparse (5 M slots are 20 MB, and most stores touch few of them):
+    its pages get blocks as keys land in them, while the store's disk-space guard still lets
+    appends through, which stops new keys well before the disk is full."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL) and (strict or not full):
+            raise
