@@ -3,7 +3,9 @@ RocketMQ name server over the remoting protocol (option ``nameServer``: an Apach
 4.9+/5.x cluster, or rocketlite's remoting port).
 
 Planning and offsets are written once, against :class:`BrokerAccess`; each kind of access
-answers the same five questions: what the brokers hold (a
+answers the same five questions (a store directory read without a broker, option
+``storePath``, answers them too: :mod:`rmq_spark.source.store_access`): what the brokers
+hold (a
 :class:`~rmq_spark.source.discovery.Snapshot`), a group's committed offsets, offsets by
 time, committing a group's offsets, and the bytes of offset ranges (gRPC only: RocketMQ's
 protocol has no call for it, so ``maxBytesPerTrigger`` needs ``endpoints``).
@@ -48,7 +50,11 @@ class BrokerAccess(Protocol):
     def close(self) -> None: ...
 
 
-def open_access(options: SourceOptions) -> GrpcAccess | RemotingAccess:
+def open_access(options: SourceOptions) -> BrokerAccess:
+    if options.store_path is not None:
+        from rmq_spark.source.store_access import StoreAccess
+
+        return StoreAccess(options)
     if options.name_server is not None:
         client = RemotingClient(options.name_server, client_config(options))
         return RemotingAccess(client, options)

@@ -18,14 +18,66 @@ __all__ = [
     "endpoints_option",
     "is_address",
     "name_server_option",
+    "store_options",
     "tls_options",
 ]
+
+#: options that say how to reach brokers over the network: no use with ``storePath``
+NETWORK_OPTIONS = (
+    "endpoints",
+    "nameServer",
+    "tls",
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
+    "accessKey",
+    "secretKey",
+    "secretKeyFile",
+    "pullTimeoutMs",
+    "maxRetries",
+    "retryBackoffMs",
+)
+#: the broker name of rows read from a store directory, unless the option brokerName says
+DEFAULT_STORE_BROKER_NAME = "broker-a"
+
+
+def store_options(raw: RawOptions) -> dict:
+    """``storePath`` (a store directory read without a broker), ``allowLiveStore`` and
+    ``brokerName``; refuses the options that only make sense over the network."""
+    path = raw.get("storePath")
+    if path is None:
+        for name in ("allowLiveStore", "brokerName"):
+            if raw.has(name):
+                raise InvalidArgumentError(
+                    f"option {name} only applies with storePath (reading a store directory "
+                    "without a broker); remove it or add storePath"
+                )
+        return {}
+    if not path.strip():
+        raise bad("storePath", path, "expected the path of a store directory")
+    network = [name for name in NETWORK_OPTIONS if raw.has(name)]
+    if network:
+        raise InvalidArgumentError(
+            f"option {network[0]} has no use with storePath: a store directory is read from "
+            "the file system, without a broker. Remove it, or remove storePath to read "
+            "through brokers"
+        )
+    broker_name = raw.get("brokerName")
+    if broker_name is not None and not broker_name.strip():
+        raise bad("brokerName", broker_name, "expected the broker name the rows should carry")
+    return {
+        "store_path": path.strip(),
+        "allow_live_store": raw.flag("allowLiveStore", False),
+        "store_broker_name": (broker_name or DEFAULT_STORE_BROKER_NAME).strip(),
+    }
 
 
 def endpoints_option(raw: RawOptions) -> tuple[str, ...]:
     from rmq_spark.client.endpoints import Endpoints
 
     text = raw.get("endpoints")
+    if raw.has("storePath"):
+        return ()  # store_options refuses endpoints next to it
     if raw.has("nameServer"):
         if text is not None:
             raise InvalidArgumentError(
@@ -37,7 +89,7 @@ def endpoints_option(raw: RawOptions) -> tuple[str, ...]:
         raise InvalidArgumentError(
             "option endpoints is required: the brokers as a comma-separated "
             "list of host:port, e.g. '127.0.0.1:10911,127.0.0.1:10912' (or nameServer "
-            "'host:9876' for an Apache RocketMQ cluster)"
+            "'host:9876' for an Apache RocketMQ cluster, or storePath for a store directory)"
         )
     try:
         return Endpoints.parse(text).addresses

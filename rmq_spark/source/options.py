@@ -30,6 +30,7 @@ from rmq_spark.source.connect_options import (
     credential_options,
     endpoints_option,
     name_server_option,
+    store_options,
     tls_options,
 )
 from rmq_spark.source.option_checks import check_combinations
@@ -78,6 +79,9 @@ OPTION_NAMES: tuple[str, ...] = (
     "secretKey",
     "secretKeyFile",
     "nameServer",
+    "storePath",
+    "allowLiveStore",
+    "brokerName",
 )
 STREAMING_ONLY = frozenset(
     {
@@ -88,7 +92,16 @@ STREAMING_ONLY = frozenset(
         "commitOffsets",
     }
 )
-BATCH_ONLY = frozenset({"endingOffsets", "endingTimestamp", "filterPushdown"})
+BATCH_ONLY = frozenset(
+    {
+        "endingOffsets",
+        "endingTimestamp",
+        "filterPushdown",
+        "storePath",
+        "allowLiveStore",
+        "brokerName",
+    }
+)
 
 #: Kafka source names people will type, and ours
 _KAFKA_NAMES = {
@@ -202,6 +215,12 @@ class SourceOptions:
     #: a RocketMQ name server (``host:9876``, several separated by ``;``): read an Apache
     #: RocketMQ cluster, or rocketlite's remoting port, over RocketMQ's remoting protocol
     name_server: str | None = None
+    #: a store directory read without any broker (batch reads): rocketlite's or RocketMQ's
+    store_path: str | None = None
+    #: read ``store_path`` although a running broker holds it (a snapshot of a moving store)
+    allow_live_store: bool = False
+    #: the broker name rows read from ``store_path`` carry
+    store_broker_name: str = ""
 
     def credentials(self) -> dict[str, str]:
         """``access_key``/``secret_key`` for ClientConfig, when the options give them."""
@@ -248,6 +267,7 @@ class SourceOptions:
             filter_pushdown=raw.flag("filterPushdown", False),
             **tls_options(raw),
             **credential_options(raw),
+            **store_options(raw),
         )
         check_combinations(raw, parsed)
         return parsed

@@ -40,6 +40,7 @@ from pyspark.sql.datasource import InputPartition
 
 from rmq_spark.client.connection import NO_RETRY, ClientConfig, Connection, PendingCall
 from rmq_spark.client.remoting import PullAnswer, RemotingClient
+from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.compression import inflate_bodies
 from rmq_spark.errors import (
     DataLossError,
@@ -90,6 +91,9 @@ def read_partition(
     partition: RocketlitePartition, options: SourceOptions
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of every range of ``partition`` as Arrow batches, in range order."""
+    if options.store_path is not None:
+        yield from _read_store(partition, options)
+        return
     config = ClientConfig(
         request_timeout_ms=options.pull_timeout_ms,
         retry=NO_RETRY,
@@ -308,6 +312,54 @@ class _RemotingRangeReader(_RangeReader):
 
     def _rows(self, response, end: int) -> pa.RecordBatch:
         return self._to_rows(response.records(), end)
+
+
+def _read_store(partition: RocketlitePartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
+    """:func:`read_partition` from a store directory (option storePath), opened read-only
+    where the task runs: the executor must see the directory at the same path."""
+    from rmq_spark.source.store_access import open_store_view
+
+    view = open_store_view(options)
+    try:
+        for queue_range in partition.ranges:
+            yield from _StoreRangeReader(view, queue_range, options).batches()
+    finally:
+        view.close()
+
+
+class _StoreRangeReader(_RangeReader):
+    """A range read from the store's files: the consume queue says where the records are,
+    the commit log's mapped segments hold them; the same checks and rows as a pull's."""
+
+    def __init__(self, view, queue_range: QueueRange, options: SourceOptions) -> None:
+        super().__init__(None, queue_range, options)  # type: ignore[arg-type]
+        self.view = view
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        mq, offset, end = self.mq, self.range.start, self.range.end
+        low, high = self.view.queue_range(mq.topic, mq.queue_id)
+        if offset < low:
+            self._lost(DataLoss(mq, "deleted", offset, low))
+            offset = low
+        if high < end:
+            self._lost(DataLoss(mq, "reset", end, high))
+            end = high
+        while offset < end:
+            found = self.view.read_records(mq.topic, mq.queue_id, offset, end, PULL_MAX_BYTES)
+            records = decode_records(found.buffer, sizes=found.sizes)
+            stamped = records.column("queueOffset").to_numpy()
+            expected = np.arange(offset, offset + found.count)
+            if not np.array_equal(stamped, expected):
+                at = int(np.flatnonzero(stamped != expected)[0])
+                raise RocketliteError(
+                    f"the record at offset {offset + at} of {_where(mq)} in store directory "
+                    f"{self.options.store_path} says it is at offset {int(stamped[at])}; the "
+                    "store's consume queue and commit log disagree"
+                )
+            rows = self._to_rows(records, end)
+            if rows.num_rows:
+                yield rows
+            offset += found.count
 
 
 def _status(mq: MessageQueue, response) -> PullStatus:
