@@ -9,7 +9,9 @@ Spark session (local[2]), for each body size:
 * batch: ``spark.read.format("rocketlite")`` earliest -> latest, ``count(*)`` and
   ``sum(length(body))``;
 * streaming: ``spark.readStream.format("rocketlite")`` with Trigger.AvailableNow into the
-  ``noop`` sink, from a fresh checkpoint.
+  ``noop`` sink, from a fresh checkpoint;
+* offline: the batch read of the store directory itself (option ``storePath``, with
+  ``allowLiveStore`` since the broker holds it), no broker on the data path.
 
 The cases run in interleaved rounds (every case once per round, after an untimed warm-up of
 Spark's Python workers), so a busy moment of the machine hits all of them alike; each ratio
@@ -40,7 +42,7 @@ from _common import broker_process, process_cpu_seconds
 QUEUES = 8
 #: (body bytes, topic); the 1 KiB topic holds a quarter as many messages
 SIZES = ((100, "bench100"), (1024, "bench1k"))
-TARGETS = {"batch": 0.8, "stream": 0.7}
+TARGETS = {"offline": 0.8, "stream": 0.7}
 
 
 @dataclass
@@ -138,17 +140,22 @@ class Runs:
         self.work = work
         self.checkpoints = 0
 
-    def batch(self, topic: str, expected: tuple[int, int]) -> None:
+    def batch(self, topic: str, expected: tuple[int, int], **where: str) -> None:
+        reader = self.spark.read.format("rocketlite")
+        for key, value in (where or {"endpoints": self.endpoint}).items():
+            reader = reader.option(key, value)
         df = (
-            self.spark.read.format("rocketlite")
-            .option("endpoints", self.endpoint)
-            .option("topic", topic)
+            reader.option("topic", topic)
             .option("startingOffsets", "earliest")
             .option("endingOffsets", "latest")
             .load()
         )
         got = tuple(df.selectExpr("count(*)", "sum(length(body))").first())
         assert got == expected, (topic, got, expected)
+
+    def offline(self, topic: str, expected: tuple[int, int]) -> None:
+        store = str(self.work / "store")
+        self.batch(topic, expected, storePath=store, allowLiveStore="true")
 
     def stream(self, topic: str, expected: tuple[int, int]) -> None:
         self.checkpoints += 1
@@ -236,6 +243,7 @@ def run(args, broker, counts: dict[int, int], work: Path) -> list[Case]:
     else:
         for _ in range(2):
             runs.batch("warm", (100, 100))
+            runs.offline("warm", (100, 100))
             runs.stream("warm", (100, 100))
             runs.ceiling(topics[1024], (counts[1024], counts[1024] * 1024))
     plan: list[tuple[Case, Callable[[str, tuple[int, int]], None], bool]] = []
@@ -247,11 +255,12 @@ def run(args, broker, counts: dict[int, int], work: Path) -> list[Case]:
             ("ceiling", runs.ceiling, False),
             ("batch", runs.batch, True),
             ("stream", runs.stream, True),
+            ("offline", runs.offline, False),
         ):
             plan.append((Case(name, size, n, n * size), fn, on_broker))
     for round_no in range(args.rounds):
         # rotate the order so no case always runs first (or right after the store build)
-        for case, fn, on_broker in plan[round_no % 3 :] + plan[: round_no % 3]:
+        for case, fn, on_broker in plan[round_no % 4 :] + plan[: round_no % 4]:
             cpu = process_cpu_seconds(broker.pid)
             started = time.perf_counter()
             fn(topics.get(case.size, "warm"), (case.messages, case.body_bytes))
@@ -341,8 +350,9 @@ def draw_chart(cases: list[Case], path: Path) -> None:
         "ceiling": "ceiling (in-memory source)",
         "batch": "batch read",
         "stream": "AvailableNow",
+        "offline": "storePath batch",
     }
-    colours = {"ceiling": "#9e9e9e", "batch": "#1f77b4", "stream": "#ff7f0e"}
+    colours = {"ceiling": "#9e9e9e", "batch": "#1f77b4", "stream": "#ff7f0e", "offline": "#2ca02c"}
     ceilings = {c.size: c for c in cases if c.name == "ceiling"}
     cases = [c for c in cases if c.size]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
