@@ -49,9 +49,10 @@ class StoreConfig:
     #: keep RocketMQ's message index (``index/``: messages by KEYS and UNIQ_KEY)
     message_index: bool = True
     #: the index files' geometry: RocketMQ's maxHashSlotNum and maxIndexNum (a store's
-    #: index must be opened with the sizes it was made with, by rocketlite and RocketMQ)
-    index_hash_slots: int = 5_000_000
-    index_max_entries: int = 20_000_000
+    #: index must be opened with the sizes it was made with, by rocketlite and RocketMQ);
+    #: None: the sizes recorded for the store, else RocketMQ's (5,000,000 and 20,000,000)
+    index_hash_slots: int | None = None
+    index_max_entries: int | None = None
 
     def __post_init__(self) -> None:
         self.store_dir = Path(self.store_dir)
@@ -74,6 +75,8 @@ class StoreConfig:
         }
         for name, minimum in minimums.items():
             value = getattr(self, name)
+            if value is None and name.startswith("index_"):
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise InvalidArgumentError(
                     f"{name}={value!r} is invalid: use a whole number >= {minimum}"

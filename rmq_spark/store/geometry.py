@@ -109,6 +109,37 @@ def load_or_record(
         write_json_atomic(config_dir / FILE_NAME, configured.to_json(), validate=_parse)
 
 
+#: the message index's file sizes, kept in the same file (RocketMQ's defaults when absent)
+INDEX_FIELDS = ("index_hash_slots", "index_max_entries")
+INDEX_FLAGS = ("--index-hash-slots", "--index-max-entries")
+
+
+def resolve_index_sizes(
+    config_dir: Path, given: tuple[int | None, int | None], defaults: tuple[int, int]
+) -> tuple[int, int]:
+    """The index file sizes to use: the recorded ones, checked against those ``given``
+    (None: not given); else those given or the defaults, then recorded. A store's index
+    files are read with the sizes they were made with, so a mismatch raises StoreError
+    naming the flag (as for the other file sizes)."""
+    document, source = read_json_or_start_empty(
+        config_dir / FILE_NAME, validate=_parse, force_empty=False, what="no recorded geometry"
+    )
+    recorded = [document.get(name) for name in INDEX_FIELDS] if source != "none" else []
+    if len(recorded) == 2 and all(isinstance(v, int) and v > 0 for v in recorded):
+        for want, have, flag in zip(given, recorded, INDEX_FLAGS, strict=True):
+            if want is not None and want != have:
+                raise StoreError(
+                    f"the store's message index was made with {flag} {have}, but this broker "
+                    f"is set to {want}; start it with {flag} {have} (or without the flag)"
+                )
+        return recorded[0], recorded[1]
+    sizes = (given[0] or defaults[0], given[1] or defaults[1])
+    if source != "none":  # the segment sizes are recorded: add the index's beside them
+        updated = {**document, **dict(zip(INDEX_FIELDS, sizes, strict=True))}
+        write_json_atomic(config_dir / FILE_NAME, updated, validate=_parse)
+    return sizes
+
+
 def _recorded(config_dir: Path) -> Geometry | None:
     """The sizes recorded in ``config_dir`` (or its backup); None when none are."""
     document, source = read_json_or_start_empty(

@@ -13,6 +13,7 @@ the record the index names last (RocketMQ's ``endPhyOffset`` is that record's st
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from collections.abc import Callable
@@ -105,9 +106,19 @@ class IndexBuilder:
             return self.index.delete_before(commitlog_min_offset)
 
     def _run(self) -> None:
+        waiting_for_space = False
         while not self._stop.wait(ROUND_INTERVAL_S):
             try:
                 self.catch_up()
+                waiting_for_space = False
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    log.exception(
+                        "indexing from physical offset %d failed; retrying", self.position
+                    )
+                elif not waiting_for_space:  # once per full disk, not every round
+                    log.warning("the message index waits for disk space (%s)", exc)
+                    waiting_for_space = True
             except Exception:
                 log.exception("indexing from physical offset %d failed; retrying", self.position)
 

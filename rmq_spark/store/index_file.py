@@ -14,9 +14,9 @@ is of ``topic#key`` (:func:`index_key_hashes`); different keys may share it.
 
 The codec (header, hashes, chain links, time differences) is pure functions over arrays;
 :class:`IndexFile` is the mmap adapter. Entries are written with ``pwrite``, so a full disk
-fails the call; the header and the slots go through the map. The file is sparse: only the
-header's blocks are allocated when it is made, the slots' pages get theirs as keys land in
-them (see :func:`_allocate_head` for why that is safe enough).
+fails the call; the header and the slots go through the map, so their blocks are allocated
+when the file is made or opened for writing (20 MB of the 420 MB default file; the entry
+area stays sparse): a write through the map never meets a full disk (SIGBUS).
 """
 
 from __future__ import annotations
@@ -247,6 +247,8 @@ class IndexFile:
         self._map = mmap.mmap(fd, file_size(hash_slots, max_entries), access=access)
         self._dirty = False
         self.closed = False
+        #: takes no more keys: its head could not be given blocks (see _allocate_head)
+        self._closed_for_keys = False
 
     @classmethod
     def create(
@@ -266,7 +268,7 @@ class IndexFile:
             raise StoreError(f"index file {path} already exists; not overwriting it") from None
         try:
             os.ftruncate(fd, size)
-            _allocate_head(fd, HEADER_SIZE, strict=True)
+            _allocate_head(fd, HEADER_SIZE + hash_slots * SLOT_SIZE)  # ENOSPC: no new file
             index = cls(path, fd, hash_slots, max_entries, read_only=False)
         except BaseException:
             os.close(fd)
@@ -304,9 +306,9 @@ class IndexFile:
                     f"{max_entries} entries make {size}: open it with the sizes it was made "
                     "with (RocketMQ's maxHashSlotNum and maxIndexNum), or move it away"
                 )
-            if not read_only:
-                _allocate_head(fd, HEADER_SIZE, strict=False)
+            allocated = read_only or _try_allocate_head(fd, HEADER_SIZE + hash_slots * SLOT_SIZE)
             index = cls(path, fd, hash_slots, max_entries, read_only)
+            index._closed_for_keys = not allocated
         except BaseException:
             os.close(fd)
             raise
@@ -325,7 +327,8 @@ class IndexFile:
 
     @property
     def is_full(self) -> bool:
-        return self.header.index_count >= self.max_entries
+        """No more keys go here: it holds its most, or its head has no blocks."""
+        return self._closed_for_keys or self.header.index_count >= self.max_entries
 
     def add_batch(
         self, key_hashes: np.ndarray, phys_offsets: np.ndarray, store_timestamps: np.ndarray
@@ -440,15 +443,25 @@ class IndexFile:
             view, pos = view[written:], pos + written
 
 
-def _allocate_head(fd: int, size: int, *, strict: bool) -> None:
-    """Give the header its blocks, as it is written through the map. A new file fails on a
-    full disk (``strict``); an existing one (RocketMQ's files are sparse) is used anyway.
-    The slot table stays sparse (5 M slots are 20 MB, and most stores touch few of them):
-    its pages get blocks as keys land in them, while the store's disk-space guard still lets
-    appends through, which stops new keys well before the disk is full."""
+def _allocate_head(fd: int, size: int) -> None:
+    """Give the header and the slots their blocks before any is written through the map:
+    a write through a map to a page without a block on a full disk kills the process
+    (SIGBUS), where a failed allocation here is an error the caller handles (the index
+    waits for space). Entries are written with ``pwrite``, so they stay sparse."""
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:
-        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL) and (strict or not full):
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
+
+
+def _try_allocate_head(fd: int, size: int) -> bool:
+    """:func:`_allocate_head` for a file made earlier (RocketMQ makes them sparse): False
+    when the disk has no room for it, so no key is written into it."""
+    try:
+        _allocate_head(fd, size)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return False
+        raise
+    return True

@@ -55,9 +55,11 @@ from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.consume_queue import ConsumeQueue
 from rmq_spark.store.dir_lock import DirectoryLock
 from rmq_spark.store.failure import StoreHealth, is_no_space
+from rmq_spark.store.file_ranges import RangeFiles, range_files
 from rmq_spark.store.flush import FlushService
 from rmq_spark.store.index import MessageIndex
 from rmq_spark.store.index_builder import IndexBuilder, matching_key, position_after_last
+from rmq_spark.store.index_file import DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES
 from rmq_spark.store.recovery import RecoveryReport, recover
 from rmq_spark.store.sizes import MAX_SCANNED_ENTRIES, RangeSize, measure
 from rmq_spark.store.topics import TopicTable
@@ -261,7 +263,12 @@ class MessageStore:
         if not cfg.message_index:
             return
         root = Path(cfg.store_dir)
-        index = MessageIndex.open(root / "index", cfg.index_hash_slots, cfg.index_max_entries)
+        slots, entries = geometry.resolve_index_sizes(
+            cfg.config_dir,
+            (cfg.index_hash_slots, cfg.index_max_entries),
+            (DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES),
+        )
+        index = MessageIndex.open(root / "index", slots, entries)
         try:
             rmq = self._rocketmq_checkpoint.last
             if abnormal:
@@ -303,6 +310,18 @@ class MessageStore:
             if matching_key(rec.decode_record(raw, check_crc=False), topic, key):
                 found.append(raw)
         return found
+
+    def range_files(
+        self, topic: str, queue_id: int, start: int, end: int, max_files: int
+    ) -> RangeFiles:
+        """The consume-queue files and commit-log segments holding queue offsets
+        ``[start, end)`` (or their first part), for a reader on this host (short-circuit
+        reads, see :mod:`rmq_spark.store.file_ranges`). NotFound for an unknown topic."""
+        self._check_open()
+        cq = self._readable_queue(topic, queue_id)
+        if cq is None:
+            return RangeFiles(0, 0, 0, 0, [], [])
+        return range_files(cq, self.commitlog, start, end, max_files)
 
     def _rocketmq_recovery_start(self) -> int | None:
         """Where to scan from in a store only Apache RocketMQ wrote (it has no

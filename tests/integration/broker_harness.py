@@ -35,8 +35,18 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 64 << 20),
 ]
 #: small segments keep test stores small; everything else is the broker's default
-TEST_STORE_FLAGS = ["--commitlog-segment-bytes", "8MiB", "--consumequeue-entries-per-file", "4096"]
-TEST_STORE_OPTIONS = {"commitlog_segment_bytes": 8 << 20, "consumequeue_entries_per_file": 4096}
+#: small files: a test store takes little disk (the message index's slot table is
+#: allocated when its file is made: 256 KiB here, 20 MB with RocketMQ's default sizes)
+TEST_STORE_FLAGS = [
+    "--commitlog-segment-bytes", "8MiB", "--consumequeue-entries-per-file", "4096",
+    "--index-hash-slots", "65536", "--index-max-entries", "262144",
+]  # fmt: skip
+TEST_STORE_OPTIONS = {
+    "commitlog_segment_bytes": 8 << 20,
+    "consumequeue_entries_per_file": 4096,
+    "index_hash_slots": 65536,
+    "index_max_entries": 262144,
+}
 
 
 @dataclass

@@ -532,3 +532,29 @@ def test_a_store_without_the_index_says_so(store_factory):
     with pytest.raises(StoreError, match="message_index=False"):
         store.query_messages("orders", "a-1")
     assert not (store.config.store_dir / "index").exists()
+
+
+def test_range_files_name_the_files_holding_a_queue_range(store_factory):
+    store = store_factory(commitlog_segment_bytes=4096, consumequeue_entries_per_file=16)
+    store.topics.create("orders", queues=2)
+    for batch in range(40):  # the two queues interleaved over about 20 segments
+        store.append("orders", batch % 2, bodies(f"b{batch}", 5, size=200), [b""] * 5)
+    found = store.range_files("orders", 1, 10, 90, max_files=64)
+    assert (found.min_offset, found.max_offset, found.start, found.end) == (0, 100, 10, 90)
+    assert [f.start for f in found.queue_files] == [0, 320, 640, 960, 1280, 1600]  # 16 * 20
+    entries = store.get_messages("orders", 1, 10, max_count=80)
+    records = list(rec.iter_records(entries.data))
+    spans = [(f.start, f.start + f.size) for f in found.segments]
+    assert all(any(a <= r.physical_offset < b for a, b in spans) for r in records)
+    assert spans == sorted(spans) and all(f.path.exists() for f in found.segments)
+
+    capped = store.range_files("orders", 1, 0, 100, max_files=6)
+    assert len(capped.queue_files) + len(capped.segments) <= 6
+    assert 0 < capped.end < 100  # the reader asks again from capped.end
+    last = store.get_messages("orders", 1, capped.end - 1, max_count=1)
+    record = next(rec.iter_records(last.data))
+    seg_end = capped.segments[-1].start + capped.segments[-1].size
+    assert record.physical_offset + len(rec.encode_record(record)) <= seg_end
+
+    assert store.range_files("orders", 1, 100, 200, max_files=64).start == 100  # none yet
+    assert store.range_files("orders", 1, 100, 200, max_files=64).segments == []
