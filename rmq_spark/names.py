@@ -1,10 +1,10 @@
-"""RocketMQ's naming rule for topics and consumer groups."""
+"""RocketMQ's naming rule for topics and consumer groups, and what a message key may be."""
 
 from __future__ import annotations
 
 import re
 
-from rmq_spark.errors import InvalidArgumentError, InvalidNameError
+from rmq_spark.errors import InvalidArgumentError, InvalidNameError, shown
 
 _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
@@ -66,6 +66,22 @@ def validate_sink_id(text: object, what: str = "sink id") -> str:
             f"{what} {text!r} is not valid: use 1..127 characters of letters, digits and _.:-"
         )
     return text
+
+
+def validate_message_key(key: object) -> str:
+    """A key to look messages up by: one of a message's KEYS, or its UNIQ_KEY. KEYS are
+    stored space separated, so a key is one word."""
+    if not isinstance(key, str) or not key:
+        raise InvalidArgumentError(
+            f"message key must be a non-empty string (one of a message's KEYS, or its "
+            f"UNIQ_KEY), got {key!r}"
+        )
+    if " " in key:
+        raise InvalidArgumentError(
+            f"message key {shown(key)} holds a space: KEYS are stored space separated, so "
+            "no stored key has one; look up one key at a time"
+        )
+    return key
 
 
 def retry_topic(group: str) -> str:

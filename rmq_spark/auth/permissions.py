@@ -25,6 +25,9 @@ V2 = "/apache.rocketmq.v2.MessagingService/"
 PUB = frozenset({Action.PUB})
 SUB = frozenset({Action.SUB})
 PUB_OR_SUB = frozenset({Action.PUB, Action.SUB})
+#: reading what a topic or group holds without consuming it (RocketMQ 5's choice for
+#: queries by key and consumer progress)
+SUB_OR_GET = frozenset({Action.SUB, Action.GET})
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ RULES: dict[str, Rule] = {
     f"{V1}MessagingService/QueryOffsets": Rule(needs=each_topic("queries", "queue.topic", SUB)),
     # names a commit-log position, not a topic: any topic's record can be read
     f"{V1}MessagingService/ViewMessage": Rule(super_only=True),
+    # answers only records of the topic named (RocketMQ's QUERY_MESSAGE rule)
+    f"{V1}MessagingService/QueryMessagesByKey": Rule(needs=topic("topic", SUB_OR_GET)),
     f"{V1}MessagingService/ConsumerSendBack": Rule(
         needs=both(group("consumer_group"), topic("original_topic", SUB))
     ),
@@ -159,10 +164,7 @@ RULES: dict[str, Rule] = {
         needs=both(group("consumer_group"), each_topic("queues", "topic", SUB))
     ),
     f"{V1}OffsetService/GetConsumerProgress": Rule(
-        needs=both(
-            group("consumer_group", frozenset({Action.SUB, Action.GET})),
-            topic("topic", frozenset({Action.SUB, Action.GET})),
-        )
+        needs=both(group("consumer_group", SUB_OR_GET), topic("topic", SUB_OR_GET))
     ),
     # rocketlite.v1 GroupService
     f"{V1}GroupService/Heartbeat": Rule(

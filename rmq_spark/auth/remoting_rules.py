@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from rmq_spark.auth.acl import Resource
-from rmq_spark.auth.permissions import PUB, PUB_OR_SUB, SUB, Need
+from rmq_spark.auth.permissions import PUB, PUB_OR_SUB, SUB, SUB_OR_GET, Need
 from rmq_spark.auth.remoting_signature import Buffer
 from rmq_spark.names import RETRY_PREFIX
 from rmq_spark.remoting.codes import RequestCode as C
@@ -133,6 +133,8 @@ RULES: dict[int, RemotingRule] = {
     C.GET_MIN_OFFSET: _QUEUE,
     C.SEARCH_OFFSET_BY_TIMESTAMP: _QUEUE,
     C.GET_EARLIEST_MSG_STORETIME: _QUEUE,
+    # messages by key: they are the topic's (RocketMQ 4.9's ACL asks Sub; 5.x Sub or Get)
+    C.QUERY_MESSAGE: RemotingRule(needs=_topic("topic", actions=SUB_OR_GET)),
     C.CONSUMER_SEND_MSG_BACK: RemotingRule(needs=_group("group")),
     # groups
     C.HEART_BEAT: RemotingRule(needs=_heartbeat, client_ids=_heartbeat_client),
@@ -143,9 +145,10 @@ RULES: dict[int, RemotingRule] = {
     # what mqadmin reads about one topic or group: a right on it
     C.GET_TOPIC_CONFIG: RemotingRule(needs=_topic("topic", actions=PUB_OR_SUB)),
     C.GET_TOPIC_STATS_INFO: _QUEUE,
+    C.QUERY_TOPIC_CONSUME_BY_WHO: RemotingRule(needs=_topic("topic", actions=SUB_OR_GET)),
     C.GET_CONSUME_STATS: RemotingRule(needs=_group("consumerGroup")),
     C.GET_CONSUMER_CONNECTION_LIST: RemotingRule(needs=_group("consumerGroup")),
-    # broker-wide state, changes and message look-ups: super users
+    # broker-wide state, changes and a record by its commit-log position: super users
     C.UPDATE_AND_CREATE_TOPIC: _SUPER,
     C.DELETE_TOPIC_IN_BROKER: _SUPER,
     C.DELETE_TOPIC_IN_NAMESRV: _SUPER,
@@ -158,7 +161,6 @@ RULES: dict[int, RemotingRule] = {
     C.GET_ALL_CONSUMER_OFFSET: _SUPER,
     C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _SUPER,
     C.VIEW_MESSAGE_BY_ID: _SUPER,
-    C.QUERY_MESSAGE: _SUPER,
 }
 
 

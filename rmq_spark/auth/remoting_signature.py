@@ -23,12 +23,13 @@ from collections.abc import Callable, Mapping
 from hashlib import sha1
 
 from rmq_spark.auth.signature import AuthenticationError
+from rmq_spark.remoting.codes import UNIQUE_KEY_QUERY
 
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
-#: older clients (before 4.9.4) add this after signing: it is left out of the content
-UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+#: older clients (before 4.9.4) add UNIQUE_KEY_QUERY after signing: it is left out of the
+#: content of their requests
 V4_9_3 = 399
 #: a request's body
 Buffer = bytes | bytearray | memoryview

@@ -15,6 +15,7 @@ from google.protobuf import message_factory
 from rmq_spark.broker import checks, retry
 from rmq_spark.broker.admission import ByteBudget
 from rmq_spark.broker.core import Broker
+from rmq_spark.broker.key_query import DEFAULT_MAX_COUNT, NO_END_MS, find_by_key
 from rmq_spark.broker.pull import PullArgs, pull_response
 from rmq_spark.broker.send import (
     RoundRobin,
@@ -36,6 +37,7 @@ from rmq_spark.codec.record import (
 )
 from rmq_spark.codec.taghash import java_string_hash
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
+from rmq_spark.names import validate_message_key, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2, messaging_pb2_grpc
 from rmq_spark.store.message_store import GetResult
 from rmq_spark.store.topics import TopicConfig
@@ -193,6 +195,23 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     def ViewMessage(self, request, context):
         physical = _physical_offset(self._broker, request.message)
         return messaging_pb2.ViewMessageResponse(record=_read_record(self._broker, physical))
+
+    @blocking
+    def QueryMessagesByKey(self, request, context):
+        broker = self._broker
+        topic = validate_topic(request.topic, allow_system=True)
+        key = validate_message_key(request.key)
+        limit = broker.config.max_pull_messages
+        count = checks.bounded(request.max_count, "max_count", DEFAULT_MAX_COUNT, limit)
+        begin = checks.non_negative(request.begin_timestamp_ms, "begin_timestamp_ms")
+        end = NO_END_MS
+        if request.HasField("end_timestamp_ms"):
+            end = checks.non_negative(request.end_timestamp_ms, "end_timestamp_ms")
+        budget = broker.config.max_pull_bytes
+        found = find_by_key(
+            broker, topic, key, count, begin, end, max_bytes=budget, exact_times=True
+        )
+        return messaging_pb2.QueryMessagesByKeyResponse(records=found.records, more=found.more)
 
     @blocking
     def ConsumerSendBack(self, request, context):

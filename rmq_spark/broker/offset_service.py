@@ -140,6 +140,20 @@ def progress_topics(broker: Broker, group: str) -> list[str]:
     return sorted(t for t in topics if broker.store.topics.find(t) is not None)
 
 
+def consuming_groups(broker: Broker, topic: str) -> list[str]:
+    """Groups that consume ``topic``: those with commits on it and those whose live members
+    subscribe to it (RocketMQ's queryTopicConsumeByWho); sorted."""
+    groups = set(broker.store.offsets.groups_of_topic(topic))
+    registry = broker.consumers
+    for group in registry.groups():
+        for client_id in registry.members(group):
+            info = registry.consumer_info(group, client_id)
+            if info is not None and any(t == topic for t, _ in info.subscriptions):
+                groups.add(group)
+                break
+    return sorted(groups)
+
+
 def queue_progress(broker: Broker, group: str, topic: str) -> list[offsets_pb2.QueueProgress]:
     """Progress of ``group`` on every readable queue of ``topic``, plus any queue beyond them
     where it still has a commit (a topic whose read count was lowered)."""

@@ -2,8 +2,8 @@
 
 Every subcommand except ``broker`` talks to brokers over gRPC through ``rmq_spark.client``,
 or, with ``--namesrv``, to a RocketMQ name server over the remoting protocol (topic list and
-describe, send, consume, offsets). Output is a readable table by default and JSON with
-``--json``; an error prints one line (``error: ...``) and exits non-zero.
+describe, send, consume, offsets, message --key). Output is a readable table by default
+and JSON with ``--json``; an error prints one line (``error: ...``) and exits non-zero.
 
 The parser is in :mod:`.parser`; the commands in :mod:`.commands` (data over gRPC),
 :mod:`.namesrv` (the same over remoting) and :mod:`.security` (users and ACL entries);
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from rmq_spark.cli.output import body_text, print_json_lines, print_table
-from rmq_spark.cli.parser import DEFAULT_ENDPOINTS, build_parser
+from rmq_spark.cli.parser import DEFAULT_ENDPOINTS, build_parser, check_message_args
 from rmq_spark.errors import RocketliteError
 
 __all__ = [
@@ -46,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"topic {args.action} needs a TOPIC name")
     if args.command == "topic" and args.action == "create" and args.queues is None:
         args.queues = 4
+    if args.command == "message":
+        check_message_args(parser, args)
     if getattr(args, "namesrv", None):
         from rmq_spark.cli.namesrv import COMMANDS
 

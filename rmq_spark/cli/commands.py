@@ -24,6 +24,7 @@ from rmq_spark.cli.settings import (
     parse_timestamp,
     tls_settings,
 )
+from rmq_spark.errors import NotFoundError
 
 if TYPE_CHECKING:
     from rmq_spark.structs import MessageQueue
@@ -250,11 +251,48 @@ def cmd_message(args) -> int:
     from rmq_spark.client import Admin
 
     with Admin(args.endpoints, client_config(args)) as admin:
-        batch, broker_name = admin.view_message(args.msg_id)
-    row = message_rows(batch, broker_name)[0]
+        if args.key is None:
+            batch, broker_name = admin.view_message(args.msg_id)
+            print_message_blocks(args, message_rows(batch, broker_name))
+            return 0
+        found = admin.query_messages(
+            args.topic,
+            args.key,
+            max_count=args.max + 1,  # one more than shown: tells whether more match
+            begin_ms=args.begin_ms,
+            end_ms=args.end_ms,
+        )
+    return show_key_matches(args, found)
+
+
+def show_key_matches(args, found: list) -> int:
+    """Print the messages ``message --key`` found (per broker: a batch and its name), the
+    newest ``--max`` of them; none found is an error."""
+    rows = [row for batch, broker in found for row in message_rows(batch, broker)]
+    if not rows:
+        window = ""
+        if args.begin_ms is not None or args.end_ms is not None:
+            window = f" stored from {args.begin_ms or 0} to {args.end_ms or 'now'}"
+        raise NotFoundError(
+            f"no message of topic {args.topic!r} has key {args.key!r}{window} (a key is "
+            "one of a message's KEYS, or its UNIQ_KEY; a message sent a moment ago may not "
+            "be indexed yet)"
+        )
+    rows.sort(key=lambda row: row["storeTimestamp"], reverse=True)
+    print_message_blocks(args, rows[: args.max])
+    if not args.json:
+        more = f"; more match: raise --max (now {args.max})" if len(rows) > args.max else ""
+        print(f"-- {min(len(rows), args.max)} message(s){more}", file=sys.stderr)
+    return 0
+
+
+def print_message_blocks(args, rows: list[dict]) -> None:
+    """Messages as JSON lines, or one block of ``name: value`` lines each."""
     if args.json:
-        print_json_lines([row])
-    else:
+        print_json_lines(rows)
+        return
+    for i, row in enumerate(rows):
+        if i:
+            print()
         for key, value in row.items():
             print(f"{key:>15}: {value}")
-    return 0

@@ -1,13 +1,13 @@
 """The commands that also run against a RocketMQ name server (``--namesrv``): topic list and
-describe, send, consume and offsets, over RocketMQ's remoting protocol, so the command reads
-and writes an Apache RocketMQ cluster as it does rocketlite's brokers."""
+describe, send, consume, offsets and message --key, over RocketMQ's remoting protocol, so
+the command reads and writes an Apache RocketMQ cluster as it does rocketlite's brokers."""
 
 from __future__ import annotations
 
 import sys
 import time
 
-from rmq_spark.cli.commands import perm_text, send_messages
+from rmq_spark.cli.commands import perm_text, send_messages, show_key_matches
 from rmq_spark.cli.output import emit, message_rows, print_message
 from rmq_spark.cli.settings import client_config, parse_timestamp
 from rmq_spark.errors import RocketliteError
@@ -171,4 +171,27 @@ def ns_offsets(args) -> int:
     return 0
 
 
-COMMANDS = {"topic": ns_topic, "send": ns_send, "consume": ns_consume, "offsets": ns_offsets}
+def ns_message(args) -> int:
+    if args.key is None:
+        raise RocketliteError(
+            "message MSG_ID is not available with --namesrv; use mqadmin queryMsgById there, "
+            "or message --key KEY --topic TOPIC"
+        )
+    with _client(args) as client:
+        found = client.query_messages(
+            args.topic,
+            args.key,
+            max_count=args.max + 1,  # one more than shown: tells whether more match
+            begin_ms=args.begin_ms,
+            end_ms=args.end_ms,
+        )
+    return show_key_matches(args, found)
+
+
+COMMANDS = {
+    "topic": ns_topic,
+    "send": ns_send,
+    "consume": ns_consume,
+    "offsets": ns_offsets,
+    "message": ns_message,
+}

@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="HOST:PORT",
             default=None,
             help="a RocketMQ name server (an Apache RocketMQ cluster, or a rocketlite broker's "
-            "remoting port) instead of --endpoints; for topic list/describe, send, consume "
-            "and offsets",
+            "remoting port) instead of --endpoints; for topic list/describe, send, consume, "
+            "offsets and message --key",
         )
         p.add_argument("--json", action="store_true", help="JSON output (one object per line)")
         tls = p.add_argument_group("TLS")
@@ -119,8 +119,25 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--topic", default=None)
     offsets.set_defaults(func=cmd_offsets)
 
-    message = client_parser("message", "show one message by its offset message id")
-    message.add_argument("msg_id")
+    message = client_parser(
+        "message", "show a message by its offset message id, or the messages of a key"
+    )
+    message.add_argument("msg_id", nargs="?", help="an offset message id (offsetMsgId)")
+    message.add_argument(
+        "--key", default=None, help="find by key: one of KEYS, or a UNIQ_KEY (needs --topic)"
+    )
+    message.add_argument("--topic", default=None, help="the topic of --key")
+    message.add_argument(
+        "--max", type=int, default=64, help="--key: show at most N messages, the newest (64)"
+    )
+    message.add_argument(
+        "--from", dest="begin_ms", type=int, default=None, metavar="MS",
+        help="--key: stored at or after this time (epoch ms)",
+    )  # fmt: skip
+    message.add_argument(
+        "--to", dest="end_ms", type=int, default=None, metavar="MS",
+        help="--key: stored at or before this time (epoch ms)",
+    )  # fmt: skip
     message.set_defaults(func=cmd_message)
 
     user = client_parser(
@@ -163,3 +180,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_parser(sub)
     parser.subcommands = sub.choices  # type: ignore[attr-defined]
     return parser
+
+
+def check_message_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``message`` takes an offset message id, or --key with --topic: one of the two."""
+    if args.key is None:
+        if args.msg_id is None:
+            parser.error("message needs an offset message id, or --key KEY --topic TOPIC")
+        if args.topic is not None or args.begin_ms is not None or args.end_ms is not None:
+            parser.error("message --topic, --from and --to go with --key")
+        return
+    if args.msg_id is not None:
+        parser.error("message takes an offset message id or --key, not both")
+    if not args.topic:
+        parser.error("message --key needs --topic: keys are indexed per topic")
+    if args.max < 1:
+        parser.error(f"message --max {args.max} must be >= 1")

@@ -17,7 +17,7 @@ from rmq_spark.client.route import TopicRoute
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.record import parse_offset_msg_id
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
-from rmq_spark.names import check_message_type, validate_topic
+from rmq_spark.names import check_message_type, validate_message_key, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, messaging_pb2
 from rmq_spark.structs import MessageQueue, Permission
 
@@ -159,6 +159,50 @@ class Admin:
             f"no broker of {sorted(answers)} stores message {offset_msg_id!r}; "
             "is it an offset message id (offsetMsgId) of these brokers?"
         )
+
+    def query_messages(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_count: int = 64,
+        begin_ms: int | None = None,
+        end_ms: int | None = None,
+    ) -> list[tuple[pa.RecordBatch, str]]:
+        """The messages of ``topic`` stored under ``key``: one of their KEYS, or their
+        UNIQ_KEY (``SendResult.msg_id``), found in the message index of every broker of the
+        topic. Per broker that holds some, in broker-name order: the messages decoded
+        (newest first, at most ``max_count`` per broker, as RocketMQ's maxNum counts) and
+        the broker's name. ``begin_ms`` / ``end_ms`` bound the store time (epoch ms,
+        inclusive; the index keeps it to the second). A key is findable a moment (about
+        200 ms) after its message is stored. StoreError when a broker keeps no index.
+
+        >>> for batch, broker in admin.query_messages("orders", "order-1"):  # doctest: +SKIP
+        ...     print(broker, batch.column("body").to_pylist())
+        """
+        validate_topic(topic, allow_system=True)
+        validate_message_key(key)
+        if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1:
+            raise InvalidArgumentError(f"max_count={max_count!r} must be a whole number >= 1")
+        for name, value in (("begin_ms", begin_ms), ("end_ms", end_ms)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise InvalidArgumentError(f"{name}={value!r} must be epoch milliseconds >= 0")
+        request = messaging_pb2.QueryMessagesByKeyRequest(
+            topic=topic, key=key, max_count=max_count, begin_timestamp_ms=begin_ms or 0
+        )
+        if end_ms is not None:
+            request.end_timestamp_ms = end_ms
+        brokers = sorted(self.describe_topic(topic).brokers)
+        answers = self._on_brokers(
+            brokers,
+            lambda conn: conn.call(conn.messaging.QueryMessagesByKey, request),
+            f"look-up of key {key!r} in topic {topic!r}",
+        )
+        return [
+            (decode_records(b"".join(answer.records)), name)
+            for name, answer in sorted(answers.items())
+            if answer.records
+        ]
 
     # --- topics --------------------------------------------------------------------------
 

@@ -122,6 +122,10 @@ PULL_SUBSCRIPTION = 0x4
 PULL_CLASS_FILTER = 0x8
 PULL_LITE = 0x10
 
+#: the ext field that makes QUERY_MESSAGE a query by UNIQ_KEY ("true"; Java's
+#: MixAll.UNIQUE_MSG_QUERY_FLAG)
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+
 #: topic permission bits (PermName)
 PERM_INHERIT = 1
 PERM_WRITE = 2

@@ -63,6 +63,10 @@ def test_v1_extraction():
         (Resource(TOPIC, "b"), SUB),
     }
     assert RULES["/rocketlite.v1.MessagingService/ViewMessage"].super_only
+    by_key = messaging_pb2.QueryMessagesByKeyRequest(topic="t", key="k")
+    assert needs("/rocketlite.v1.MessagingService/QueryMessagesByKey", by_key) == {
+        (Resource(TOPIC, "t"), frozenset({Action.SUB, Action.GET}))
+    }
 
 
 def test_v2_extraction():

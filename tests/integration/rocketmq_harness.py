@@ -211,13 +211,16 @@ public class QueryByKey {
 
 
 def query_by_key(
-    cluster: RocketMQCluster, topic: str, asked: list[str], work_dir: Path
+    cluster: RocketMQCluster | str, topic: str, asked: list[str], work_dir: Path
 ) -> dict[str, set[int]]:
-    """Ask the cluster's broker, with RocketMQ's Java client, for the messages of ``topic``
-    under each ``key=K`` or ``uniq=U`` in ``asked``: the commit-log offsets it answers."""
+    """Ask the cluster's broker (or the brokers a name-server address names, such as a
+    rocketlite broker's remoting port), with RocketMQ's Java client, for the messages of
+    ``topic`` under each ``key=K`` or ``uniq=U`` in ``asked``: the commit-log offsets it
+    answers."""
+    name_server = cluster if isinstance(cluster, str) else cluster.name_server
     source = work_dir / "QueryByKey.java"
     source.write_text(QUERY_JAVA)
-    command = [*java_command(work_dir, "256m"), str(source), cluster.name_server, topic, *asked]
+    command = [*java_command(work_dir, "256m"), str(source), name_server, topic, *asked]
     run = subprocess.run(command, capture_output=True, timeout=120)
     out = run.stdout.decode()
     assert run.returncode == 0, out + run.stderr.decode()[-3000:]

@@ -26,8 +26,9 @@ from rmq_spark.client import Admin, ClientConfig, Producer, PullConsumer
 from rmq_spark.client.consumer import ConsumerConfig
 from rmq_spark.client.producer import ProducerConfig
 from rmq_spark.errors import PermissionDeniedError, UnauthenticatedError
+from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2, messaging_pb2_grpc
 from rmq_spark.structs import MessageQueue
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess, wait_until
 
 TOPIC = "acl-t"
 GROUP = "acl-g"
@@ -245,6 +246,22 @@ def test_rocketlite_clients_with_keys(broker):
         with Producer(broker.endpoint, config=weak) as p:
             p.send(TOPIC, b"not allowed")
     assert "weak-secret" not in repr(ProducerConfig(**keys("weak")))
+
+
+def test_finding_messages_by_key_needs_a_right_on_the_topic(broker):
+    with Producer(broker.endpoint, config=ProducerConfig(**keys("good"))) as producer:
+        sent = producer.send(TOPIC, b"keyed", keys="acl-key")
+    with Admin(broker.endpoint, ClientConfig(**keys("good"))) as admin:
+        wait_until(lambda: bool(admin.query_messages(TOPIC, "acl-key")), 10)
+        [(batch, _)] = admin.query_messages(TOPIC, sent.msg_id)
+        assert batch.column("body").to_pylist() == [b"keyed"]
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        request = messaging_pb2.QueryMessagesByKeyRequest(topic=TOPIC, key="acl-key")
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.QueryMessagesByKey(request, metadata=signed("weak"), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert refused.value.details().startswith(REFUSED_PREFIX) and TOPIC in refused.value.details()
 
 
 def test_official_client_with_credentials(broker, caplog):

@@ -16,20 +16,28 @@ from rmq_spark.errors import PermissionDeniedError
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
 from rmq_spark.structs import MessageQueue
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess, wait_until
 
-SECRETS = {"root": "root-secret", "app": "app-secret", "reader": "reader-secret"}
+SECRETS = {
+    "root": "root-secret",
+    "app": "app-secret",
+    "reader": "reader-secret",
+    "writer": "writer-secret",
+}
 ACL = {
     "users": [
         {"username": "root", "password": SECRETS["root"], "userType": "Super"},
         {"username": "app", "password": SECRETS["app"]},
         {"username": "reader", "password": SECRETS["reader"]},
+        {"username": "writer", "password": SECRETS["writer"]},
     ],
     "acls": [
         {"subject": "User:app", "policies": [{"entries": [
             {"resource": ["Topic:orders", "Group:billing"], "actions": ["All"]}]}]},
         {"subject": "User:reader", "policies": [{"entries": [
             {"resource": ["Topic:orders", "Group:audit"], "actions": ["Sub"]}]}]},
+        {"subject": "User:writer", "policies": [{"entries": [
+            {"resource": ["Topic:orders"], "actions": ["Pub"]}]}]},
     ],
 }  # fmt: skip
 MQ = MessageQueue("orders", "broker-a", 0)
@@ -102,3 +110,38 @@ def test_creating_topics_is_for_super_users(broker):
     assert _admin_request(broker, "root").code == ResponseCode.SUCCESS
     with client(broker, "root") as root:
         assert len(root.route("made-by-admin").readable) == 2
+
+
+def _query(broker, user: str, topic: str) -> Command:
+    ext = {
+        "topic": topic,
+        "key": "acl-key",
+        "maxNum": "64",
+        "beginTimestamp": "0",
+        "endTimestamp": str(2**63 - 1),
+        "_UNIQUE_KEY_QUERY": "false",
+    }
+    signed = sign_request(ext, b"", user, SECRETS[user])
+    connection = RemotingConnection(broker.remoting_address)
+    try:
+        return connection.call(Command(RequestCode.QUERY_MESSAGE, signed), 5.0)
+    finally:
+        connection.close()
+
+
+def test_finding_messages_by_key_needs_sub_on_the_topic(broker):
+    with client(broker, "app") as app:
+        sent = app.send(MQ, [b"keyed"], [{"KEYS": "acl-key"}])
+    with client(broker, "reader") as reader:  # Sub on orders
+        wait_until(lambda: bool(reader.query_messages("orders", "acl-key")), 10)
+        [(batch, name)] = reader.query_messages("orders", "acl-key")
+    assert (batch.column("body").to_pylist(), name) == ([b"keyed"], "broker-a")
+    assert batch.column("msgId").to_pylist() == sent.offset_msg_ids
+    assert _query(broker, "app", "orders").code == ResponseCode.SUCCESS  # All includes Sub
+    with client(broker, "writer") as writer, pytest.raises(PermissionDeniedError, match="orders"):
+        writer.query_messages("orders", "acl-key")  # Pub finds the route, not the messages
+    for user in ("writer", "reader"):
+        topic = "orders" if user == "writer" else "payments"
+        refused = _query(broker, user, topic)
+        assert refused.code == ResponseCode.NO_PERMISSION, refused
+        assert refused.remark.startswith("access control:") and topic in refused.remark

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from rmq_spark.client import Admin
+from rmq_spark.client import Admin, Producer
 from rmq_spark.client.push import ConsumeStatus, PushConsumer, PushConsumerConfig
-from tests.integration.broker_harness import BrokerProcess, read_queue
+from rmq_spark.structs import MessageQueue
+from tests.integration import rocketmq_harness
+from tests.integration.broker_harness import BrokerProcess, read_queue, wait_until
 
 ROCKETMQ_HOME = os.environ.get("ROCKETMQ_HOME", "")
 PROBE = Path(__file__).parent.parent / "java" / "RemotingProbe.java"
@@ -345,3 +347,57 @@ def test_mqadmin_commands(broker, java):
     assert "Topic:               AdminT" in message and "Keys:                [key-0]" in message
     assert "success" in admin("deleteTopic", "-n", ns, "-c", "DefaultCluster", "-t", "AdminT")
     assert "AdminT" not in admin("topicList", "-n", ns).split()
+
+
+def test_mqadmin_and_the_java_client_find_messages_by_key(broker, java, tmp_path):
+    ns, topic = broker.remoting_address, "JavaKeys"
+    admin = java.mqadmin  # type: ignore[attr-defined]
+    # SENT queueId queueOffset msgId (UNIQ_KEY) offsetMsgId status; message i has key-i
+    java_sent = [
+        x.split() for x in java("produce", ns, topic, "4", "sync") if x.startswith("SENT ")
+    ]
+    with Producer(broker.endpoint) as producer:
+        ours = producer.send(topic, "from rocketlite", keys=["py-key", "key-1"])
+    with Admin(broker.endpoint) as rocketlite:  # keys are indexed a moment after the write
+
+        def offsets(key: str) -> set[int]:
+            found = rocketlite.query_messages(topic, key)
+            return {o for batch, _ in found for o in batch.column("commitLogOffset").to_pylist()}
+
+        wait_until(lambda: len(offsets("key-1")) == 2, 10)
+        expected = {key: offsets(key) for key in ("key-1", "key-2", "py-key")}
+        for uniq in (ours.msg_id, java_sent[2][3]):
+            expected[uniq] = offsets(uniq)
+
+    by_key = admin("queryMsgByKey", "-n", ns, "-t", topic, "-k", "key-1")
+    rows = {tuple(line.split()) for line in by_key.splitlines()[1:] if line.strip()}
+    _, queue, offset, msg_id = java_sent[1][:4]
+    ours_row = (ours.msg_id, str(ours.message_queue.queue_id), str(ours.queue_offset))
+    assert rows == {(msg_id, queue, offset), ours_row}, by_key
+    assert "but no message" in admin("queryMsgByKey", "-n", ns, "-t", topic, "-k", "nothing")
+
+    shown = admin("queryMsgByUniqueKey", "-n", ns, "-t", topic, "-i", java_sent[2][3])
+    assert "Topic:               JavaKeys" in shown and "Keys:                [key-2]" in shown
+    assert "Exception" not in shown, shown
+    shown = admin("queryMsgByUniqueKey", "-n", ns, "-t", topic, "-i", ours.msg_id)
+    assert "Keys:                [py-key key-1]" in shown and "Exception" not in shown, shown
+    assert "WARN: No Consumer" in shown  # no group consumes the topic yet
+    with Admin(broker.endpoint) as rocketlite:  # a group with offsets on the topic
+        rocketlite.commit_offsets("g-keys", {MessageQueue(topic, "broker-a", 0): 0})
+    shown = admin("queryMsgByUniqueKey", "-n", ns, "-t", topic, "-i", ours.msg_id)
+    assert "MessageTrack [consumerGroup=g-keys" in shown, shown  # QUERY_TOPIC_CONSUME_BY_WHO
+
+    # the Java client's queryMessage (by key) and viewMessage (by unique key)
+    asked = [
+        "key=key-1",
+        "key=key-2",
+        "key=py-key",
+        f"uniq={ours.msg_id}",
+        f"uniq={java_sent[2][3]}",
+    ]
+    answers = rocketmq_harness.query_by_key(ns, topic, asked, tmp_path)
+    assert answers == {what: expected[what.split("=", 1)[1]] for what in asked}
+    assert (
+        len(answers["key=key-1"]) == 2
+        and answers[f"uniq={java_sent[2][3]}"] == answers["key=key-2"]
+    )

@@ -37,6 +37,7 @@ EXPECTED_RPCS = {
             "PullMessages",
             "QueryOffsets",
             "ViewMessage",
+            "QueryMessagesByKey",
             "ConsumerSendBack",
             "EndSinkBatch",
         },

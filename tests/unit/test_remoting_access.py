@@ -83,6 +83,13 @@ def _needs(code, ext, body=b""):
         ),
         (C.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"}, b"", [("Topic:orders", ["PUB", "SUB"])]),
         (C.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}, b"", []),  # auto-creation's fallback
+        # messages by key are the topic's: RocketMQ 4.9 asks Sub, 5.x Sub or Get
+        (
+            C.QUERY_MESSAGE,
+            {"topic": "orders", "key": "order-1", "_UNIQUE_KEY_QUERY": "true"},
+            b"",
+            [("Topic:orders", ["GET", "SUB"])],
+        ),
         (
             C.HEART_BEAT,
             {},
@@ -117,3 +124,4 @@ def test_broker_wide_requests_and_unknown_codes_are_for_super_users():
     ):
         assert rule_for(code).super_only, code
     assert not rule_for(C.GET_BROKER_CLUSTER_INFO).super_only
+    assert not rule_for(C.QUERY_MESSAGE).super_only

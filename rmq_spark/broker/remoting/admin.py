@@ -1,6 +1,7 @@
 """What ``mqadmin`` and the dashboard call on a broker: topics (17, 215, 351, 21), broker
 runtime info (28), topic and consumer statistics (202, 208, 43, 201), consumer connections
-(203) and messages by id (33, 12).
+(203), a topic's consumer groups (300), a message by offset id (33) and messages by key or
+unique key (12).
 
 Statistics keyed by message queue use fastjson's object keys (see
 :func:`rmq_spark.remoting.bodies.mq_keyed`): ``mqadmin`` reads them only in that form.
@@ -8,12 +9,15 @@ Statistics keyed by message queue use fastjson's object keys (see
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
 from rmq_spark.broker.core import Broker
-from rmq_spark.broker.offset_service import progress_topics
+from rmq_spark.broker.key_query import KeyMatches, find_by_key
+from rmq_spark.broker.offset_service import consuming_groups, progress_topics
 from rmq_spark.broker.remoting.answers import Refusal
+from rmq_spark.broker.remoting.consume import MAX_PULL_BYTES
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import required
 from rmq_spark.broker.status import Workers
@@ -21,13 +25,17 @@ from rmq_spark.codec.record import decode_record
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.remoting import bodies
-from rmq_spark.remoting.codes import OUR_VERSION, RequestCode, ResponseCode
+from rmq_spark.remoting.codes import OUR_VERSION, UNIQUE_KEY_QUERY, RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
 from rmq_spark.remoting.headers import INT32, whole
+from rmq_spark.store.index import MAX_MSGS_NUM_BATCH
 from rmq_spark.structs import MessageQueue
 
 #: how ``clusterList`` shows this broker's version
 VERSION_DESC = "V5_3_3"
+#: the count a unique-key query asks for, whatever its maxNum (RocketMQ's
+#: defaultQueryMaxNum); a key query asks for at most MAX_MSGS_NUM_BATCH
+UNIQUE_KEY_MAX_NUM = 32
 
 
 class Administration:
@@ -53,6 +61,7 @@ class Administration:
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.group_configs,
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
             RequestCode.QUERY_MESSAGE: self.query_message,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumers,
         }
 
     async def update_topic(self, connection, request: Command) -> Command:
@@ -257,11 +266,50 @@ class Administration:
         return response
 
     async def query_message(self, connection, request: Command) -> Command:
-        raise Refusal(
-            ResponseCode.QUERY_NOT_FOUND,
-            "this broker keeps no message index yet: query by key is not supported; look a "
-            "message up by its offset message id instead",
-        )
+        """Messages by key (RocketMQ's QueryMessageProcessor): a unique-key query asks for
+        ``defaultQueryMaxNum`` (32) whatever maxNum says, a key query for at most
+        ``maxMsgsNumBatch`` (64); the records go oldest first, as RocketMQ sorts them by
+        commit-log offset. Every header field is required, as Java's @CFNotNull are."""
+        topic = required(request, "topic")
+        key = required(request, "key")
+        ext = request.ext
+        for name in ("maxNum", "beginTimestamp", "endTimestamp"):
+            required(request, name)
+        if ext.get(UNIQUE_KEY_QUERY) == "true":  # Java compares with equals("true")
+            max_num = UNIQUE_KEY_MAX_NUM
+        else:
+            max_num = min(whole(ext, "maxNum", bounds=INT32), MAX_MSGS_NUM_BATCH)
+        if max_num < 0:
+            raise InvalidArgumentError(f"maxNum {max_num} is negative; it must be >= 0")
+        begin, end = whole(ext, "beginTimestamp"), whole(ext, "endTimestamp")
+        broker = self._broker
+        found = KeyMatches([], more=False)
+        if max_num > 0:  # the answer stops at a pull's size: it must fit RocketMQ's frame
+            find = functools.partial(find_by_key, max_bytes=MAX_PULL_BYTES)
+            found = await self._workers.run(find, broker, topic, key, max_num, begin, end)
+        index = broker.store.index
+        header = {
+            "indexLastUpdateTimestamp": str(index.last_timestamp if index else 0),
+            "indexLastUpdatePhyoffset": str(index.end_phy_offset if index else 0),
+        }
+        if not found.records:
+            return request.reply(
+                ResponseCode.QUERY_NOT_FOUND,
+                "can not find message, maybe time range not correct",
+                **header,
+            )
+        response = request.reply(ResponseCode.SUCCESS, None, **header)
+        response.body = b"".join(reversed(found.records))
+        return response
+
+    async def topic_consumers(self, connection, request: Command) -> Command:
+        """The groups that consume a topic (``mqadmin queryMsgByUniqueKey`` and
+        ``queryMsgById`` track a message through them; ``topicList -c`` lists them)."""
+        topic = required(request, "topic")
+        groups = await self._workers.run(consuming_groups, self._broker, topic)
+        response = request.reply()
+        response.body = bodies.dumps({"groupList": groups}).encode()
+        return response
 
 
 def _topic_config_json(config) -> dict:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmq_spark.auth.remoting_signature import sign_request
 from rmq_spark.client.connection import ClientConfig
@@ -33,12 +34,14 @@ from rmq_spark.errors import (
     RequestTimeoutError,
     UnavailableError,
 )
+from rmq_spark.names import validate_message_key
 from rmq_spark.remoting import fastjson
 from rmq_spark.remoting.codes import (
     PERM_READ,
     PERM_WRITE,
     PULL_SUBSCRIPTION,
     PULL_SUSPEND,
+    UNIQUE_KEY_QUERY,
     RequestCode,
     ResponseCode,
 )
@@ -49,6 +52,8 @@ from rmq_spark.structs import MessageQueue, PullStatus
 #: the consumer group a pull names when the caller has none (brokers require one)
 DEFAULT_GROUP = "rocketlite-reader"
 DEFAULT_PRODUCER_GROUP = "rocketlite-producer"
+#: "no upper bound" of a store-time range (Java's Long.MAX_VALUE)
+JAVA_LONG_MAX = 2**63 - 1
 #: how far a search by time is corrected (RocketMQ 4.x answers the nearest offset)
 MAX_SEARCH_STEPS = 4
 _PULL_STATUS = {
@@ -273,6 +278,43 @@ class RemotingClient:
             answer.ext.get("msgId", "").split(","),
         )
 
+    def query_messages(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_count: int = 64,
+        begin_ms: int | None = None,
+        end_ms: int | None = None,
+    ) -> list[tuple[pa.RecordBatch, str]]:
+        """The messages of ``topic`` stored under ``key`` (one of their KEYS, or their
+        UNIQ_KEY), asked of every broker of the topic's route with QUERY_MESSAGE, as
+        ``mqadmin queryMsgByKey`` asks: per broker that holds some, in broker-name order,
+        the messages decoded (newest first; a broker answers at most ``max_count``, and
+        RocketMQ's at most 64) and the broker's name. ``begin_ms`` / ``end_ms`` bound the
+        store time (epoch ms, inclusive). Records of other keys with the same index hash,
+        which RocketMQ's brokers answer too, are dropped here as its client drops them."""
+        validate_message_key(key)
+        ext = {
+            "topic": topic,
+            "key": key,
+            "maxNum": str(max_count),
+            "beginTimestamp": str(begin_ms or 0),
+            "endTimestamp": str(JAVA_LONG_MAX if end_ms is None else end_ms),
+            UNIQUE_KEY_QUERY: "false",  # KEYS and UNIQ_KEY share the index: both are found
+        }
+        what = f"look-up of key {key!r} in topic {topic!r}"
+        found = []
+        for name, address in sorted(self.route(topic).addresses.items()):
+            answer = self._call(address, Command(RequestCode.QUERY_MESSAGE, ext), what)
+            if answer.code == ResponseCode.QUERY_NOT_FOUND:
+                continue
+            raise_for(answer, f"{what} on broker {name!r}")
+            batch = rows_with_key(decode_records(answer.body), topic, key) if answer.body else None
+            if batch is not None and batch.num_rows:
+                found.append((batch, name))
+        return found
+
     def min_offset(self, mq: MessageQueue) -> int:
         return self._offset(RequestCode.GET_MIN_OFFSET, mq, "min offset")
 
@@ -419,6 +461,22 @@ class RemotingClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def rows_with_key(batch: pa.RecordBatch, topic: str, key: str) -> pa.RecordBatch:
+    """The rows of ``topic`` that carry ``key`` (a KEYS word or the UNIQ_KEY), newest
+    first: a broker's index names every record whose ``topic#key`` hash collides."""
+    keep = [
+        name == topic and (key in (keys or "").split(" ") or dict(props or ()).get(UNIQ_KEY) == key)
+        for name, keys, props in zip(
+            batch.column("topic").to_pylist(),
+            batch.column("keys").to_pylist(),
+            batch.column("properties").to_pylist(),
+            strict=True,
+        )
+    ]
+    kept = batch.filter(pa.array(keep, pa.bool_()))
+    return kept.take(pc.sort_indices(kept, [("commitLogOffset", "descending")]))
 
 
 def tls_context(config: ClientConfig) -> ssl.SSLContext | None:

@@ -276,6 +276,28 @@ class ViewMessageResponse(_message.Message):
     record: bytes
     def __init__(self, record: _Optional[bytes] = ...) -> None: ...
 
+class QueryMessagesByKeyRequest(_message.Message):
+    __slots__ = ("topic", "key", "max_count", "begin_timestamp_ms", "end_timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    END_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    max_count: int
+    begin_timestamp_ms: int
+    end_timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., max_count: _Optional[int] = ..., begin_timestamp_ms: _Optional[int] = ..., end_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class QueryMessagesByKeyResponse(_message.Message):
+    __slots__ = ("records", "more")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedScalarFieldContainer[bytes]
+    more: bool
+    def __init__(self, records: _Optional[_Iterable[bytes]] = ..., more: _Optional[bool] = ...) -> None: ...
+
 class ConsumerSendBackRequest(_message.Message):
     __slots__ = ("consumer_group", "message", "original_topic", "delay_level", "max_reconsume_times", "dead_letter_now", "reconsume_times")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]

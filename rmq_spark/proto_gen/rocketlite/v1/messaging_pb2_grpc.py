@@ -55,6 +55,11 @@ class MessagingServiceStub:
                 request_serializer=rocketlite_dot_v1_dot_messaging__pb2.ViewMessageRequest.SerializeToString,
                 response_deserializer=rocketlite_dot_v1_dot_messaging__pb2.ViewMessageResponse.FromString,
                 _registered_method=True)
+        self.QueryMessagesByKey = channel.unary_unary(
+                '/rocketlite.v1.MessagingService/QueryMessagesByKey',
+                request_serializer=rocketlite_dot_v1_dot_messaging__pb2.QueryMessagesByKeyRequest.SerializeToString,
+                response_deserializer=rocketlite_dot_v1_dot_messaging__pb2.QueryMessagesByKeyResponse.FromString,
+                _registered_method=True)
         self.ConsumerSendBack = channel.unary_unary(
                 '/rocketlite.v1.MessagingService/ConsumerSendBack',
                 request_serializer=rocketlite_dot_v1_dot_messaging__pb2.ConsumerSendBackRequest.SerializeToString,
@@ -101,6 +106,14 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueryMessagesByKey(self, request, context):
+        """The raw records of a topic stored under a key (a KEYS entry, or the UNIQ_KEY), found in
+        the broker's message index, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ConsumerSendBack(self, request, context):
         """A consumer gives a message back after failing to consume it: the broker writes a copy to
         the group's retry topic `%RETRY%{group}` with a delay, or to `%DLQ%{group}` once the
@@ -142,6 +155,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.ViewMessage,
                     request_deserializer=rocketlite_dot_v1_dot_messaging__pb2.ViewMessageRequest.FromString,
                     response_serializer=rocketlite_dot_v1_dot_messaging__pb2.ViewMessageResponse.SerializeToString,
+            ),
+            'QueryMessagesByKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryMessagesByKey,
+                    request_deserializer=rocketlite_dot_v1_dot_messaging__pb2.QueryMessagesByKeyRequest.FromString,
+                    response_serializer=rocketlite_dot_v1_dot_messaging__pb2.QueryMessagesByKeyResponse.SerializeToString,
             ),
             'ConsumerSendBack': grpc.unary_unary_rpc_method_handler(
                     servicer.ConsumerSendBack,
@@ -263,6 +281,33 @@ class MessagingService:
             '/rocketlite.v1.MessagingService/ViewMessage',
             rocketlite_dot_v1_dot_messaging__pb2.ViewMessageRequest.SerializeToString,
             rocketlite_dot_v1_dot_messaging__pb2.ViewMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryMessagesByKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketlite.v1.MessagingService/QueryMessagesByKey',
+            rocketlite_dot_v1_dot_messaging__pb2.QueryMessagesByKeyRequest.SerializeToString,
+            rocketlite_dot_v1_dot_messaging__pb2.QueryMessagesByKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,
