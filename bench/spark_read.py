@@ -7,11 +7,13 @@ Spark session (local[2]), for each body size:
 * ceiling: a trivial in-memory Python data source with the same schema and 8 partitions,
   yielding pre-built Arrow batches of the same rows (what any Python source costs here);
 * batch: ``spark.read.format("rocketlite")`` earliest -> latest, ``count(*)`` and
-  ``sum(length(body))``;
-* streaming: ``spark.readStream.format("rocketlite")`` with Trigger.AvailableNow into the
-  ``noop`` sink, from a fresh checkpoint;
+  ``sum(length(body))``, pulling over gRPC (``shortCircuit=false``: the floor to hold);
+* stream: ``spark.readStream.format("rocketlite")`` with Trigger.AvailableNow into the
+  ``noop`` sink, from a fresh checkpoint, pulling over gRPC;
+* local batch, local stream: the same with short-circuit reads (the default on the
+  broker's host: tasks read the files the broker passes them);
 * offline: the batch read of the store directory itself (option ``storePath``, with
-  ``allowLiveStore`` since the broker holds it), no broker on the data path.
+  ``allowLiveStore`` since the broker holds it), no broker at all.
 
 The cases run in interleaved rounds (every case once per round, after an untimed warm-up of
 Spark's Python workers), so a busy moment of the machine hits all of them alike; each ratio
@@ -42,7 +44,9 @@ from _common import broker_process, process_cpu_seconds
 QUEUES = 8
 #: (body bytes, topic); the 1 KiB topic holds a quarter as many messages
 SIZES = ((100, "bench100"), (1024, "bench1k"))
-TARGETS = {"offline": 0.8, "stream": 0.7}
+TARGETS = {"offline": 0.8, "local batch": 0.8}
+#: AvailableNow's target applies without the query's fixed start-up cost
+STREAM_TARGETS = {"local stream": 0.7}
 
 
 @dataclass
@@ -142,7 +146,8 @@ class Runs:
 
     def batch(self, topic: str, expected: tuple[int, int], **where: str) -> None:
         reader = self.spark.read.format("rocketlite")
-        for key, value in (where or {"endpoints": self.endpoint}).items():
+        where = where or {"endpoints": self.endpoint, "shortCircuit": "false"}
+        for key, value in where.items():
             reader = reader.option(key, value)
         df = (
             reader.option("topic", topic)
@@ -153,15 +158,22 @@ class Runs:
         got = tuple(df.selectExpr("count(*)", "sum(length(body))").first())
         assert got == expected, (topic, got, expected)
 
+    def local_batch(self, topic: str, expected: tuple[int, int]) -> None:
+        self.batch(topic, expected, endpoints=self.endpoint)
+
+    def local_stream(self, topic: str, expected: tuple[int, int]) -> None:
+        self.stream(topic, expected, short_circuit=True)
+
     def offline(self, topic: str, expected: tuple[int, int]) -> None:
         store = str(self.work / "store")
         self.batch(topic, expected, storePath=store, allowLiveStore="true")
 
-    def stream(self, topic: str, expected: tuple[int, int]) -> None:
+    def stream(self, topic: str, expected: tuple[int, int], short_circuit: bool = False) -> None:
         self.checkpoints += 1
         df = (
             self.spark.readStream.format("rocketlite")
             .option("endpoints", self.endpoint)
+            .option("shortCircuit", str(short_circuit).lower())
             .option("topic", topic)
             .option("startingOffsets", "earliest")
             .load()
@@ -244,6 +256,8 @@ def run(args, broker, counts: dict[int, int], work: Path) -> list[Case]:
         for _ in range(2):
             runs.batch("warm", (100, 100))
             runs.offline("warm", (100, 100))
+            runs.local_batch("warm", (100, 100))
+            runs.local_stream("warm", (100, 100))
             runs.stream("warm", (100, 100))
             runs.ceiling(topics[1024], (counts[1024], counts[1024] * 1024))
     plan: list[tuple[Case, Callable[[str, tuple[int, int]], None], bool]] = []
@@ -255,12 +269,15 @@ def run(args, broker, counts: dict[int, int], work: Path) -> list[Case]:
             ("ceiling", runs.ceiling, False),
             ("batch", runs.batch, True),
             ("stream", runs.stream, True),
+            ("local batch", runs.local_batch, True),
+            ("local stream", runs.local_stream, True),
             ("offline", runs.offline, False),
         ):
             plan.append((Case(name, size, n, n * size), fn, on_broker))
     for round_no in range(args.rounds):
         # rotate the order so no case always runs first (or right after the store build)
-        for case, fn, on_broker in plan[round_no % 4 :] + plan[: round_no % 4]:
+        turn = round_no * 3 % len(plan)
+        for case, fn, on_broker in plan[turn:] + plan[:turn]:
             cpu = process_cpu_seconds(broker.pid)
             started = time.perf_counter()
             fn(topics.get(case.size, "warm"), (case.messages, case.body_bytes))
@@ -293,7 +310,7 @@ def report(cases: list[Case], rounds: int, quick: bool = False) -> None:
         "ratio = rows/s over the same round's ceiling"
     )
     header = (
-        f"{'body':>6}  {'case':<8} {'seconds':>8} {'rows/s':>11} {'MB/s':>7} "
+        f"{'body':>6}  {'case':<12} {'seconds':>8} {'rows/s':>11} {'MB/s':>7} "
         f"{'vs ceiling':>10} {'spread':>11} {'broker CPU-s/M':>14}  target"
     )
     print(header)
@@ -317,24 +334,25 @@ def report(cases: list[Case], rounds: int, quick: bool = False) -> None:
             "" if target is None else f"  >= {target}: {'met' if ratio >= target else 'MISSED'}"
         )
         print(
-            f"{case.size:>5}B  {case.name:<8} {seconds:>8.2f} {case.messages / seconds:>11,.0f} "
+            f"{case.size:>5}B  {case.name:<12} {seconds:>8.2f} {case.messages / seconds:>11,.0f} "
             f"{case.body_bytes / seconds / 1e6:>7.1f} {ratio:>9.2f}x "
             f"{min(rs):>5.2f}-{max(rs):<5.2f}{cpu}{verdict}"
         )
-    print(
-        f"a streaming query's fixed cost (AvailableNow of 100 messages): {fixed:.2f} s; "
-        "without it, AvailableNow vs ceiling: "
-        + ", ".join(
-            f"{'1 KiB' if c.size == 1024 else f'{c.size} B'} "
-            + (
-                f"{statistics.median(ratios(c, ceilings[c.size], fixed)):.2f}x"
-                if min(c.seconds) > fixed
-                else "n/a (the query took less than the fixed cost)"
-            )
-            for c in cases
-            if c.name == "stream" and c.size
+    print(f"a streaming query's fixed cost (AvailableNow of 100 messages): {fixed:.2f} s")
+    for c in cases:
+        if c.name not in ("stream", "local stream") or not c.size:
+            continue
+        body = "1 KiB" if c.size == 1024 else f"{c.size} B"
+        if min(c.seconds) <= fixed:
+            print(f"  {body} {c.name} without it: n/a (the query took less than the fixed cost)")
+            continue
+        rs = ratios(c, ceilings[c.size], fixed)
+        ratio = statistics.median(rs)
+        target = None if quick else STREAM_TARGETS.get(c.name)
+        verdict = (
+            "" if target is None else f"  >= {target}: {'met' if ratio >= target else 'MISSED'}"
         )
-    )
+        print(f"  {body} {c.name} without it: {ratio:.2f}x ({min(rs):.2f}-{max(rs):.2f}){verdict}")
     if quick:
         print("--quick: every case ran once on little data; these figures are not measurements")
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
@@ -352,10 +370,19 @@ def draw_chart(cases: list[Case], path: Path) -> None:
         "stream": "AvailableNow",
         "offline": "storePath batch",
     }
-    colours = {"ceiling": "#9e9e9e", "batch": "#1f77b4", "stream": "#ff7f0e", "offline": "#2ca02c"}
+    names["local batch"] = "short-circuit batch"
+    names["local stream"] = "short-circuit AvailableNow"
+    colours = {
+        "ceiling": "#9e9e9e",
+        "batch": "#1f77b4",
+        "stream": "#ff7f0e",
+        "local batch": "#17becf",
+        "local stream": "#bcbd22",
+        "offline": "#2ca02c",
+    }
     ceilings = {c.size: c for c in cases if c.name == "ceiling"}
     cases = [c for c in cases if c.size]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     for ax, (size, _) in zip(axes, SIZES, strict=True):
         group = [c for c in cases if c.size == size]
         mbs = [statistics.median(c.mb_per_s(i) for i in range(len(c.seconds))) for c in group]
@@ -371,7 +398,7 @@ def draw_chart(cases: list[Case], path: Path) -> None:
             )
         ax.set_title(f"{'1 KiB' if size == 1024 else f'{size} B'} bodies")
         ax.set_ylabel("MB/s of bodies (median of rounds)")
-        ax.tick_params(axis="x", labelsize=8)
+        ax.tick_params(axis="x", labelsize=7, labelrotation=25)
         ax.margins(y=0.15)
     fig.suptitle("Spark read throughput vs the ceiling of a Python source (local[2], 2 cores)")
     fig.tight_layout()

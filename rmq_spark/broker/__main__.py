@@ -79,6 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "mqadmin connect as to a name server (namesrvAddr=host:PORT); 0 picks a free one; "
         f"default {REMOTING_DEFAULT_PORT} when it is free, else off",
     )
+    net.add_argument(
+        "--short-circuit-socket",
+        default="",
+        metavar="PATH|off",
+        help="Unix socket where readers on this host (Spark executors) get the store's files "
+        "to read queue ranges themselves, after the same access checks as a pull; default "
+        "<temp dir>/rocketlite-<port>.sock; off turns short-circuit reads off",
+    )
     net.add_argument("--name", default="broker-a", help="broker name (unique per cluster)")
     net.add_argument(
         "--advertised-endpoint",
@@ -314,6 +322,9 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         host=args.host,
         port=args.port,
         remoting_port=_default_remoting_port(args),
+        short_circuit_socket=None
+        if args.short_circuit_socket.lower() == "off"
+        else args.short_circuit_socket,
         advertised_endpoint=args.advertised_endpoint,
         flush_mode=args.flush,
         broker_perm=args.broker_perm,

@@ -123,7 +123,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 watch_streams=broker.consumers.watch_streams(),
                 pull_calls=broker.pull_calls,
                 messages_pulled=broker.messages_pulled,
+                short_circuit_reads=broker.short_circuit_reads,
             ),
+            short_circuit_socket=broker.short_circuit_socket,
         )
 
     # --- users and grants: edits of the ACL file ---------------------------------------

@@ -53,6 +53,10 @@ class Broker:
         #: PullMessages answered and the messages they carried (GetBrokerInfo.server_stats)
         self.pull_calls = 0
         self.messages_pulled = 0
+        #: the Unix socket of short-circuit reads, "" when off (set by the server), and the
+        #: queue ranges it handed out
+        self.short_circuit_socket = ""
+        self.short_circuit_reads = 0
         #: consumer groups' settings, in RocketMQ's subscriptionGroup.json
         self.subscription_groups = SubscriptionGroups(
             store_config.config_dir,

@@ -14,6 +14,7 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 
 import grpc
 
@@ -25,7 +26,7 @@ from rmq_spark.broker.group_service import GroupServicer
 from rmq_spark.broker.messaging import MessagingServicer
 from rmq_spark.broker.offset_service import OffsetServicer
 from rmq_spark.broker.status import Workers
-from rmq_spark.errors import StoreFailedError, UnavailableError
+from rmq_spark.errors import InvalidArgumentError, StoreFailedError, UnavailableError
 from rmq_spark.proto_gen.rocketlite.v1 import (
     admin_pb2_grpc,
     groups_pb2_grpc,
@@ -76,8 +77,11 @@ class BrokerServer:
         v2_service=None,
         acl=None,
         remoting=None,
+        short_circuit=None,
     ) -> None:
         self.broker = broker
+        #: the short-circuit read socket's server, or None when it is off
+        self.short_circuit = short_circuit
         #: the ACL file in force (an rmq_spark.auth.acl_file.AclFile), or None
         self.acl = acl
         #: the RocketMQ 5 service (None when its package is not installed)
@@ -114,6 +118,8 @@ class BrokerServer:
             self._loop_thread.call(self._server.start())
             if self._remoting is not None:
                 self._loop_thread.call(_start_remoting(*self._remoting))
+            if self.short_circuit is not None:
+                self.short_circuit.start()
         config = self.broker.config
         log.info(
             "broker %s listening on %s, %s (store %s, flush %s)",
@@ -145,6 +151,8 @@ class BrokerServer:
                 self._loop_thread.call(self.v2.stop())
             if self._remoting is not None:
                 self._loop_thread.call(_stop_remoting(*self._remoting))
+            if self.short_circuit is not None:
+                self.short_circuit.stop()
             self._loop_thread.call(self.broker.transaction_checks.stop())
             self.broker.notifier.close()  # release held pulls so the grace period is short
             self.broker.consumers.close()  # end watch streams
@@ -265,14 +273,32 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         loop_thread.close()
         broker.close()
         raise
+    short_circuit = _short_circuit(config, broker, port, authorizer)
     broker_server = BrokerServer(
-        broker, server, port, loop_thread, workers, v2_service, acl, remoting
+        broker, server, port, loop_thread, workers, v2_service, acl, remoting, short_circuit
     )
     if acl is not None:
         acl.start()
         log.info("access control on: ACL file %s (reloaded when it changes)", config.acl_file)
     broker.store.add_failure_listener(broker_server.stop_after_failure)
     return broker_server, port
+
+
+def _short_circuit(config: BrokerConfig, broker: Broker, port: int, authorizer):
+    """The short-circuit read socket, bound (None when off, or when it cannot be made:
+    readers then pull, as they do from another host)."""
+    if config.short_circuit_socket is None:
+        return None
+    from rmq_spark.broker.short_circuit import ShortCircuitServer, default_socket_path
+
+    path = Path(config.short_circuit_socket or default_socket_path(port))
+    try:
+        server = ShortCircuitServer(broker, path, authorizer)
+    except (OSError, InvalidArgumentError) as exc:
+        log.warning("short-circuit reads are off: cannot listen on %s (%s)", path, exc)
+        return None
+    broker.short_circuit_socket = str(path)
+    return server
 
 
 def _bind_remoting(config: BrokerConfig):

@@ -82,6 +82,7 @@ OPTION_NAMES: tuple[str, ...] = (
     "storePath",
     "allowLiveStore",
     "brokerName",
+    "shortCircuit",
 )
 STREAMING_ONLY = frozenset(
     {
@@ -221,6 +222,9 @@ class SourceOptions:
     allow_live_store: bool = False
     #: the broker name rows read from ``store_path`` carry
     store_broker_name: str = ""
+    #: a task on a broker's host reads the broker's files itself (short-circuit reads,
+    #: after the broker checked its rights) instead of pulling; pulls where it cannot
+    short_circuit: bool = True
 
     def credentials(self) -> dict[str, str]:
         """``access_key``/``secret_key`` for ClientConfig, when the options give them."""
@@ -265,6 +269,7 @@ class SourceOptions:
             max_retries=raw.setting("maxRetries", 1000, 0, DEFAULT_MAX_RETRIES),
             retry_backoff_ms=raw.setting("retryBackoffMs", _MAX_INT, 0, DEFAULT_RETRY_BACKOFF_MS),
             filter_pushdown=raw.flag("filterPushdown", False),
+            short_circuit=raw.flag("shortCircuit", True),
             **tls_options(raw),
             **credential_options(raw),
             **store_options(raw),

@@ -28,10 +28,11 @@ at the end of its backoff.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -40,8 +41,10 @@ from pyspark.sql.datasource import InputPartition
 
 from rmq_spark.client.connection import NO_RETRY, ClientConfig, Connection, PendingCall
 from rmq_spark.client.remoting import PullAnswer, RemotingClient
+from rmq_spark.client.short_circuit import ShortCircuit, ShortCircuitUnavailable
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.compression import inflate_bodies
+from rmq_spark.codec.taghash import tag_hash_codes
 from rmq_spark.errors import (
     DataLossError,
     NotFoundError,
@@ -50,7 +53,7 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.offsets.spark import DataLoss, data_loss_message
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
 from rmq_spark.pull_wire import decode_pull_response
 from rmq_spark.source.connect_options import MAX_RETRY_BACKOFF_MS
 from rmq_spark.source.options import SourceOptions
@@ -105,15 +108,45 @@ def read_partition(
         yield from _read_remoting(partition, options, config)
         return
     connections: dict[str, Connection] = {}
+    local: dict[str, ShortCircuit | None] = {}
     try:
         for queue_range in partition.ranges:
             endpoint = endpoints[queue_range.mq.broker_name]
             if endpoint not in connections:
                 connections[endpoint] = Connection(endpoint, config)
-            yield from _RangeReader(connections[endpoint], queue_range, options).batches()
+                local[endpoint] = _short_circuit(connections[endpoint], options)
+            conn, sc = connections[endpoint], local[endpoint]
+            if sc is not None:
+                yield from _LocalRangeReader(conn, queue_range, options, sc).batches()
+            else:
+                yield from _RangeReader(conn, queue_range, options).batches()
     finally:
         for conn in connections.values():
             conn.close()
+        for sc in local.values():
+            if sc is not None:
+                sc.close()
+
+
+def _short_circuit(conn: Connection, options: SourceOptions) -> ShortCircuit | None:
+    """A short-circuit connection to the broker behind ``conn`` when this task runs on its
+    host (its socket is here and answers as that broker), else None: pull."""
+    if not options.short_circuit:
+        return None
+    try:
+        info = conn.call(conn.admin.GetBrokerInfo, admin_pb2.GetBrokerInfoRequest())
+    except RocketliteError:
+        return None  # the pulls will say what is wrong
+    path = info.short_circuit_socket
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        return ShortCircuit(
+            path, info.broker_name, access_key=options.access_key, secret_key=options.secret_key
+        )
+    except ShortCircuitUnavailable as exc:
+        log.info("short-circuit reads of %s are unavailable (%s); pulling", conn.endpoint, exc)
+        return None
 
 
 class _RangeReader:
@@ -312,6 +345,45 @@ class _RemotingRangeReader(_RangeReader):
 
     def _rows(self, response, end: int) -> pa.RecordBatch:
         return self._to_rows(response.records(), end)
+
+
+class _LocalRangeReader(_RangeReader):
+    """A range read from the broker's files on this host (short-circuit reads: the broker
+    checked the rights and passed the files); on :class:`ShortCircuitUnavailable` the rest
+    of the range is pulled. Data loss is what a pull would report: a start below the queue's
+    min (deleted), a queue that ends before the range does (reset)."""
+
+    def __init__(
+        self, conn: Connection, queue_range: QueueRange, options: SourceOptions, sc: ShortCircuit
+    ) -> None:
+        super().__init__(conn, queue_range, options)
+        self.sc = sc
+        tags = options.subscription.tags
+        self.tag_codes = None if tags is None else tag_hash_codes(sorted(tags))
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        mq, offset, end = self.mq, self.range.start, self.range.end
+        try:
+            while offset < end:
+                with self.sc.open_range(mq, offset, end) as local:
+                    if offset < local.min_offset:
+                        self._lost(DataLoss(mq, "deleted", offset, local.min_offset))
+                        offset = local.min_offset
+                        continue
+                    if local.end <= offset:  # the queue ends before the range does
+                        self._lost(DataLoss(mq, "reset", end, local.max_offset))
+                        return
+                    while offset < local.end:
+                        data, sizes, offset = local.read(offset, PULL_MAX_BYTES, self.tag_codes)
+                        if len(sizes):
+                            rows = self._to_rows(decode_records(data, sizes=sizes), end)
+                            if rows.num_rows:
+                                yield rows
+        except ShortCircuitUnavailable as exc:
+            log.info("short-circuit read of %s stopped at %d (%s); pulling the rest",
+                     _where(mq), offset, exc)  # fmt: skip
+            rest = replace(self.range, start=offset)
+            yield from _RangeReader(self.conn, rest, self.options).batches()
 
 
 def _read_store(partition: RocketlitePartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:

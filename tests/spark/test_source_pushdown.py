@@ -1,5 +1,6 @@
 """Filters pushed into a batch read: the same rows as without pushdown, fewer messages
-pulled from the broker (its own count, GetBrokerInfo.server_stats.messages_pulled).
+pulled from the broker (its own count, GetBrokerInfo.server_stats.messages_pulled; the
+reads pull, short-circuit reads turned off, so the broker sees every message read).
 
 Each query loads its own DataFrame: pyspark 4.3 keeps a pushed-down plan on the loaded
 DataFrame's data source (see rmq_spark.source.datasource.planning_with_filter_pushdown)."""
@@ -11,11 +12,17 @@ import datetime as dt
 import time
 
 from pyspark.sql import functions as F
-from spark_helpers import batch, create_topic, produce, rows_of
+from spark_helpers import batch as batch_read
+from spark_helpers import create_topic, produce, rows_of
 
 from rmq_spark.client import Admin
 
 PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+
+
+def batch(spark, endpoint, topic, **options):
+    """A batch read that pulls (no short-circuit reads): the broker counts what it serves."""
+    return batch_read(spark, endpoint, topic, shortCircuit="false", **options)
 
 
 @contextlib.contextmanager

@@ -34,9 +34,7 @@ def offline(spark, store: Path, topic: str | None = None, **options: str):
 
 def table(df) -> list[tuple]:
     rows = df.select(*COLUMNS, "properties").collect()
-    return sorted(
-        (*(r[c] for c in COLUMNS), sorted((r.properties or {}).items())) for r in rows
-    )
+    return sorted((*(r[c] for c in COLUMNS), sorted((r.properties or {}).items())) for r in rows)
 
 
 def files_of(root: Path) -> dict[str, tuple]:

@@ -182,7 +182,7 @@ class StoreStats(_message.Message):
     def __init__(self, commitlog_min_offset: _Optional[int] = ..., commitlog_max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., commitlog_segments: _Optional[int] = ..., topic_count: _Optional[int] = ..., queue_count: _Optional[int] = ..., disk_full: _Optional[bool] = ...) -> None: ...
 
 class GetBrokerInfoResponse(_message.Message):
-    __slots__ = ("broker_name", "version", "endpoint", "store_host", "broker_perm", "flush_mode", "start_timestamp_ms", "now_timestamp_ms", "limits", "store_stats", "server_stats", "auto_create_topics", "default_topic_queues")
+    __slots__ = ("broker_name", "version", "endpoint", "store_host", "broker_perm", "flush_mode", "start_timestamp_ms", "now_timestamp_ms", "limits", "store_stats", "server_stats", "auto_create_topics", "default_topic_queues", "short_circuit_socket")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +196,7 @@ class GetBrokerInfoResponse(_message.Message):
     SERVER_STATS_FIELD_NUMBER: _ClassVar[int]
     AUTO_CREATE_TOPICS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_TOPIC_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    SHORT_CIRCUIT_SOCKET_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     version: str
     endpoint: str
@@ -209,19 +210,22 @@ class GetBrokerInfoResponse(_message.Message):
     server_stats: ServerStats
     auto_create_topics: bool
     default_topic_queues: int
-    def __init__(self, broker_name: _Optional[str] = ..., version: _Optional[str] = ..., endpoint: _Optional[str] = ..., store_host: _Optional[str] = ..., broker_perm: _Optional[_Union[_common_pb2.Permission, str]] = ..., flush_mode: _Optional[_Union[FlushMode, str]] = ..., start_timestamp_ms: _Optional[int] = ..., now_timestamp_ms: _Optional[int] = ..., limits: _Optional[_Union[BrokerLimits, _Mapping]] = ..., store_stats: _Optional[_Union[StoreStats, _Mapping]] = ..., server_stats: _Optional[_Union[ServerStats, _Mapping]] = ..., auto_create_topics: _Optional[bool] = ..., default_topic_queues: _Optional[int] = ...) -> None: ...
+    short_circuit_socket: str
+    def __init__(self, broker_name: _Optional[str] = ..., version: _Optional[str] = ..., endpoint: _Optional[str] = ..., store_host: _Optional[str] = ..., broker_perm: _Optional[_Union[_common_pb2.Permission, str]] = ..., flush_mode: _Optional[_Union[FlushMode, str]] = ..., start_timestamp_ms: _Optional[int] = ..., now_timestamp_ms: _Optional[int] = ..., limits: _Optional[_Union[BrokerLimits, _Mapping]] = ..., store_stats: _Optional[_Union[StoreStats, _Mapping]] = ..., server_stats: _Optional[_Union[ServerStats, _Mapping]] = ..., auto_create_topics: _Optional[bool] = ..., default_topic_queues: _Optional[int] = ..., short_circuit_socket: _Optional[str] = ...) -> None: ...
 
 class ServerStats(_message.Message):
-    __slots__ = ("held_pulls", "watch_streams", "pull_calls", "messages_pulled")
+    __slots__ = ("held_pulls", "watch_streams", "pull_calls", "messages_pulled", "short_circuit_reads")
     HELD_PULLS_FIELD_NUMBER: _ClassVar[int]
     WATCH_STREAMS_FIELD_NUMBER: _ClassVar[int]
     PULL_CALLS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_PULLED_FIELD_NUMBER: _ClassVar[int]
+    SHORT_CIRCUIT_READS_FIELD_NUMBER: _ClassVar[int]
     held_pulls: int
     watch_streams: int
     pull_calls: int
     messages_pulled: int
-    def __init__(self, held_pulls: _Optional[int] = ..., watch_streams: _Optional[int] = ..., pull_calls: _Optional[int] = ..., messages_pulled: _Optional[int] = ...) -> None: ...
+    short_circuit_reads: int
+    def __init__(self, held_pulls: _Optional[int] = ..., watch_streams: _Optional[int] = ..., pull_calls: _Optional[int] = ..., messages_pulled: _Optional[int] = ..., short_circuit_reads: _Optional[int] = ...) -> None: ...
 
 class UserInfo(_message.Message):
     __slots__ = ("username", "user_type", "enabled", "secret_source")
