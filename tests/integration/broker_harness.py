@@ -173,12 +173,17 @@ class BrokerProcess:
         return process.returncode
 
     def clean_up(self) -> None:
-        """After a test: stop it if it still runs, killing it if a clean stop fails."""
+        """After a test: stop it if it still runs, killing it if a clean stop fails; remove
+        the short-circuit socket a killed broker leaves behind."""
         if self.running:
             try:
                 self.stop(timeout_s=10)
             except BaseException:
                 self.kill()
+        if self.port:
+            from rmq_spark.broker.short_circuit import default_socket_path
+
+            default_socket_path(self.port).unlink(missing_ok=True)
 
     def restart(self) -> BrokerProcess:
         if self.running:

@@ -70,3 +70,42 @@ def test_rocketlite_opens_a_store_apache_rocketmq_wrote(tmp_path):
     # what it writes back keeps RocketMQ's bits
     topics = json.loads((store / "config" / "topics.json").read_text())["topicConfigTable"]
     assert topics["TBW102"]["perm"] == 7
+
+
+def test_rocketlite_delivers_the_delayed_messages_apache_rocketmq_left_pending(tmp_path):
+    cluster = rocketmq_harness.RocketMQCluster(tmp_path / "apache").start()
+    try:
+        with RemotingClient(cluster.name_server) as client:
+            deadline = time.monotonic() + 30
+            while True:  # the first send makes the topic, then its route names it
+                try:
+                    mq = client.route("DelayedByApache").writable[0]
+                    break
+                except NotFoundError:
+                    default = client.route("TBW102").writable[0]
+                    client.send(MessageQueue("DelayedByApache", default.broker_name, 0), [b"x"])
+                    assert time.monotonic() < deadline, "the topic never showed up"
+                    time.sleep(1)
+            mq = MessageQueue("DelayedByApache", mq.broker_name, 0)
+            for i in range(20):  # level 3: 10 s
+                client.send(mq, [f"later-{i}".encode()], [{"DELAY": "3"}])
+    finally:
+        cluster.stop(keep_store=True)  # before they fall due
+    store = tmp_path / "apache" / "store"
+    offsets = json.loads(
+        (store / "config" / "delayOffset.json").read_text().replace("{3:", '{"3":')
+    )
+    assert "offsetTable" in offsets
+
+    broker = BrokerProcess("broker-a", store, tmp_path / "rocketlite.log", []).start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            rows = read_queue(broker.endpoint, "DelayedByApache", 0, "broker-a")
+            later = sorted(r["body"] for r in rows if r["body"].startswith(b"later-"))
+            if len(later) >= 20 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        broker.stop()
+    assert later == sorted(f"later-{i}".encode() for i in range(20))

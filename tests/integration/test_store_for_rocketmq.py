@@ -145,3 +145,28 @@ def test_apache_rocketmqs_crash_recovery_starts_where_rocketlites_checkpoint_say
         cluster.stop(keep_store=True)
     store_log = (tmp_path / "apache" / "logs" / "rocketmqlogs" / "store.log").read_text()
     assert f"recover from this mapped file {segments[-2]}" in store_log, store_log[-3000:]
+
+
+def test_apache_rocketmq_delivers_the_delayed_messages_rocketlite_left_pending(tmp_path):
+    store = tmp_path / "store"
+    broker = BrokerProcess("broker-a", store, tmp_path / "rocketlite.log", GEOMETRY).start()
+    with Admin(broker.endpoint) as admin:
+        admin.create_topic("Delayed", 1)
+    with Producer(broker.endpoint) as producer:
+        sent = [producer.send("Delayed", f"later-{i}".encode(), delay_level=3) for i in range(20)]
+    broker.stop()  # before the 10 s of level 3 pass: every message is still pending
+    assert all(r.queue_offset is None for r in sent)
+
+    cluster = rocketmq_harness.RocketMQCluster(tmp_path / "apache", store=store).start()
+    try:
+        with RemotingClient(cluster.name_server) as client:
+            mq = MessageQueue("Delayed", "broker-a", 0)
+            deadline = time.monotonic() + 60
+            while client.max_offset(mq) < 20:
+                assert time.monotonic() < deadline, "RocketMQ never delivered them"
+                time.sleep(0.5)
+            answer = client.pull(mq, 0, max_messages=32)
+            bodies = sorted(r.body for r in rec.iter_records(answer.data))
+    finally:
+        cluster.stop(keep_store=True)
+    assert bodies == sorted(f"later-{i}".encode() for i in range(20))
