@@ -21,9 +21,12 @@ from typing import Protocol
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.offsets import QueueOffsets, commit_offsets, query_committed
 from rmq_spark.client.remoting import RemotingClient
+from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import NotFoundError, RocketliteError
+from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.source import discovery
 from rmq_spark.source.discovery import BrokerSnapshot, Snapshot, client_config
+from rmq_spark.source.key_lookup import MAX_PER_BROKER
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.structs import MessageQueue
 
@@ -46,6 +49,13 @@ class BrokerAccess(Protocol):
     def commit(self, group: str, offsets: Mapping[MessageQueue, int]) -> None: ...
 
     def endpoint_of(self, broker_name: str) -> str: ...
+
+    #: the most messages a key lookup gets from one broker for one topic
+    max_key_matches: int
+
+    def offsets_by_key(
+        self, topic: str, key: str, max_count: int
+    ) -> dict[MessageQueue, list[int]]: ...
 
     def close(self) -> None: ...
 
@@ -80,6 +90,27 @@ class GrpcAccess:
 
     def endpoint_of(self, broker_name: str) -> str:
         return self.cluster.endpoint_of(broker_name)
+
+    max_key_matches = MAX_PER_BROKER
+
+    def offsets_by_key(self, topic: str, key: str, max_count: int) -> dict[MessageQueue, list[int]]:
+        """Queue offsets of ``topic``'s messages under ``key``, from every broker's index."""
+        request = messaging_pb2.QueryMessagesByKeyRequest(
+            topic=topic, key=key, max_count=min(max_count, self.max_key_matches)
+        )
+        answers = self.cluster.fan_out(
+            lambda conn: conn.call(conn.messaging.QueryMessagesByKey, request)
+        )
+        found: dict[MessageQueue, list[int]] = {}
+        for endpoint, answer in sorted(answers.items()):
+            if isinstance(answer, NotFoundError):
+                continue  # the topic is not on that broker
+            if isinstance(answer, RocketliteError):
+                raise type(answer)(f"look-up of key {key!r} on {endpoint}: {answer}") from answer
+            if answer.records:
+                name = self.cluster.broker_name_of(endpoint)
+                _add_found(found, decode_records(b"".join(answer.records)), topic, name)
+        return found
 
     def close(self) -> None:
         self.cluster.close()
@@ -159,6 +190,29 @@ class RemotingAccess:
             )
         return address
 
+    #: Apache RocketMQ's brokers answer at most 64 messages a query (maxMsgsNumBatch)
+    max_key_matches = 64
+
+    def offsets_by_key(self, topic: str, key: str, max_count: int) -> dict[MessageQueue, list[int]]:
+        found: dict[MessageQueue, list[int]] = {}
+        try:
+            answers = self.client.query_messages(
+                topic, key, max_count=min(max_count, self.max_key_matches)
+            )
+        except NotFoundError:
+            return found  # no route: the topic does not exist
+        for batch, name in answers:
+            _add_found(found, batch, topic, name)
+        return found
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.client.close()
+
+
+def _add_found(found: dict[MessageQueue, list[int]], batch, topic: str, broker: str) -> None:
+    """Add the queue offsets of a batch of decoded records to ``found``."""
+    queue_ids = batch.column("queueId").to_pylist()
+    offsets = batch.column("queueOffset").to_pylist()
+    for queue_id, offset in zip(queue_ids, offsets, strict=True):
+        found.setdefault(MessageQueue(topic, broker, queue_id), []).append(offset)

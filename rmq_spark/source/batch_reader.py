@@ -21,6 +21,7 @@ from rmq_spark.errors import DataLossError, NotFoundError
 from rmq_spark.offsets.spark import Offsets, data_loss_message
 from rmq_spark.source.access import BrokerAccess, open_access
 from rmq_spark.source.discovery import resolve_start
+from rmq_spark.source.key_lookup import narrowed, offsets_by_key, spans
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import plan_for_options
 from rmq_spark.source.positions import batch_ranges, ending_offsets
@@ -87,12 +88,18 @@ class RocketliteBatchReader(DataSourceReader):
         end = ending_offsets(ending, queues, at_time)
         start, end = self._narrowed(access, start, end)
         ranges, losses = batch_ranges(start, end, queues)
+        found = None
+        if options.message_key is not None:
+            found = offsets_by_key(access, {mq.topic for mq in queues}, options.message_key)
+            ranges = spans(ranges, found)
         if losses:
             message = data_loss_message(losses, fail_on_data_loss=options.fail_on_data_loss)
             if options.fail_on_data_loss:
                 raise DataLossError(message)
             log.warning("%s", message)
         planned = plan_for_options(ranges, options)
+        if found is not None:
+            planned = narrowed(planned, found)
         endpoints = snapshot.endpoints
         return [RocketlitePartition.of(p, endpoints) for p in planned]
 

@@ -23,7 +23,12 @@ from typing import Literal
 
 from rmq_spark.codec.subscription import Subscription, parse_subscription
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.names import SYSTEM_PREFIXES, validate_group, validate_topic
+from rmq_spark.names import (
+    SYSTEM_PREFIXES,
+    validate_group,
+    validate_message_key,
+    validate_topic,
+)
 from rmq_spark.offsets.json_codec import MAX_OFFSET
 from rmq_spark.offsets.spark import parse_offsets_json, parse_timestamps_json
 from rmq_spark.source.connect_options import (
@@ -83,6 +88,7 @@ OPTION_NAMES: tuple[str, ...] = (
     "allowLiveStore",
     "brokerName",
     "shortCircuit",
+    "messageKey",
 )
 STREAMING_ONLY = frozenset(
     {
@@ -101,6 +107,7 @@ BATCH_ONLY = frozenset(
         "storePath",
         "allowLiveStore",
         "brokerName",
+        "messageKey",
     }
 )
 
@@ -225,6 +232,9 @@ class SourceOptions:
     #: a task on a broker's host reads the broker's files itself (short-circuit reads,
     #: after the broker checked its rights) instead of pulling; pulls where it cannot
     short_circuit: bool = True
+    #: read only the messages stored under this key (one of their KEYS, or their UNIQ_KEY),
+    #: found through the brokers' message index (batch reads)
+    message_key: str | None = None
 
     def credentials(self) -> dict[str, str]:
         """``access_key``/``secret_key`` for ClientConfig, when the options give them."""
@@ -270,6 +280,7 @@ class SourceOptions:
             retry_backoff_ms=raw.setting("retryBackoffMs", _MAX_INT, 0, DEFAULT_RETRY_BACKOFF_MS),
             filter_pushdown=raw.flag("filterPushdown", False),
             short_circuit=raw.flag("shortCircuit", True),
+            message_key=_message_key(raw),
             **tls_options(raw),
             **credential_options(raw),
             **store_options(raw),
@@ -524,6 +535,11 @@ def _check_mode(raw: RawOptions) -> None:
 def _check_not_empty(name: str, text: str, offsets: dict[MessageQueue, int]) -> None:
     if not offsets:
         raise bad(name, text, f"names no queue; expected {_JSON_SHAPE}")
+
+
+def _message_key(raw: RawOptions) -> str | None:
+    text = raw.get("messageKey")
+    return None if text is None else _checked("messageKey", text, validate_message_key)
 
 
 def _name_server(raw: RawOptions) -> str | None:

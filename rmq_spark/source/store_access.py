@@ -19,7 +19,9 @@ from rmq_spark.client.offsets import QueueOffsets
 from rmq_spark.codec import record as rec
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, StoreLockedError
 from rmq_spark.source.discovery import BrokerSnapshot, Snapshot
+from rmq_spark.source.key_lookup import MAX_PER_BROKER
 from rmq_spark.source.options import SourceOptions
+from rmq_spark.store.index_builder import matching_key
 from rmq_spark.store.offline import StoreView
 from rmq_spark.structs import MessageQueue, Permission
 
@@ -99,6 +101,22 @@ class StoreAccess:
 
     def endpoint_of(self, broker_name: str) -> str:
         return self.where
+
+    max_key_matches = MAX_PER_BROKER
+
+    def offsets_by_key(self, topic: str, key: str, max_count: int) -> dict[MessageQueue, list[int]]:
+        """Queue offsets of the messages the store's ``index/`` names for ``key``, each
+        record checked (different keys may share a hash)."""
+        found: dict[MessageQueue, list[int]] = {}
+        for physical in self.view.key_offsets(topic, key, min(max_count, self.max_key_matches)):
+            raw = self.view.record_at(physical)
+            if raw is None:
+                continue  # deleted by retention, or past a crash's cut
+            record = rec.decode_record(raw, check_crc=False)
+            if matching_key(record, topic, key):
+                mq = MessageQueue(topic, self.broker_name, record.queue_id)
+                found.setdefault(mq, []).append(record.queue_offset)
+        return found
 
     def close(self) -> None:
         self.view.close()

@@ -18,7 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmq_spark.durable_json import read_json_or_start_empty, write_json_atomic
+from rmq_spark.durable_json import (
+    read_json_or_start_empty,
+    read_json_with_backup,
+    write_json_atomic,
+)
 from rmq_spark.errors import StoreError
 
 FILE_NAME = "storeGeometry.json"
@@ -114,6 +118,18 @@ INDEX_FIELDS = ("index_hash_slots", "index_max_entries")
 INDEX_FLAGS = ("--index-hash-slots", "--index-max-entries")
 
 
+def recorded_index_sizes(config_dir: Path) -> tuple[int, int] | None:
+    """The index file sizes recorded for the store, read only; None when none are."""
+    try:
+        document, source = read_json_with_backup(config_dir / FILE_NAME, validate=_parse)
+    except StoreError:
+        return None
+    values = [document.get(name) for name in INDEX_FIELDS] if source != "none" else []
+    if len(values) == 2 and all(isinstance(v, int) and v > 0 for v in values):
+        return values[0], values[1]
+    return None
+
+
 def resolve_index_sizes(
     config_dir: Path, given: tuple[int | None, int | None], defaults: tuple[int, int]
 ) -> tuple[int, int]:
@@ -121,19 +137,17 @@ def resolve_index_sizes(
     (None: not given); else those given or the defaults, then recorded. A store's index
     files are read with the sizes they were made with, so a mismatch raises StoreError
     naming the flag (as for the other file sizes)."""
-    document, source = read_json_or_start_empty(
-        config_dir / FILE_NAME, validate=_parse, force_empty=False, what="no recorded geometry"
-    )
-    recorded = [document.get(name) for name in INDEX_FIELDS] if source != "none" else []
-    if len(recorded) == 2 and all(isinstance(v, int) and v > 0 for v in recorded):
+    recorded = recorded_index_sizes(config_dir)
+    if recorded is not None:
         for want, have, flag in zip(given, recorded, INDEX_FLAGS, strict=True):
             if want is not None and want != have:
                 raise StoreError(
                     f"the store's message index was made with {flag} {have}, but this broker "
                     f"is set to {want}; start it with {flag} {have} (or without the flag)"
                 )
-        return recorded[0], recorded[1]
+        return recorded
     sizes = (given[0] or defaults[0], given[1] or defaults[1])
+    document, source = read_json_with_backup(config_dir / FILE_NAME, validate=_parse)
     if source != "none":  # the segment sizes are recorded: add the index's beside them
         updated = {**document, **dict(zip(INDEX_FIELDS, sizes, strict=True))}
         write_json_atomic(config_dir / FILE_NAME, updated, validate=_parse)

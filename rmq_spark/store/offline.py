@@ -296,6 +296,33 @@ class StoreView:
         total, magic = _HEAD.unpack(seg.pread(phys - seg.start, _HEAD.size))
         return total == size and magic in (rec.MAGIC_V1, rec.MAGIC_V2)
 
+    def record_at(self, physical_offset: int) -> bytes | None:
+        """The whole record starting at ``physical_offset``, or None when none starts
+        there within the log's written part."""
+        if not self.commitlog_range()[0] <= physical_offset < self._log_end:
+            return None
+        starts = [s.start for s in self._segments]
+        seg = self._segments[bisect.bisect_right(starts, physical_offset) - 1]
+        head = seg.pread(physical_offset - seg.start, _HEAD.size)
+        if len(head) < _HEAD.size:
+            return None
+        size, _ = _HEAD.unpack(head)
+        if not self._record_at(seg, physical_offset, size):
+            return None
+        return seg.pread(physical_offset - seg.start, size)
+
+    def key_offsets(self, topic: str, key: str, max_count: int) -> list[int]:
+        """Physical offsets of the records the store's message index names for ``key``
+        in ``topic`` (newest first; hash collisions included: check the records), read
+        only; empty when the store keeps no index."""
+        from rmq_spark.store.index import MessageIndex
+
+        sizes = offline_meta.index_sizes(self.root)
+        if not (self.root / "index").is_dir():
+            return []
+        with MessageIndex.open(self.root / "index", *sizes, read_only=True) as index:
+            return index.query(topic, key, max_count)
+
     def _gather(self, phys: np.ndarray, sizes: np.ndarray) -> memoryview:
         if not len(phys):
             return memoryview(b"")

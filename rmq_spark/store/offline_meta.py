@@ -180,6 +180,17 @@ def read_geometry(root: Path) -> StoreGeometry:
     )
 
 
+def index_sizes(root: Path) -> tuple[int, int]:
+    """The message index's file sizes (hash slots, entries): recorded with the store's
+    other sizes, else RocketMQ's defaults (what RocketMQ made its files with)."""
+    from rmq_spark.store.index_file import DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES
+
+    return geometry.recorded_index_sizes(root / "config") or (
+        DEFAULT_HASH_SLOTS,
+        DEFAULT_MAX_ENTRIES,
+    )
+
+
 def read_topics(config_dir: Path) -> dict[str, TopicConfig]:
     """``topics.json`` (or its backup); empty when there is none."""
     document, source = read_json_with_backup(
