@@ -14,7 +14,9 @@ import pytest
 import rocketmq_harness
 from broker_harness import BrokerProcess
 
-from rmq_spark.client import Admin, Producer
+from rmq_spark.client import Admin, ClientConfig, Producer
+from rmq_spark.client.cluster import Cluster
+from rmq_spark.client.groups import send_back
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec import record as rec
 from rmq_spark.store.checkpoint import read_store_checkpoints, rocketmq_recovery_start
@@ -148,12 +150,23 @@ def test_apache_rocketmqs_crash_recovery_starts_where_rocketlites_checkpoint_say
 
 
 def test_apache_rocketmq_delivers_the_delayed_messages_rocketlite_left_pending(tmp_path):
+    """Delayed sends and a consumer's retries (send-backs, delivered to its %RETRY% topic
+    after a delay level), still pending when rocketlite stops, are delivered by RocketMQ."""
     store = tmp_path / "store"
     broker = BrokerProcess("broker-a", store, tmp_path / "rocketlite.log", GEOMETRY).start()
     with Admin(broker.endpoint) as admin:
         admin.create_topic("Delayed", 1)
+        admin.create_topic("Retried", 1)
     with Producer(broker.endpoint) as producer:
         sent = [producer.send("Delayed", f"later-{i}".encode(), delay_level=3) for i in range(20)]
+        failed = producer.send_batch("Retried", [f"retry-{i}".encode() for i in range(5)])
+    cluster = Cluster(broker.endpoint, ClientConfig())
+    try:
+        for result in failed:  # the consumer gives them back: retry in 10 s (level 3)
+            _, physical = rec.parse_offset_msg_id(result.offset_msg_id)
+            send_back(cluster, GROUP, "broker-a", physical, "Retried", delay_level=3)
+    finally:
+        cluster.close()
     broker.stop()  # before the 10 s of level 3 pass: every message is still pending
     assert all(r.queue_offset is None for r in sent)
 
@@ -167,6 +180,13 @@ def test_apache_rocketmq_delivers_the_delayed_messages_rocketlite_left_pending(t
                 time.sleep(0.5)
             answer = client.pull(mq, 0, max_messages=32)
             bodies = sorted(r.body for r in rec.iter_records(answer.data))
+            retry = MessageQueue(f"%RETRY%{GROUP}", "broker-a", 0)
+            while client.max_offset(retry) < 5:
+                assert time.monotonic() < deadline, "RocketMQ never delivered the retries"
+                time.sleep(0.5)
+            answer = client.pull(retry, 0, max_messages=32)
+            retried = sorted(r.body for r in rec.iter_records(answer.data))
     finally:
         cluster.stop(keep_store=True)
     assert bodies == sorted(f"later-{i}".encode() for i in range(20))
+    assert retried == [f"retry-{i}".encode() for i in range(5)]
