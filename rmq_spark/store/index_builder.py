@@ -17,14 +17,18 @@ import errno
 import logging
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import key_fields
 from rmq_spark.codec.properties import KEYS, UNIQ_KEY, decode_properties
+from rmq_spark.store import geometry
 from rmq_spark.store.commitlog import CommitLog
+from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.index import MessageIndex
+from rmq_spark.store.index_file import DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES
 from rmq_spark.store.recovery_scan import walk
 
 log = logging.getLogger("rmq_spark.store")
@@ -32,6 +36,32 @@ log = logging.getLogger("rmq_spark.store")
 #: records read per round and segment, at most (bounds the memory of one round)
 CHUNK_BYTES = 16 << 20
 ROUND_INTERVAL_S = 0.2
+
+
+def open_index(
+    cfg: StoreConfig, commitlog: CommitLog, *, crash_index_ts: int | None, last_store_ts: int
+) -> IndexBuilder:
+    """Open the store's ``index/`` (its file sizes: recorded, else given, else RocketMQ's)
+    and a builder set where the index ends. After a crash (``crash_index_ts``: the
+    checkpoint's index time) the files holding keys newer than it are deleted and built
+    again, as RocketMQ does, and so are keys pointing past the recovered end of the log."""
+    slots, entries = geometry.resolve_index_sizes(
+        cfg.config_dir,
+        (cfg.index_hash_slots, cfg.index_max_entries),
+        (DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES),
+    )
+    index = MessageIndex.open(Path(cfg.store_dir) / "index", slots, entries)
+    try:
+        if crash_index_ts is not None:
+            index.truncate_after_crash(crash_index_ts)
+        if index.files and index.end_phy_offset >= commitlog.max_offset:
+            log.warning("the message index names records past the log's end; rebuilding")
+            index.truncate_after_crash(min(last_store_ts, index.last_timestamp - 1))
+        position = position_after_last(index, commitlog)
+    except BaseException:
+        index.close()
+        raise
+    return IndexBuilder(index, commitlog, lambda: commitlog.max_offset, position)
 
 
 def position_after_last(index: MessageIndex, commitlog: CommitLog) -> int:

@@ -58,8 +58,7 @@ from rmq_spark.store.failure import StoreHealth, is_no_space
 from rmq_spark.store.file_ranges import RangeFiles, range_files
 from rmq_spark.store.flush import FlushService
 from rmq_spark.store.index import MessageIndex
-from rmq_spark.store.index_builder import IndexBuilder, matching_key, position_after_last
-from rmq_spark.store.index_file import DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES
+from rmq_spark.store.index_builder import IndexBuilder, matching_key, open_index
 from rmq_spark.store.recovery import RecoveryReport, recover
 from rmq_spark.store.sizes import MAX_SCANNED_ENTRIES, RangeSize, measure
 from rmq_spark.store.topics import TopicTable
@@ -254,36 +253,19 @@ class MessageStore:
         )
 
     def _open_index(self, abnormal: bool) -> None:
-        """Open ``index/`` and set its builder where the index ends. After a crash the
-        files holding keys newer than the checkpoint's are deleted and built again (as
-        RocketMQ does), and so are keys pointing past the recovered end of the log."""
+        """The message index and its builder (None when the store keeps no index)."""
         self.index: MessageIndex | None = None
         self.index_builder: IndexBuilder | None = None
         cfg = self.config
-        if not cfg.message_index:
-            return
-        root = Path(cfg.store_dir)
-        slots, entries = geometry.resolve_index_sizes(
-            cfg.config_dir,
-            (cfg.index_hash_slots, cfg.index_max_entries),
-            (DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES),
-        )
-        index = MessageIndex.open(root / "index", slots, entries)
-        try:
+        if cfg.message_index:
             rmq = self._rocketmq_checkpoint.last
-            if abnormal:
-                index.truncate_after_crash(rmq.index_msg_timestamp if rmq else 0)
-            if index.files and index.end_phy_offset >= self.commitlog.max_offset:
-                log.warning("the message index names records past the log's end; rebuilding")
-                index.truncate_after_crash(min(self._last_store_ts, index.last_timestamp - 1))
-            position = position_after_last(index, self.commitlog)
-        except BaseException:
-            index.close()
-            raise
-        self.index = index
-        self.index_builder = IndexBuilder(
-            index, self.commitlog, lambda: self.commitlog.max_offset, position
-        )
+            self.index_builder = open_index(
+                cfg,
+                self.commitlog,
+                crash_index_ts=(rmq.index_msg_timestamp if rmq else 0) if abnormal else None,
+                last_store_ts=self._last_store_ts,
+            )
+            self.index = self.index_builder.index
 
     def query_messages(
         self,
