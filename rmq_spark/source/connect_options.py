@@ -4,6 +4,7 @@ option."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def store_options(raw: RawOptions) -> dict:
     if broker_name is not None and not broker_name.strip():
         raise bad("brokerName", broker_name, "expected the broker name the rows should carry")
     return {
-        "store_path": path.strip(),
+        # absolute here, on the driver: executors run in other working directories
+        "store_path": os.path.abspath(os.path.expanduser(path.strip())),
         "allow_live_store": raw.flag("allowLiveStore", False),
         "store_broker_name": (broker_name or DEFAULT_STORE_BROKER_NAME).strip(),
     }

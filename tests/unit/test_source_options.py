@@ -449,3 +449,9 @@ def test_parsed_options_pickle_for_executors() -> None:
     )
     copy = pickle.loads(pickle.dumps(opts))
     assert copy == opts and copy.subscribes("orders-2")
+
+
+def test_a_relative_store_path_is_made_absolute_where_the_query_is_planned(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    parsed = SourceOptions.parse({"storePath": "backups/store", "topic": "t"}, streaming=False)
+    assert parsed.store_path == str(tmp_path / "backups" / "store")
