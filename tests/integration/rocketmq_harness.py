@@ -230,3 +230,24 @@ def query_by_key(
         if what in asked:
             answers.setdefault(what, set()).add(int(offset))
     return answers
+
+
+def make_topic(client, topic: str, timeout_s: float = 30) -> tuple[list, int]:
+    """Create ``topic`` on an Apache RocketMQ cluster as its producers do: sends to queue 0
+    through TBW102's route (the broker creates the topic) until the topic's own route names
+    it. Returns its writable queues and how many ``b"first"`` messages went to queue 0 on
+    the way (``client`` is a RemotingClient)."""
+    from rmq_spark.errors import NotFoundError
+    from rmq_spark.structs import MessageQueue
+
+    deadline = time.monotonic() + timeout_s
+    first = 0
+    while True:
+        try:
+            return client.route(topic).writable, first
+        except NotFoundError:
+            default = client.route("TBW102").writable[0]
+            client.send(MessageQueue(topic, default.broker_name, 0), [b"first"])
+            first += 1
+            assert time.monotonic() < deadline, f"topic {topic} never showed up in its route"
+            time.sleep(1)

@@ -30,7 +30,6 @@ import rocketmq_harness
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec.properties import KEYS, UNIQ_KEY, decode_properties
 from rmq_spark.codec.record import BLANK_MAGIC, Record, decode_record
-from rmq_spark.errors import NotFoundError
 from rmq_spark.store.index import MessageIndex
 from rmq_spark.store.index_file import (
     DEFAULT_HASH_SLOTS,
@@ -218,15 +217,7 @@ def test_index_file_equals_rocketmqs_own_index_file_class(tmp_path) -> None:
 
 
 def _route(client: RemotingClient) -> list[MessageQueue]:
-    deadline = time.monotonic() + 30
-    while True:  # the first send makes the topic, then its route names it
-        try:
-            return client.route(TOPIC).writable
-        except NotFoundError:
-            default = client.route("TBW102").writable[0]
-            client.send(MessageQueue(TOPIC, default.broker_name, 0), [b"first"])
-            assert time.monotonic() < deadline, "the topic never showed up"
-            time.sleep(1)
+    return rocketmq_harness.make_topic(client, TOPIC)[0]
 
 
 def _commit_log(store: Path) -> list[Record]:

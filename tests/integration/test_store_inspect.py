@@ -18,7 +18,6 @@ from broker_harness import wait_until
 from rmq_spark.client import Admin, Producer
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec.arrow_decode import decode_records
-from rmq_spark.errors import NotFoundError
 from rmq_spark.store.offline import StoreView
 from rmq_spark.structs import MessageQueue
 
@@ -115,17 +114,8 @@ def test_a_store_apache_rocketmq_wrote_live_and_stopped(tmp_path):
     topic, group = "ApacheInspected", "apache-inspect"
     try:
         with RemotingClient(cluster.name_server) as client:
-            deadline = time.monotonic() + 30
-            while True:  # the first send makes the topic, then its route names it
-                try:
-                    queues = client.route(topic).writable
-                    break
-                except NotFoundError:
-                    default = client.route("TBW102").writable[0]
-                    client.send(MessageQueue(topic, default.broker_name, 0), [b"first"])
-                    sent.setdefault(0, []).append(b"first")
-                    assert time.monotonic() < deadline, "the topic never showed up"
-                    time.sleep(1)
+            queues, first = rocketmq_harness.make_topic(client, topic)
+            sent[0] = [b"first"] * first
             for i in range(120):
                 mq = queues[i % len(queues)]
                 body = f"apache-{i}".encode()

@@ -14,8 +14,8 @@ import pytest
 from spark_helpers import create_topic, rows_of, run_available_now
 
 from rmq_spark.client.remoting import RemotingClient
-from rmq_spark.errors import NotFoundError
 from rmq_spark.structs import MessageQueue
+from tests.integration import rocketmq_harness
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.integration.broker_harness import BrokerProcess
@@ -108,22 +108,13 @@ def test_streaming_commits_the_group_offsets_to_the_broker(spark, remoting_broke
 def test_apache_rocketmq_batch_and_streaming(spark, apache, tmp_path):
     topic, group = "SparkFromApache", "spark-from-apache"
     with RemotingClient(apache.name_server) as client:
-        deadline = time.monotonic() + 30
-        while True:  # the first send makes the topic (auto-creation), then routes name it
-            try:
-                queues = client.route(topic).writable
-                break
-            except NotFoundError:
-                default = client.route("TBW102").writable[0]
-                client.send(MessageQueue(topic, default.broker_name, 0), [b"first"])
-                assert time.monotonic() < deadline, "the topic never showed up in its route"
-                time.sleep(1)
+        queues, first = rocketmq_harness.make_topic(client, topic)
         sent = _send_all(client, queues, 40)
         big = b"x" * 8000
         client.send(queues[0], [zlib.compress(big)], sys_flag=0x301)
         rows = _read(spark, apache.name_server, topic).collect()
         bodies = sorted(r.body for r in rows)
-        assert bodies == sorted([b"first", big, *sent.values()])
+        assert bodies == sorted([b"first"] * first + [big, *sent.values()])
         df = (
             spark.readStream.format("rocketlite")
             .option("nameServer", apache.name_server)

@@ -152,22 +152,12 @@ def test_a_store_apache_rocketmq_wrote(spark, tmp_path):
     if not rocketmq_harness.available():
         pytest.skip("needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/")
     from rmq_spark.client.remoting import RemotingClient
-    from rmq_spark.errors import NotFoundError
 
     cluster = rocketmq_harness.RocketMQCluster(tmp_path / "apache").start()
     sent: dict[tuple[int, int], bytes] = {}
     try:
         with RemotingClient(cluster.name_server) as client:
-            deadline = time.monotonic() + 30
-            while True:  # the first send makes the topic, then its route names it
-                try:
-                    queues = client.route("ApacheOrders").writable
-                    break
-                except NotFoundError:
-                    default = client.route("TBW102").writable[0]
-                    client.send(MessageQueue("ApacheOrders", default.broker_name, 0), [b"first"])
-                    assert time.monotonic() < deadline, "the topic never showed up"
-                    time.sleep(1)
+            queues, _ = rocketmq_harness.make_topic(client, "ApacheOrders")
             for i in range(300):
                 mq = queues[i % len(queues)]
                 client.send(mq, [f"apache-{i}".encode()], [{"TAGS": "T", "KEYS": f"k{i}"}])
