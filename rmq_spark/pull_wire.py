@@ -14,6 +14,8 @@ read the index with :func:`pull_index`, which checks it against the records;
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
@@ -152,17 +154,23 @@ def pull_index(
 
 
 def decode_pull_response(
-    mq: MessageQueue, response: messaging_pb2.PullMessagesResponse
+    mq: MessageQueue,
+    response: messaging_pb2.PullMessagesResponse,
+    columns: Sequence[str] | None = None,
 ) -> pa.RecordBatch:
-    """The records of a FOUND answer from ``mq`` as one Arrow batch (RECORD_SCHEMA).
+    """The records of a FOUND answer from ``mq`` as one Arrow batch (RECORD_SCHEMA, or its
+    ``columns`` only: see :func:`~rmq_spark.codec.arrow_decode.decode_records`).
 
     The index is checked (:func:`pull_index`), and the queue offset inside each record must
     be the one the index gives; anything else raises CorruptDataError naming the queue.
     """
     records = response.records
     sizes, expected = pull_index(mq, response, len(records))
+    decoded = columns
+    if columns is not None and len(expected) and "queueOffset" not in columns:
+        decoded = [*columns, "queueOffset"]  # to check against the index, then dropped
     # An answer without the index: walk the TOTALSIZE chain instead.
-    batch = decode_records(records, sizes=sizes if len(sizes) else None)
+    batch = decode_records(records, sizes=sizes if len(sizes) else None, columns=decoded)
     if len(expected):
         got = batch.column("queueOffset").to_numpy(zero_copy_only=False)
         if not np.array_equal(expected, got):
@@ -171,6 +179,8 @@ def decode_pull_response(
                 f"pull of {_where(mq)}: record {bad} has queue offset {int(got[bad])} but the "
                 f"answer's index says {int(expected[bad])}; the broker sent inconsistent data"
             )
+    if decoded is not columns:
+        batch = batch.drop_columns(["queueOffset"])
     return batch
 
 

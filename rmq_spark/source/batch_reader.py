@@ -4,6 +4,7 @@
 start (``startingOffsets``, ``startingTimestamp``, ``group``...) and the end (``latest`` is
 resolved here, once, so the result does not change while tasks run) and plans the ranges.
 Every broker must answer: a batch read that silently skipped one would be wrong.
+``read()`` yields the columns of the reader's projection (all of them by default).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rmq_spark.source.planning import plan_for_options
 from rmq_spark.source.positions import batch_ranges, ending_offsets
 from rmq_spark.source.pushdown import Pushed, push_filters
 from rmq_spark.source.read import RocketlitePartition, read_partition
+from rmq_spark.source.schema import ALL_COLUMNS, Projection
 from rmq_spark.structs import MessageQueue
 
 log = logging.getLogger("rmq_spark.source")
@@ -37,8 +39,9 @@ __all__ = ["FilteringBatchReader", "RocketliteBatchReader"]
 class RocketliteBatchReader(DataSourceReader):
     """Reads ``[start, end)`` of every queue the options select; see the module doc."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, projection: Projection = ALL_COLUMNS) -> None:
         self.options = options
+        self.projection = projection
 
     # Without filters taken over from Spark nothing is narrowed; see FilteringBatchReader.
     def _selected(self, queues: dict[MessageQueue, QueueOffsets]):
@@ -59,7 +62,7 @@ class RocketliteBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RocketlitePartition):  # Spark's stand-in for "nothing"
             return iter(())
-        return read_partition(partition, self.options)
+        return read_partition(partition, self.options, self.projection)
 
     def _plan(self, access: BrokerAccess) -> list[InputPartition]:
         options = self.options
@@ -110,12 +113,13 @@ class FilteringBatchReader(RocketliteBatchReader):
     filter. Used when Spark plans with filter pushdown on
     (``spark.sql.python.filterPushdown.enabled``)."""
 
-    def __init__(self, options: SourceOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: SourceOptions, projection: Projection = ALL_COLUMNS) -> None:
+        super().__init__(options, projection)
         self.pushed = Pushed()
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        self.pushed, rest = push_filters(filters)
+        # Filters name the read's columns, which a projection may have spelled differently.
+        self.pushed, rest = push_filters(filters, self.projection.column_by_name)
         tags = self.pushed.tags
         if tags is not None:
             wanted = self.options.subscription.tags

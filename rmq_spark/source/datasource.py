@@ -12,6 +12,10 @@ batch or a streaming one, so options valid in one of the two modes pass; the rea
 them again for its mode (``maxMessagesPerTrigger`` on ``spark.read`` fails when the query
 runs). Options valid for the sink only pass too; a writer checks them with the DataFrame's
 schema when the write starts.
+
+A schema given with ``.schema(...)`` reads only those of the source's columns, under those
+names and in that order (:class:`~rmq_spark.source.schema.Projection`); it is checked when
+the reader is made, as the query starts.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pyspark.sql.types import StructType
 
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.source.options import BATCH_ONLY, STREAMING_ONLY, SourceOptions
-from rmq_spark.source.schema import SPARK_SCHEMA
+from rmq_spark.source.schema import SPARK_SCHEMA, Projection
 
 __all__ = ["RocketliteDataSource", "register"]
 
@@ -38,11 +42,14 @@ NAME = "rocketlite"
 
 
 class RocketliteDataSource(DataSource):
-    """Reads rocketlite brokers, as a batch or a stream; rows are in :data:`SPARK_SCHEMA`.
+    """Reads rocketlite brokers, as a batch or a stream; rows are in :data:`SPARK_SCHEMA`,
+    or hold the columns of a schema given with ``.schema(...)`` (some of the source's).
 
     >>> (spark.readStream.format("rocketlite")                  # doctest: +SKIP
     ...     .option("endpoints", "127.0.0.1:10911").option("topic", "orders")
     ...     .option("group", "etl").load())
+    >>> (spark.read.format("rocketlite").schema("queueOffset long, body binary")  # doctest: +SKIP
+    ...     .option("endpoints", "127.0.0.1:10911").option("topic", "orders").load())
     """
 
     def __init__(self, options: MutableMapping[str, str]) -> None:
@@ -59,17 +66,18 @@ class RocketliteDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from rmq_spark.source.batch_reader import FilteringBatchReader, RocketliteBatchReader
 
-        _check_schema(schema)
+        projection = Projection.parse(schema)
         options = SourceOptions.parse(self.options, streaming=False)
         if options.filter_pushdown and planning_with_filter_pushdown():
-            return FilteringBatchReader(options)
-        return RocketliteBatchReader(options)
+            return FilteringBatchReader(options, projection)
+        return RocketliteBatchReader(options, projection)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from rmq_spark.source.stream_reader import RocketliteStreamReader
 
-        _check_schema(schema)
-        return RocketliteStreamReader(SourceOptions.parse(self.options, streaming=True))
+        projection = Projection.parse(schema)
+        options = SourceOptions.parse(self.options, streaming=True)
+        return RocketliteStreamReader(options, projection)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from rmq_spark.sink.writer import RocketliteBatchWriter
@@ -145,15 +153,6 @@ def _check_source_options(options: MutableMapping[str, str], keys: set[str]) -> 
         else:
             return
         raise
-
-
-def _check_schema(schema: StructType) -> None:
-    given = [(f.name, f.dataType) for f in schema.fields]
-    if given != [(f.name, f.dataType) for f in SPARK_SCHEMA.fields]:
-        raise InvalidArgumentError(
-            f"the rocketlite source has a fixed schema ({SPARK_SCHEMA.simpleString()}), got "
-            f"{schema.simpleString()}; remove .schema(...) and select the columns you need"
-        )
 
 
 #: the pyspark worker that plans a Python source's read with filter pushdown

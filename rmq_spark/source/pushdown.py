@@ -19,13 +19,14 @@ column              filters                     effect
 Everything else (``keys``, ``msgId``, ``properties``, ``NOT``, ``OR``, ...) stays with
 Spark: there is no index to answer it from without reading every message. Values of the
 wrong type (a string compared with ``queueId``) are left to Spark as well, which then
-reports or casts them as it always does.
+reports or casts them as it always does. Filters name the read's columns: with a schema
+given by the user (``.schema(...)``), those it holds, as it spells them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import (
@@ -70,8 +71,13 @@ class Pushed:
         return self.store_ms != (0, _NO_END)
 
 
-def push_filters(filters: Iterable[Filter]) -> tuple[Pushed, list[Filter]]:
+def push_filters(
+    filters: Iterable[Filter], columns: Mapping[str, str] | None = None
+) -> tuple[Pushed, list[Filter]]:
     """Take what :class:`Pushed` can hold; return it and the filters Spark must still apply.
+
+    ``columns`` gives the source column each of the read's column names stands for, when
+    the user named them (filters on other names are left to Spark).
 
     >>> pushed, rest = push_filters([EqualTo(("queueId",), 3), EqualTo(("keys",), "k")])
     >>> pushed.queue_ids, rest
@@ -80,18 +86,18 @@ def push_filters(filters: Iterable[Filter]) -> tuple[Pushed, list[Filter]]:
     pushed = Pushed()
     rest: list[Filter] = []
     for item in filters:
-        if _take(pushed, item):
+        if _take(pushed, item, columns):
             pushed.taken.append(item)
         else:
             rest.append(item)
     return pushed, rest
 
 
-def _take(pushed: Pushed, item: Filter) -> bool:
+def _take(pushed: Pushed, item: Filter, columns: Mapping[str, str] | None) -> bool:
     column = getattr(item, "attribute", ())
     if len(column) != 1:
         return False
-    name = column[0]
+    name = column[0] if columns is None else columns.get(column[0])
     if name in ("topic", "tags"):
         values = _values(item, str)
         if values is None:

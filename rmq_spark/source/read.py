@@ -6,8 +6,10 @@ pickled) and closes them when the task ends. Each
 ask for at most what is left, and rows at or past ``end`` are dropped (a tag-filtered pull
 may reach beyond it). Every pull's
 records are decoded in one vectorised pass and turned into the source's rows
-(:func:`~rmq_spark.source.schema.to_rows`); no Python code runs per message. The next pull
-is sent before the current answer is decoded, so the broker reads while the task decodes.
+(:func:`~rmq_spark.source.schema.to_rows`); no Python code runs per message. Only the
+columns the rows need are decoded (a ``.schema(...)`` of a few columns skips the rest), with
+the queue offsets, and the tags under a tag filter. The next pull is sent before the current
+answer is decoded, so the broker reads while the task decodes.
 
 Statuses, as RocketMQ's pull defines them:
 
@@ -42,7 +44,7 @@ from pyspark.sql.datasource import InputPartition
 from rmq_spark.client.connection import NO_RETRY, ClientConfig, Connection, PendingCall
 from rmq_spark.client.remoting import PullAnswer, RemotingClient
 from rmq_spark.client.short_circuit import ShortCircuit, ShortCircuitUnavailable
-from rmq_spark.codec.arrow_decode import decode_records
+from rmq_spark.codec.arrow_decode import RECORD_SCHEMA, decode_records
 from rmq_spark.codec.compression import inflate_bodies
 from rmq_spark.codec.taghash import tag_hash_codes
 from rmq_spark.errors import (
@@ -58,13 +60,13 @@ from rmq_spark.pull_wire import decode_pull_response
 from rmq_spark.source.connect_options import MAX_RETRY_BACKOFF_MS
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import PlannedPartition, QueueRange
-from rmq_spark.source.schema import to_rows
+from rmq_spark.source.schema import ALL_COLUMNS, Projection, to_rows
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire import mq_to_pb, pull_status_from_pb
 
 log = logging.getLogger("rmq_spark.source")
 
-__all__ = ["RocketlitePartition", "read_partition"]
+__all__ = ["RocketlitePartition", "decoded_columns", "read_partition"]
 
 #: bytes asked for per pull. With the default pullBatchSize (8192) this caps one pull of
 #: large messages at 16 MiB of records, well under the broker's max_pull_bytes (32 MiB) and
@@ -91,11 +93,14 @@ class RocketlitePartition(InputPartition):
 
 
 def read_partition(
-    partition: RocketlitePartition, options: SourceOptions
+    partition: RocketlitePartition,
+    options: SourceOptions,
+    projection: Projection = ALL_COLUMNS,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the rows of every range of ``partition`` as Arrow batches, in range order."""
+    """Yield the rows (``projection``'s columns) of every range of ``partition`` as Arrow
+    batches, in range order."""
     if options.store_path is not None:
-        yield from _read_store(partition, options)
+        yield from _read_store(partition, options, projection)
         return
     config = ClientConfig(
         request_timeout_ms=options.pull_timeout_ms,
@@ -105,7 +110,7 @@ def read_partition(
     )
     endpoints = dict(partition.endpoints)
     if options.name_server is not None:
-        yield from _read_remoting(partition, options, config)
+        yield from _read_remoting(partition, options, config, projection)
         return
     connections: dict[str, Connection] = {}
     local: dict[str, ShortCircuit | None] = {}
@@ -117,9 +122,9 @@ def read_partition(
                 local[endpoint] = _short_circuit(connections[endpoint], options)
             conn, sc = connections[endpoint], local[endpoint]
             if sc is not None:
-                yield from _LocalRangeReader(conn, queue_range, options, sc).batches()
+                yield from _LocalRangeReader(conn, queue_range, options, projection, sc).batches()
             else:
-                yield from _RangeReader(conn, queue_range, options).batches()
+                yield from _RangeReader(conn, queue_range, options, projection).batches()
     finally:
         for conn in connections.values():
             conn.close()
@@ -152,12 +157,20 @@ def _short_circuit(conn: Connection, options: SourceOptions) -> ShortCircuit | N
 class _RangeReader:
     """Reads one queue range, see the module doc."""
 
-    def __init__(self, conn: Connection, queue_range: QueueRange, options: SourceOptions) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        queue_range: QueueRange,
+        options: SourceOptions,
+        projection: Projection,
+    ) -> None:
         self.conn = conn
         self.range = queue_range
         self.options = options
+        self.projection = projection
         tags = options.subscription.tags
         self.tag_values = None if tags is None else pa.array(sorted(tags), pa.string())
+        self.decoded = decoded_columns(projection, with_tags=tags is not None)
 
     @property
     def mq(self) -> MessageQueue:
@@ -267,10 +280,10 @@ class _RangeReader:
         return self.conn.endpoint
 
     def _rows(self, response: messaging_pb2.PullMessagesResponse, end: int) -> pa.RecordBatch:
-        return self._to_rows(decode_pull_response(self.mq, response), end)  # checks the index
+        records = decode_pull_response(self.mq, response, self.decoded)  # checks the index
+        return self._to_rows(records, end)
 
     def _to_rows(self, records: pa.RecordBatch, end: int) -> pa.RecordBatch:
-        records = inflate_bodies(records)
         offsets = records.column("queueOffset").to_numpy(zero_copy_only=False)
         inside = int(np.searchsorted(offsets, end))  # a filtered pull may pass the end
         if inside < records.num_rows:
@@ -279,7 +292,9 @@ class _RangeReader:
             # The broker filtered on tag hash codes; different tags can share one.
             keep = pc.fill_null(pc.is_in(records.column("tags"), value_set=self.tag_values), False)
             records = records.filter(keep)
-        return to_rows(records, self.mq.broker_name)
+        if "body" in self.decoded:  # only the bodies of the rows kept
+            records = inflate_bodies(records)
+        return to_rows(records, self.mq.broker_name, self.projection)
 
     def _lost(self, loss: DataLoss, detail: str = "") -> None:
         fail = self.options.fail_on_data_loss
@@ -292,7 +307,10 @@ class _RangeReader:
 
 
 def _read_remoting(
-    partition: RocketlitePartition, options: SourceOptions, config: ClientConfig
+    partition: RocketlitePartition,
+    options: SourceOptions,
+    config: ClientConfig,
+    projection: Projection,
 ) -> Iterator[pa.RecordBatch]:
     """:func:`read_partition` over RocketMQ's remoting protocol (option nameServer): the
     brokers' addresses come with the partition, so no name server is asked."""
@@ -302,7 +320,8 @@ def _read_remoting(
         for name, address in partition.endpoints:
             client.learn_broker(name, address)
         for queue_range in partition.ranges:
-            yield from _RemotingRangeReader(client, queue_range, options, ahead).batches()
+            reader = _RemotingRangeReader(client, queue_range, options, projection, ahead)
+            yield from reader.batches()
     finally:
         ahead.shutdown(wait=False, cancel_futures=True)
         client.close()
@@ -317,9 +336,10 @@ class _RemotingRangeReader(_RangeReader):
         client: RemotingClient,
         queue_range: QueueRange,
         options: SourceOptions,
+        projection: Projection,
         ahead: ThreadPoolExecutor,
     ):
-        super().__init__(None, queue_range, options)  # type: ignore[arg-type]
+        super().__init__(None, queue_range, options, projection)  # type: ignore[arg-type]
         self.client = client
         self._ahead = ahead
 
@@ -344,7 +364,7 @@ class _RemotingRangeReader(_RangeReader):
         return self.client.broker_address(self.mq.broker_name) or self.mq.broker_name
 
     def _rows(self, response, end: int) -> pa.RecordBatch:
-        return self._to_rows(response.records(), end)
+        return self._to_rows(response.records(self.decoded), end)
 
 
 class _LocalRangeReader(_RangeReader):
@@ -354,9 +374,14 @@ class _LocalRangeReader(_RangeReader):
     min (deleted), a queue that ends before the range does (reset)."""
 
     def __init__(
-        self, conn: Connection, queue_range: QueueRange, options: SourceOptions, sc: ShortCircuit
+        self,
+        conn: Connection,
+        queue_range: QueueRange,
+        options: SourceOptions,
+        projection: Projection,
+        sc: ShortCircuit,
     ) -> None:
-        super().__init__(conn, queue_range, options)
+        super().__init__(conn, queue_range, options, projection)
         self.sc = sc
         tags = options.subscription.tags
         self.tag_codes = None if tags is None else tag_hash_codes(sorted(tags))
@@ -376,17 +401,20 @@ class _LocalRangeReader(_RangeReader):
                     while offset < local.end:
                         data, sizes, offset = local.read(offset, PULL_MAX_BYTES, self.tag_codes)
                         if len(sizes):
-                            rows = self._to_rows(decode_records(data, sizes=sizes), end)
+                            records = decode_records(data, sizes=sizes, columns=self.decoded)
+                            rows = self._to_rows(records, end)
                             if rows.num_rows:
                                 yield rows
         except ShortCircuitUnavailable as exc:
             log.info("short-circuit read of %s stopped at %d (%s); pulling the rest",
                      _where(mq), offset, exc)  # fmt: skip
             rest = replace(self.range, start=offset)
-            yield from _RangeReader(self.conn, rest, self.options).batches()
+            yield from _RangeReader(self.conn, rest, self.options, self.projection).batches()
 
 
-def _read_store(partition: RocketlitePartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
+def _read_store(
+    partition: RocketlitePartition, options: SourceOptions, projection: Projection
+) -> Iterator[pa.RecordBatch]:
     """:func:`read_partition` from a store directory (option storePath), opened read-only
     where the task runs: the executor must see the directory at the same path."""
     from rmq_spark.source.store_access import open_store_view
@@ -394,7 +422,7 @@ def _read_store(partition: RocketlitePartition, options: SourceOptions) -> Itera
     view = open_store_view(options)
     try:
         for queue_range in partition.ranges:
-            yield from _StoreRangeReader(view, queue_range, options).batches()
+            yield from _StoreRangeReader(view, queue_range, options, projection).batches()
     finally:
         view.close()
 
@@ -403,8 +431,10 @@ class _StoreRangeReader(_RangeReader):
     """A range read from the store's files: the consume queue says where the records are,
     the commit log's mapped segments hold them; the same checks and rows as a pull's."""
 
-    def __init__(self, view, queue_range: QueueRange, options: SourceOptions) -> None:
-        super().__init__(None, queue_range, options)  # type: ignore[arg-type]
+    def __init__(
+        self, view, queue_range: QueueRange, options: SourceOptions, projection: Projection
+    ) -> None:
+        super().__init__(None, queue_range, options, projection)  # type: ignore[arg-type]
         self.view = view
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -418,7 +448,7 @@ class _StoreRangeReader(_RangeReader):
             end = high
         while offset < end:
             found = self.view.read_records(mq.topic, mq.queue_id, offset, end, PULL_MAX_BYTES)
-            records = decode_records(found.buffer, sizes=found.sizes)
+            records = decode_records(found.buffer, sizes=found.sizes, columns=self.decoded)
             stamped = records.column("queueOffset").to_numpy()
             expected = np.arange(offset, offset + found.count)
             if not np.array_equal(stamped, expected):
@@ -432,6 +462,18 @@ class _StoreRangeReader(_RangeReader):
             if rows.num_rows:
                 yield rows
             offset += found.count
+
+
+def decoded_columns(projection: Projection, *, with_tags: bool) -> tuple[str, ...]:
+    """The decoder's columns a range read needs: the rows', the queue offsets (where a range
+    ends), the tags ``with_tags`` (the reader checks the broker's tag filter), the sysflags
+    with the bodies (they say which bodies are compressed)."""
+    wanted = set(projection.record_columns()) | {"queueOffset"}
+    if with_tags:
+        wanted.add("tags")
+    if "body" in wanted:
+        wanted.add("sysFlag")
+    return tuple(name for name in RECORD_SCHEMA.names if name in wanted)
 
 
 def _status(mq: MessageQueue, response) -> PullStatus:

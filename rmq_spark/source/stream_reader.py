@@ -51,6 +51,7 @@ from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import plan_for_options
 from rmq_spark.source.positions import ranges_from, reconcile
 from rmq_spark.source.read import RocketlitePartition, read_partition
+from rmq_spark.source.schema import ALL_COLUMNS, Projection
 from rmq_spark.structs import MessageQueue
 
 log = logging.getLogger("rmq_spark.source")
@@ -61,8 +62,10 @@ __all__ = ["RocketliteStreamReader"]
 class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("rocketlite")``: see the module doc."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, projection: Projection = ALL_COLUMNS) -> None:
         self.options = options
+        #: the columns the tasks yield (a schema given with .schema(...))
+        self.projection = projection
         self.limits = TriggerLimits.from_options(options)
         self._access: GrpcAccess | RemotingAccess | None = None
         self._initial: OffsetsJson | None = None
@@ -167,7 +170,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RocketlitePartition), partition
-        return read_partition(partition, self.options)
+        return read_partition(partition, self.options, self.projection)
 
     def commit(self, end: OffsetsJson) -> None:
         self._commit(end)

@@ -144,3 +144,20 @@ def test_records_at_other_offsets_than_indexed_are_corrupt_data():
     bad = answer([4, 5], records=data)
     with pytest.raises(CorruptDataError, match="record 1 has queue offset 7 but the answer's"):
         decode_pull_response(MQ, bad)
+
+
+def test_an_answer_decodes_to_the_columns_asked_for():
+    batch = decode_pull_response(MQ, answer([4, 6, 9]), ["body", "topic"])
+    assert batch.schema.names == ["body", "topic"]  # the queue offsets were checked, then left
+    assert (
+        batch.to_pylist()
+        == decode_pull_response(MQ, answer([4, 6, 9])).select(["body", "topic"]).to_pylist()
+    )
+    unindexed = answer([4, 5], record_sizes_i32le=b"", queue_offsets_i64le=b"")
+    assert decode_pull_response(MQ, unindexed, ["topic"]).schema.names == ["topic"]
+
+
+def test_records_at_other_offsets_are_corrupt_data_whatever_the_columns():
+    data, _ = records([4, 7])
+    with pytest.raises(CorruptDataError, match="record 1 has queue offset 7 but the answer's"):
+        decode_pull_response(MQ, answer([4, 5], records=data), ["body"])

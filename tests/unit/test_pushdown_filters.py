@@ -73,3 +73,13 @@ def test_what_has_no_index_or_the_wrong_type_stays_with_spark():
     pushed, rest = push_filters(filters)
     assert rest == filters and pushed.taken == []
     assert pushed.queue_ids is None and pushed.topics is None
+
+
+def test_filters_on_a_user_schema_use_its_names():
+    # .schema("QueueOffset long, TAGS string, body binary"): Spark names the user's columns
+    columns = {"QueueOffset": "queueOffset", "TAGS": "tags", "body": "body"}
+    keys = EqualTo(("keys",), "k")  # not in that schema: never sent, and never taken
+    filters = [GreaterThanOrEqual(("QueueOffset",), 5), EqualTo(("TAGS",), "TagA"), keys]
+    pushed, rest = push_filters(filters, columns)
+    assert pushed.offsets == (5, 2**63 - 1) and pushed.tags == {"TagA"}
+    assert rest == [keys] and rest[0] is keys  # Spark matches what it keeps by identity

@@ -1,5 +1,6 @@
-"""The source's row layout, its partitions as Spark pickles them, and option checks at
-``load()``. No Spark session: pyspark's pure helpers only."""
+"""The source's row layout (all columns, or those of a user-given schema), its partitions as
+Spark pickles them, and option checks at ``load()``. No Spark session: pyspark's pure
+helpers only."""
 
 from __future__ import annotations
 
@@ -9,14 +10,24 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.record import Record, encode_record
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.source.datasource import RocketliteDataSource, check_options
 from rmq_spark.source.planning import PlannedPartition, QueueRange
-from rmq_spark.source.read import RocketlitePartition
-from rmq_spark.source.schema import ARROW_SCHEMA, SPARK_SCHEMA, to_rows
+from rmq_spark.source.read import RocketlitePartition, decoded_columns
+from rmq_spark.source.schema import ALL_COLUMNS, ARROW_SCHEMA, SPARK_SCHEMA, Projection, to_rows
 from rmq_spark.structs import MessageQueue
 
 BASE = {"endpoints": "127.0.0.1:10911", "topic": "orders"}
@@ -81,8 +92,106 @@ def test_options_are_checked_at_load_for_either_mode():
         check_options({**BASE, "endingOffsets": "latest", "maxBytesPerTrigger": "1m"})
 
 
-def test_data_source_refuses_a_user_schema():
+def spark_schema(*fields: tuple[str, object] | tuple[str, object, bool]) -> StructType:
+    return StructType([StructField(*field) for field in fields])
+
+
+THREE = spark_schema(("topic", StringType()), ("queueOffset", LongType()), ("body", BinaryType()))
+
+
+def some_records() -> pa.RecordBatch:
+    return decode_records(
+        b"".join(
+            encode_record(
+                Record(
+                    topic="orders",
+                    queue_id=1,
+                    queue_offset=7 + i,
+                    body=b"b%d" % i,
+                    properties=b"TAGS\x01TagA\x02",
+                    store_timestamp=1_700_000_000_000 + i,
+                )
+            )
+            for i in range(3)
+        )
+    )
+
+
+def test_a_user_schema_projects_the_rows_spark_expects():
+    schema = spark_schema(
+        ("storeTimestamp", TimestampType()),
+        ("brokerName", StringType()),
+        ("QUEUEOFFSET", LongType()),  # Spark compares names case-insensitively
+        ("tags", StringType()),
+    )
+    projection = Projection.parse(schema)
+    assert projection.columns == ("storeTimestamp", "brokerName", "queueOffset", "tags")
+    rows = to_rows(some_records(), "broker-a", projection)
+    assert rows.schema.equals(to_arrow_schema(schema, timezone="UTC"))  # what Spark checks
+    full = to_rows(some_records(), "broker-a")
+    assert rows.rename_columns(list(projection.columns)).equals(full.select(projection.columns))
+    assert rows.column("QUEUEOFFSET").to_pylist() == [7, 8, 9]
+
+
+def test_not_null_is_kept_where_no_row_is_null():
+    schema = spark_schema(("queueOffset", LongType(), False), ("body", BinaryType()))
+    rows = to_rows(some_records(), "broker-a", Projection.parse(schema))
+    assert rows.schema.equals(to_arrow_schema(schema, timezone="UTC"))
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        (
+            spark_schema(("queueOffset", LongType()), ("offset", LongType())),
+            r"no column 'offset'.*its columns are topic string, brokerName string, queueId int, "
+            r"queueOffset bigint, .*reconsumeTimes int; fix the name",
+        ),
+        (
+            spark_schema(("queueOffset", IntegerType())),
+            r"column 'queueOffset' is int .* the source's queueOffset is bigint; declare it as "
+            r"'queueOffset bigint' and cast it after loading",
+        ),
+        (
+            spark_schema(("storeTimestamp", TimestampNTZType())),
+            "the source's storeTimestamp is timestamp",
+        ),
+        (
+            spark_schema(("topic", StringType()), ("TOPIC", StringType())),
+            r"column 'topic' is in the schema given with .schema\(...\) twice \(as 'topic' and "
+            r"'TOPIC': Spark compares column names case-insensitively\); list each column once",
+        ),
+        (
+            spark_schema(("body", BinaryType()), ("body", BinaryType())),
+            r"column 'body' is in the schema given with .schema\(...\) twice; list each",
+        ),
+        (
+            spark_schema(("tags", StringType(), False)),
+            "column 'tags' is NOT NULL .* null for messages without one; drop NOT NULL",
+        ),
+        (StructType([]), r"has no column; name the columns to read"),
+    ],
+    ids=["unknown", "type", "timestamp_ntz", "twice in two spellings", "twice", "not null", "none"],
+)
+def test_a_bad_user_schema_is_refused_saying_what_to_do(schema, message):
+    source = RocketliteDataSource(dict(BASE))
+    with pytest.raises(InvalidArgumentError, match=message):
+        source.reader(schema)
+    with pytest.raises(InvalidArgumentError, match=message):
+        source.streamReader(schema)
+
+
+def test_readers_get_the_projection_and_decode_what_it_needs():
     source = RocketliteDataSource(dict(BASE))
     assert source.schema() is SPARK_SCHEMA
-    with pytest.raises(InvalidArgumentError, match="fixed schema"):
-        source.reader(SPARK_SCHEMA[:3])
+    assert source.reader(SPARK_SCHEMA).projection == ALL_COLUMNS
+    assert source.streamReader(THREE).projection == Projection.parse(THREE)
+    reader = source.reader(THREE)
+    assert reader.projection.names == ("topic", "queueOffset", "body")
+    assert pickle.loads(pickle.dumps(reader)).projection == reader.projection
+    # the bodies with their sysflags (compressed ones are inflated); tags for a tag filter
+    assert decoded_columns(reader.projection, with_tags=False) == (
+        "topic", "queueOffset", "body", "sysFlag",
+    )  # fmt: skip
+    brokers = Projection.parse(spark_schema(("brokerName", StringType())))
+    assert decoded_columns(brokers, with_tags=True) == ("queueOffset", "tags")

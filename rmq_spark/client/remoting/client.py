@@ -16,6 +16,7 @@ from __future__ import annotations
 import ssl
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,11 +96,12 @@ class PullAnswer:
     #: each record's size when the broker sends them (rocketlite does), else None
     sizes: np.ndarray | None = None
 
-    def records(self) -> pa.RecordBatch:
-        """The records decoded into Arrow (:data:`~rmq_spark.codec.arrow_decode.RECORD_SCHEMA`)."""
+    def records(self, columns: Sequence[str] | None = None) -> pa.RecordBatch:
+        """The records decoded into Arrow (:data:`~rmq_spark.codec.arrow_decode.RECORD_SCHEMA`,
+        or its ``columns`` only)."""
         if not self.data:
-            return decode_records(b"")
-        return decode_records(self.data, sizes=self.sizes)
+            return decode_records(b"", columns=columns)
+        return decode_records(self.data, sizes=self.sizes, columns=columns)
 
 
 def parse_route(topic: str, body: bytes | bytearray | memoryview) -> Route:

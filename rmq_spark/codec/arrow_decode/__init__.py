@@ -26,14 +26,17 @@ UTF-8, properties not shaped ``name\\x01value\\x02``).
 
 from __future__ import annotations
 
+import functools
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmq_spark.codec.arrow_decode.hosts import host_columns
+from rmq_spark.codec.arrow_decode.headers import Headers
+from rmq_spark.codec.arrow_decode.hosts import HOST_COLUMNS, host_columns
 from rmq_spark.codec.arrow_decode.positions import (
     FirstBad,
     RecordIndex,
@@ -42,7 +45,11 @@ from rmq_spark.codec.arrow_decode.positions import (
     known_positions,
     walk,
 )
-from rmq_spark.codec.arrow_decode.property_map import PROPERTIES_TYPE, properties_columns
+from rmq_spark.codec.arrow_decode.property_map import (
+    PROPERTIES_TYPE,
+    properties_columns,
+    tags_and_keys,
+)
 from rmq_spark.codec.arrow_decode.source import (
     Source,
     numeric_array,
@@ -52,7 +59,7 @@ from rmq_spark.codec.arrow_decode.source import (
 from rmq_spark.codec.arrow_decode.tail import Tail, validate
 from rmq_spark.codec.properties import UNIQ_KEY
 from rmq_spark.codec.record import POS_MAGIC
-from rmq_spark.errors import CorruptDataError
+from rmq_spark.errors import CorruptDataError, InvalidArgumentError
 
 __all__ = [
     "PROPERTIES_TYPE",
@@ -93,6 +100,7 @@ def decode_records(
     sizes: np.ndarray | None = None,
     *,
     check_crc: bool = False,
+    columns: Sequence[str] | None = None,
 ) -> pa.RecordBatch:
     """Decode concatenated commit-log records into a batch with :data:`RECORD_SCHEMA`.
 
@@ -103,45 +111,95 @@ def decode_records(
     Every length field is cross-checked; the first bad record raises CorruptDataError with its
     byte position. ``check_crc`` also verifies each BODYCRC (slower: one zlib call a record).
 
+    ``columns`` (names of :data:`RECORD_SCHEMA`) makes only those, in that order: the batch
+    is ``decode_records(buf).select(columns)``, without the work of the others (copying
+    bodies, splitting properties, formatting hosts). The records are checked all the same.
+
     >>> from rmq_spark.codec.record import Record, encode_record
     >>> buf = encode_record(Record(topic="T", queue_id=3, body=b"hello", queue_offset=7))
-    >>> decode_records(buf).select(["topic", "queueOffset", "body"]).to_pylist()
+    >>> decode_records(buf, columns=["topic", "queueOffset", "body"]).to_pylist()
     [{'topic': 'T', 'queueOffset': 7, 'body': b'hello'}]
     """
+    names = _column_names(columns)
     src = Source(buf)
     if starts is None and sizes is None:
         starts, sizes = walk(src)
     else:
         starts, sizes = known_positions(src, starts, sizes)
-    n = len(starts)
-    if n == 0:
-        return _empty_batch()
+    if len(starts) == 0:
+        return _empty_batch(names)
     heads, tail = validate(src, starts, sizes, crc=check_crc)
-    body = src.values(starts + heads.header_size, heads.body_len, heads.body_head)
-    if check_crc:
-        _check_crc(body, heads.body_crc, starts)
-    born_host, store_host, msg_id = host_columns(heads.hosts, n)
-    props = src.values(tail.props_pos, tail.props_len, tail.props_head)
-    properties, tags, keys = properties_columns(props)
-    columns = [
-        _topic_column(src, tail),
-        numeric_array(heads.queue_id),
-        numeric_array(heads.queue_offset),
-        numeric_array(heads.physical_offset),
-        msg_id,
-        tags,
-        keys,
-        body,
-        properties,
-        numeric_array(heads.born_timestamp),
-        numeric_array(heads.store_timestamp),
-        born_host,
-        store_host,
-        numeric_array(heads.reconsume_times),
-        numeric_array(heads.sysflag),
-        numeric_array(heads.flag),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
+    made = _make_columns(src, starts, heads, tail, frozenset(names), check_crc)
+    return pa.RecordBatch.from_arrays([made[name] for name in names], schema=_schema_of(names))
+
+
+#: RECORD_SCHEMA columns copied from a header field, and the field
+_HEADER_COLUMNS = {
+    "queueId": "queue_id",
+    "queueOffset": "queue_offset",
+    "commitLogOffset": "physical_offset",
+    "bornTimestamp": "born_timestamp",
+    "storeTimestamp": "store_timestamp",
+    "reconsumeTimes": "reconsume_times",
+    "sysFlag": "sysflag",
+    "flag": "flag",
+}
+_PROPERTY_COLUMNS = ("properties", "tags", "keys")
+
+
+def _make_columns(
+    src: Source,
+    starts: np.ndarray,
+    heads: Headers,
+    tail: Tail,
+    wanted: frozenset[str],
+    check_crc: bool,
+) -> dict[str, pa.Array]:
+    """The ``wanted`` columns of validated records."""
+    made = {
+        name: numeric_array(getattr(heads, field))
+        for name, field in _HEADER_COLUMNS.items()
+        if name in wanted
+    }
+    if "topic" in wanted:
+        made["topic"] = _topic_column(src, tail)
+    if "body" in wanted or check_crc:
+        body = src.values(starts + heads.header_size, heads.body_len, heads.body_head)
+        if check_crc:
+            _check_crc(body, heads.body_crc, starts)
+        made["body"] = body
+    hosts = tuple(name for name in HOST_COLUMNS if name in wanted)
+    if hosts:
+        made.update(host_columns(heads.hosts, len(starts), hosts))
+    if wanted.intersection(_PROPERTY_COLUMNS):
+        props = src.values(tail.props_pos, tail.props_len, tail.props_head)
+        if "properties" in wanted:
+            made["properties"], made["tags"], made["keys"] = properties_columns(props)
+        else:
+            made["tags"], made["keys"] = tags_and_keys(props)
+    return made
+
+
+def _column_names(columns: Sequence[str] | None) -> tuple[str, ...]:
+    if columns is None:
+        return _ALL_COLUMNS
+    names = tuple(columns)
+    unknown = [name for name in names if name not in _ALL_COLUMNS]
+    if unknown:
+        raise InvalidArgumentError(
+            f"no record column {unknown[0]!r}; the columns are {', '.join(_ALL_COLUMNS)}"
+        )
+    return names
+
+
+_ALL_COLUMNS = tuple(RECORD_SCHEMA.names)
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_of(names: tuple[str, ...]) -> pa.Schema:
+    if names == _ALL_COLUMNS:
+        return RECORD_SCHEMA
+    return pa.schema([RECORD_SCHEMA.field(name) for name in names])
 
 
 @dataclass
@@ -176,7 +234,7 @@ def record_parts(
     body = src.values(starts + heads.header_size, heads.body_len, heads.body_head)
     raw_props = src.values(tail.props_pos, tail.props_len, tail.props_head)
     _, tags, _ = properties_columns(raw_props)
-    born_host, _, _ = host_columns(heads.hosts, len(starts))
+    born_host = host_columns(heads.hosts, len(starts), ("bornHost",))["bornHost"]
     return RecordParts(
         body=body,
         properties=raw_props,
@@ -275,7 +333,6 @@ def _check_crc(body: pa.Array, stored: np.ndarray, starts: np.ndarray) -> None:
             )
 
 
-def _empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [pa.array([], f.type) for f in RECORD_SCHEMA], schema=RECORD_SCHEMA
-    )
+def _empty_batch(names: tuple[str, ...]) -> pa.RecordBatch:
+    schema = _schema_of(names)
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)

@@ -37,16 +37,32 @@ KNOWN_LIMIT = 4096
 host_text = functools.lru_cache(maxsize=4096)(decode_host)
 
 
-def host_columns(hosts: list[HostBytes], n: int) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """bornHost, storeHost and msgId, per layout group, then put back in record order."""
-    columns = [(host_strings(g.born), *_store_columns(g.store, g.offset)) for g in hosts]
+#: the columns this module makes, in the decoder's column order
+HOST_COLUMNS = ("msgId", "bornHost", "storeHost")
+
+
+def host_columns(
+    hosts: list[HostBytes], n: int, names: tuple[str, ...] = HOST_COLUMNS
+) -> dict[str, pa.Array]:
+    """The columns of ``names`` (of :data:`HOST_COLUMNS`), per layout group, then put back
+    in record order; the others are not made (formatting hosts is most of the cost)."""
+    columns = [_group_columns(g, names) for g in hosts]
     if len(hosts) == 1:
-        return columns[0]
+        return dict(zip(names, columns[0], strict=True))
     inverse = inverse_order([g.rows for g in hosts if g.rows is not None], n)
-    born, store, msg_id = (
-        take(pa.concat_arrays(list(c)), inverse) for c in zip(*columns, strict=True)
-    )
-    return born, store, msg_id
+    return {
+        name: take(pa.concat_arrays(list(parts)), inverse)
+        for name, parts in zip(names, zip(*columns, strict=True), strict=True)
+    }
+
+
+def _group_columns(group: HostBytes, names: tuple[str, ...]) -> list[pa.Array]:
+    made = {}
+    if "bornHost" in names:
+        made["bornHost"] = host_strings(group.born)
+    if "storeHost" in names or "msgId" in names:
+        made.update(_store_columns(group.store, group.offset, names))
+    return [made[name] for name in names]
 
 
 def host_strings(raw: np.ndarray) -> pa.Array:
@@ -156,14 +172,23 @@ _INDEX_IN = pc.get_function("index_in")
 _KNOWN = _KnownHosts()
 
 
-def _store_columns(store: np.ndarray, offset: np.ndarray) -> tuple[pa.Array, pa.Array]:
-    """storeHost and msgId."""
-    n = len(store)
+def _store_columns(
+    store: np.ndarray, offset: np.ndarray, names: tuple[str, ...]
+) -> dict[str, pa.Array]:
+    """storeHost and msgId, those of them in ``names``."""
+    made = {}
     if all_equal_byte_rows(store):
         host = store[0].tobytes()
-        prefix = np.frombuffer(_hex_text(host), np.uint32)
-        return repeat_string(host_text(host).encode(), n), _hex_strings(offset, prefix)
-    return host_strings(store), _hex_strings(np.concatenate([store, offset], axis=1))
+        if "storeHost" in names:
+            made["storeHost"] = repeat_string(host_text(host).encode(), len(store))
+        if "msgId" in names:
+            made["msgId"] = _hex_strings(offset, np.frombuffer(_hex_text(host), np.uint32))
+        return made
+    if "storeHost" in names:
+        made["storeHost"] = host_strings(store)
+    if "msgId" in names:
+        made["msgId"] = _hex_strings(np.concatenate([store, offset], axis=1))
+    return made
 
 
 @functools.lru_cache(maxsize=64)

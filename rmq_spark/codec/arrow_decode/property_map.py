@@ -40,6 +40,18 @@ _ITEM_SEPARATORS = np.frombuffer(b"\x01\x02", "<u2")[0]  # \x01 then \x02, read 
 def properties_columns(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     """The properties map plus the TAGS and KEYS columns (null where the property is absent)
     of a binary array of raw properties (offset 0, no nulls)."""
+    mapped, tags, keys = _columns(props, with_map=True)
+    assert mapped is not None
+    return mapped, tags, keys
+
+
+def tags_and_keys(props: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The TAGS and KEYS columns of :func:`properties_columns`, without building the map."""
+    _, tags, keys = _columns(props, with_map=False)
+    return tags, keys
+
+
+def _columns(props: pa.Array, with_map: bool) -> tuple[pa.Array | None, pa.Array, pa.Array]:
     n = len(props)
     offsets = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
     if offsets[-1] == offsets[0]:
@@ -49,16 +61,18 @@ def properties_columns(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     same = same_names(props.buffers()[2], offsets)
     if same is not None:
         values = same.values()
-        k = len(same.names)
-        map_offsets = numeric_array(np.arange(0, n * k + 1, k, dtype=np.int32))
-        mapped = pa.MapArray.from_arrays(map_offsets, _tiled(same.names, n), values)
+        mapped = None
+        if with_map:
+            k = len(same.names)
+            map_offsets = numeric_array(np.arange(0, n * k + 1, k, dtype=np.int32))
+            mapped = pa.MapArray.from_arrays(map_offsets, _tiled(same.names, n), values)
         texts = [name.decode() for name in same.names]
         return mapped, *(_every_kth(values, texts, name) for name in _NAMES)
     items = split_items(props.buffers()[2], offsets)
     if items is None:
         return _properties_columns_slow(props)
     keys, values, map_offsets = items.names(), items.values(), items.map_offsets()
-    mapped = pa.MapArray.from_arrays(numeric_array(map_offsets), keys, values)
+    mapped = pa.MapArray.from_arrays(numeric_array(map_offsets), keys, values) if with_map else None
     return mapped, *(_lookup(values, map_offsets, at) for at in find_names(keys, *_NAMES))
 
 
