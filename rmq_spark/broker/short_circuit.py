@@ -84,7 +84,8 @@ class ShortCircuitServer:
         except OSError:
             pass
         self._sock.close()
-        self._thread.join(5)
+        if self._thread.ident is not None:  # stop() may come before start() (a signal)
+            self._thread.join(5)
         try:
             self.path.unlink()
         except OSError:
