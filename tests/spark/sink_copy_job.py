@@ -4,9 +4,11 @@ SIGKILLed): it copies topic SRC to topic DST through the ``rocketlite`` sink.
     python sink_copy_job.py ENDPOINTS SRC DST CHECKPOINT MARKER [--available-now]
 
 Each row's body is upper-cased and its key kept as the sharding key. Once per MARKER file,
-the first task attempt that gets a batch of at least 30 rows passes 20 of them on, waits
-for the sink to send them, then fails (Spark retries the task: ``local[2,4]`` allows 4
-attempts).
+the first task attempt that gets a full Arrow batch (40 rows, the session's
+maxRecordsPerBatch) passes it on, waits for the sink to stage it (a full batch reaches the
+sink's writer at once; a partial one would wait in the JVM until the task's end), then fails
+(Spark retries the task: ``local[2,4]`` allows 4 attempts): staged rows that must never
+become visible.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+#: spark.sql.execution.arrow.maxRecordsPerBatch of the job's session
+FULL_BATCH = 40
 
 
 def fail_once(marker: str):
@@ -31,11 +35,11 @@ def fail_once(marker: str):
             out = pa.RecordBatch.from_arrays(
                 [body, batch.column("keys")], names=["body", "shardingKey"]
             )
-            if attempt == 0 and out.num_rows >= 30 and not os.path.exists(marker):
-                yield out.slice(0, 20)
-                time.sleep(1.5)  # the sink sends those rows meanwhile
+            if attempt == 0 and out.num_rows >= FULL_BATCH and not os.path.exists(marker):
+                yield out
+                time.sleep(1.5)  # the sink stages those rows meanwhile
                 Path(marker).write_text("failed once")
-                raise RuntimeError("injected task failure after 20 rows")
+                raise RuntimeError(f"injected task failure after {out.num_rows} rows")
             yield out
 
     return transform
@@ -55,7 +59,7 @@ def main(argv: list[str]) -> int:
         .appName("sink-copy")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "40")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(FULL_BATCH))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
