@@ -351,9 +351,12 @@ def stop_process(process: subprocess.Popen, timeout_s: float = 30) -> None:
 
 
 def broker_process(store_dir: Path, log_path: Path) -> ServerProcess:
-    """``python -m rmq_spark.broker`` on a free loopback port over ``store_dir``."""
+    """``python -m rmq_spark.broker`` on a free loopback port over ``store_dir``, with the
+    extra flags of ``ROCKETLITE_BENCH_BROKER_FLAGS`` (e.g. ``--no-message-index``) to
+    compare a setting."""
     argv = [sys.executable, "-m", "rmq_spark.broker", "--store", str(store_dir), "--port", "0"]
-    return ServerProcess("broker", [*argv, "--log-level", "WARNING"], log_path)
+    extra = os.environ.get("ROCKETLITE_BENCH_BROKER_FLAGS", "").split()
+    return ServerProcess("broker", [*argv, "--log-level", "WARNING", *extra], log_path)
 
 
 def stored_properties(tag: str, count: int, start: int = 0) -> list[bytes]:

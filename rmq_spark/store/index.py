@@ -27,6 +27,8 @@ from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmq_spark.codec.record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from rmq_spark.errors import InvalidArgumentError, StoreError
@@ -96,6 +98,8 @@ def index_keys(
     if sys_flags is not None:
         flags = np.asarray(sys_flags, dtype=np.int64)
         wanted = (flags & SYSFLAG_TRANSACTION_MASK) != TRANSACTION_ROLLBACK_TYPE
+    if isinstance(topics, pa.Array):
+        return _index_keys_columns(topics, uniq_keys, keys, wanted)  # type: ignore[arg-type]
     found: list[str] = []
     owners: list[int] = []
     for i in np.flatnonzero(wanted).tolist():
@@ -111,6 +115,29 @@ def index_keys(
                     found.append(prefix + key)
                     owners.append(i)
     return found, np.array(owners, dtype=np.int64)
+
+
+def _index_keys_columns(
+    topics: pa.Array, uniq_keys: pa.Array, keys: pa.Array, wanted: np.ndarray
+) -> tuple[list[str], np.ndarray]:
+    """:func:`index_keys` over Arrow string columns, with pyarrow kernels instead of a
+    loop per record (the same keys, in the same order)."""
+    has_uniq = np.asarray(uniq_keys.is_valid(), dtype=bool) & wanted
+    u_owners = np.flatnonzero(has_uniq)
+    u_names = pc.binary_join_element_wise(topics.take(u_owners), uniq_keys.take(u_owners), "#")
+    listed = np.flatnonzero(np.asarray(keys.is_valid(), dtype=bool) & wanted)
+    split = pc.split_pattern(keys.take(listed), " ")
+    flat = pc.list_flatten(split)
+    k_owners = listed[np.asarray(pc.list_parent_indices(split), dtype=np.int64)]
+    nonempty = np.asarray(pc.greater(pc.binary_length(flat), 0), dtype=bool)
+    flat, k_owners = flat.filter(pa.array(nonempty)), k_owners[nonempty]
+    k_names = pc.binary_join_element_wise(topics.take(k_owners), flat, "#")
+    owners = np.concatenate([u_owners, k_owners])
+    # per record: its UNIQ_KEY first, then its KEYS in order (flattening keeps their order)
+    kinds = np.concatenate([np.zeros(len(u_owners), np.int8), np.ones(len(k_owners), np.int8)])
+    order = np.lexsort((np.arange(len(owners)), kinds, owners))
+    names = pa.concat_arrays([u_names, k_names]).take(pa.array(order))
+    return names.to_pylist(), owners[order]
 
 
 def doomed_after_crash(end_timestamps: Sequence[int], index_msg_timestamp: int) -> list[bool]:
@@ -252,10 +279,14 @@ class MessageIndex:
         fresh = phys >= target.header.end_phy_offset
         chosen = np.flatnonzero(fresh)
         if len(chosen) < len(phys):
-            pick = chosen.tolist()
-            topics = [topics[i] for i in pick]
-            uniq_keys = [uniq_keys[i] for i in pick]
-            keys = [keys[i] for i in pick]
+            if isinstance(topics, pa.Array):
+                at = pa.array(chosen)
+                topics, uniq_keys, keys = topics.take(at), uniq_keys.take(at), keys.take(at)
+            else:
+                pick = chosen.tolist()
+                topics = [topics[i] for i in pick]
+                uniq_keys = [uniq_keys[i] for i in pick]
+                keys = [keys[i] for i in pick]
             sys_flags = None if sys_flags is None else np.asarray(sys_flags)[chosen]
             phys, stamps = phys[chosen], stamps[chosen]
         names, owners = index_keys(topics, uniq_keys, keys, sys_flags)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import key_fields
@@ -188,13 +189,21 @@ class IndexBuilder:
     def _add(self, view: memoryview, starts: list[int], sizes: list[int]) -> int:
         fields = key_fields(view, np.asarray(starts, np.int64), np.asarray(sizes, np.int64))
         return self.index.add(
-            fields.topic.to_pylist(),
-            fields.uniq_key.to_pylist(),
-            fields.keys.to_pylist(),
+            _plain_strings(fields.topic),
+            _plain_strings(fields.uniq_key),
+            _plain_strings(fields.keys),
             fields.physical_offset,
             fields.store_timestamp,
             fields.sysflag,
         )
+
+
+def _plain_strings(column: pa.Array) -> pa.Array:
+    """A column as a plain string array (the decoder may hand out dictionary or view
+    layouts), as the index's kernels take it."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    return column if column.type == pa.string() else column.cast(pa.string())
 
 
 def matching_key(record: rec.Record, topic: str, key: str) -> bool:

@@ -363,3 +363,20 @@ def test_delete_before_keeps_the_newest_file(tmp_path: Path) -> None:
 )
 def test_file_names(now_ms: int, previous: str | None, name: str) -> None:
     assert file_name_for(now_ms, previous, tz=UTC) == name
+
+
+def test_index_keys_over_arrow_columns_equals_the_reference() -> None:
+    import random
+
+    import pyarrow as pa
+
+    rng = random.Random(7)
+    words = ["", "a", "order-1", "日本", "😀x", "k k"]
+    topics = [rng.choice(["t", "orders", "%RETRY%g"]) for _ in range(300)]
+    uniq = [rng.choice([None, "", "U1", "7F0000"]) for _ in range(300)]
+    keys = [rng.choice([None, "", *words, " ".join(rng.choices(words, k=3))]) for _ in range(300)]
+    flags = [rng.choice([0, 0x4, 0x8, 0xC]) for _ in range(300)]
+    reference = index_keys(topics, uniq, keys, flags)
+    columns = index_keys(pa.array(topics), pa.array(uniq, pa.string()), pa.array(keys), flags)
+    assert columns[0] == reference[0]
+    assert columns[1].tolist() == reference[1].tolist()
