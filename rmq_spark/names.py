@@ -103,3 +103,17 @@ def check_message_type(value: object, where: str = "") -> str:
             f"message type {value!r}{where} is not one of {', '.join(MESSAGE_TYPES)}"
         )
     return value
+
+
+def validate_key_query(
+    topic: str, key: str, max_count: int, begin_ms: int | None, end_ms: int | None
+) -> None:
+    """Check a look-up of messages by key (what ``Admin.query_messages`` and
+    ``RemotingClient.query_messages`` take); InvalidArgumentError names the bad value."""
+    validate_topic(topic, allow_system=True)
+    validate_message_key(key)
+    if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1:
+        raise InvalidArgumentError(f"max_count={max_count!r} must be a whole number >= 1")
+    for name, value in (("begin_ms", begin_ms), ("end_ms", end_ms)):
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise InvalidArgumentError(f"{name}={value!r} must be epoch milliseconds >= 0")

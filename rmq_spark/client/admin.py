@@ -17,7 +17,7 @@ from rmq_spark.client.route import TopicRoute
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.record import parse_offset_msg_id
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
-from rmq_spark.names import check_message_type, validate_message_key, validate_topic
+from rmq_spark.names import check_message_type, validate_key_query, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, messaging_pb2
 from rmq_spark.structs import MessageQueue, Permission
 
@@ -180,13 +180,7 @@ class Admin:
         >>> for batch, broker in admin.query_messages("orders", "order-1"):  # doctest: +SKIP
         ...     print(broker, batch.column("body").to_pylist())
         """
-        validate_topic(topic, allow_system=True)
-        validate_message_key(key)
-        if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1:
-            raise InvalidArgumentError(f"max_count={max_count!r} must be a whole number >= 1")
-        for name, value in (("begin_ms", begin_ms), ("end_ms", end_ms)):
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise InvalidArgumentError(f"{name}={value!r} must be epoch milliseconds >= 0")
+        validate_key_query(topic, key, max_count, begin_ms, end_ms)
         request = messaging_pb2.QueryMessagesByKeyRequest(
             topic=topic, key=key, max_count=max_count, begin_timestamp_ms=begin_ms or 0
         )

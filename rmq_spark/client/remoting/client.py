@@ -35,7 +35,7 @@ from rmq_spark.errors import (
     RequestTimeoutError,
     UnavailableError,
 )
-from rmq_spark.names import validate_message_key
+from rmq_spark.names import validate_key_query
 from rmq_spark.remoting import fastjson
 from rmq_spark.remoting.codes import (
     PERM_READ,
@@ -296,7 +296,7 @@ class RemotingClient:
         RocketMQ's at most 64) and the broker's name. ``begin_ms`` / ``end_ms`` bound the
         store time (epoch ms, inclusive). Records of other keys with the same index hash,
         which RocketMQ's brokers answer too, are dropped here as its client drops them."""
-        validate_message_key(key)
+        validate_key_query(topic, key, max_count, begin_ms, end_ms)
         ext = {
             "topic": topic,
             "key": key,
