@@ -6,7 +6,6 @@ exactly as it was."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.store.offline import StoreView
 from rmq_spark.structs import MessageQueue
+from tests.store_files import snapshot
 
 INSPECT = [sys.executable, "-m", "rmq_spark.cli", "store", "inspect"]
 TIMEOUT_S = 60
@@ -47,18 +47,6 @@ def ranges(report: dict, topic: str) -> dict[int, tuple[int, int, int]]:
 def group_rows(report: dict, group: str) -> dict[tuple[str, int], tuple[int, int]]:
     (found,) = [g for g in report["consumerGroups"] if g["group"] == group]
     return {(r["topic"], r["queueId"]): (r["committed"], r["lag"]) for r in found["offsets"]}
-
-
-def snapshot(root) -> dict:
-    """(size, mtime, digest of small files) of every file and directory under ``root``."""
-    state = {}
-    for path in sorted(root.rglob("*")):
-        info = path.stat()
-        digest = None
-        if path.is_file() and info.st_size <= 1 << 20:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        state[str(path.relative_to(root))] = (info.st_size, info.st_mtime_ns, digest)
-    return state
 
 
 def test_a_store_a_rocketlite_broker_wrote_live_and_stopped(broker_factory):

@@ -5,7 +5,6 @@ writes is read too (needs ``ROCKETMQ_HOME``)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from spark_helpers import batch, create_topic, produce, rows_of
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.structs import MessageQueue
+from tests.store_files import snapshot
 
 # every column the source yields, in a comparable form
 COLUMNS = [
@@ -35,19 +35,6 @@ def offline(spark, store: Path, topic: str | None = None, **options: str):
 def table(df) -> list[tuple]:
     rows = df.select(*COLUMNS, "properties").collect()
     return sorted((*(r[c] for c in COLUMNS), sorted((r.properties or {}).items())) for r in rows)
-
-
-def files_of(root: Path) -> dict[str, tuple]:
-    """Every file under ``root`` with its size, mtime and content hash."""
-    return {
-        str(p.relative_to(root)): (
-            p.stat().st_size,
-            p.stat().st_mtime_ns,
-            hashlib.sha256(p.read_bytes()).hexdigest(),
-        )
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
@@ -105,11 +92,11 @@ def stopped_store(tmp_path_factory, spark):
 @pytest.mark.parametrize("read", ["all", "group", "time", "tags", "pattern"])
 def test_a_store_directory_yields_the_rows_the_broker_gave(spark, stopped_store, read):
     store, reads, expected = stopped_store
-    before = files_of(store)
+    before = snapshot(store, hash_up_to=None)
     rows = table(offline(spark, store, brokerName="broker-x", **reads[read]))
     assert rows == expected[read]
     assert rows, "the read must not be empty"
-    assert files_of(store) == before, "a store directory is only read"
+    assert snapshot(store, hash_up_to=None) == before, "a store directory is only read"
 
 
 def test_rows_name_the_default_broker_unless_told(spark, stopped_store):

@@ -3,7 +3,6 @@ was written reads back, offsets are the committed ones, and the directory is lef
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
 import struct
@@ -23,6 +22,7 @@ from rmq_spark.errors import (
 )
 from rmq_spark.store import MessageStore, StoreConfig
 from rmq_spark.store.offline import StoreView
+from tests.store_files import snapshot
 
 TOPICS = {"orders": 3, "events": 2}
 BATCHES = 60
@@ -66,18 +66,6 @@ def written(tmp_path):
     assert segments >= 3, "the test needs records spread over several segments"
     assert len(list((root / "consumequeue" / "orders" / "0").iterdir())) >= 2
     return root, sent, committed
-
-
-def snapshot(root) -> dict:
-    """(size, mtime, digest of small files) of every file and directory under ``root``."""
-    state = {}
-    for path in sorted(root.rglob("*")):
-        info = path.stat()
-        digest = None
-        if path.is_file() and info.st_size <= 1 << 20:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        state[str(path.relative_to(root))] = (info.st_size, info.st_mtime_ns, digest)
-    return state
 
 
 def read_queue(view: StoreView, topic: str, qid: int, max_bytes: int = 300) -> list[dict]:
