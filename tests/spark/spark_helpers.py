@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -205,3 +206,24 @@ def start_job(script: Path, args: list[str], log: Path):
 
 def log_tail(log: Path, lines: int = 40) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+#: the session setting that lets Spark push filters into a Python source
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+
+
+@contextlib.contextmanager
+def pushdown(spark, enabled: bool = True):
+    """Filter pushdown turned on (or off) in the session for the ``with`` block."""
+    spark.conf.set(PUSHDOWN, str(enabled).lower())
+    try:
+        yield
+    finally:
+        spark.conf.unset(PUSHDOWN)
+
+
+def messages_pulled(endpoint: str) -> int:
+    """Messages the broker at ``endpoint`` has answered pulls with since it started."""
+    with Admin(endpoint) as admin:
+        (info,) = admin.broker_info().values()
+    return info.server_stats["messages_pulled"]

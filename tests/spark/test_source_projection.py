@@ -6,11 +6,11 @@ column and what to write instead."""
 
 from __future__ import annotations
 
-import contextlib
 import zlib
 
 import pytest
 from pyspark.sql import functions as F
+from spark_helpers import messages_pulled, pushdown
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.client.remoting import RemotingClient
@@ -20,7 +20,6 @@ TOPIC = "Projected"
 TAGS = ["TagA", "TagB", "TagC", None]
 #: a body RocketMQ's Java producer would compress (zlib, SYSFLAG 0x301)
 TEXT = b"a body the producer compressed " * 200
-PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 
 SCHEMAS = {
     "offsets and bodies": "queueOffset long, body binary",
@@ -148,30 +147,15 @@ def test_names_compare_case_insensitively_and_keep_the_users_spelling(spark, sou
     assert table(got) == table(full.collect())
 
 
-@contextlib.contextmanager
-def pushdown(spark):
-    spark.conf.set(PUSHDOWN, "true")
-    try:
-        yield
-    finally:
-        spark.conf.unset(PUSHDOWN)
-
-
-def pulled(endpoint: str) -> int:
-    with Admin(endpoint) as admin:
-        (info,) = admin.broker_info().values()
-    return info.server_stats["messages_pulled"]
-
-
 def test_filter_pushdown_works_with_a_projection(spark, source):
     schema = "QueueId int, queueOffset long, TAGS string, body binary"
     full = load(spark, source, "gRPC").select("queueId", "queueOffset", "tags", "body")
     expected = table(full.where("queueId = 1 AND queueOffset >= 10 AND tags = 'TagB'").collect())
     with pushdown(spark):
         df = load(spark, source, "gRPC", schema, filterPushdown="true")
-        before = pulled(source.endpoint)
+        before = messages_pulled(source.endpoint)
         got = df.where("QueueId = 1 AND queueOffset >= 10 AND TAGS = 'TagB'").collect()
-        read = pulled(source.endpoint) - before
+        read = messages_pulled(source.endpoint) - before
     assert table(got) == expected and len(expected) == 5
     assert read <= 21  # one queue, from offset 10, the broker's tag filter: not 93
 

@@ -7,17 +7,12 @@ DataFrame's data source (see rmq_spark.source.datasource.planning_with_filter_pu
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import time
 
 from pyspark.sql import functions as F
 from spark_helpers import batch as batch_read
-from spark_helpers import create_topic, produce, rows_of
-
-from rmq_spark.client import Admin
-
-PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+from spark_helpers import create_topic, messages_pulled, produce, pushdown, rows_of
 
 
 def batch(spark, endpoint, topic, **options):
@@ -25,25 +20,10 @@ def batch(spark, endpoint, topic, **options):
     return batch_read(spark, endpoint, topic, shortCircuit="false", **options)
 
 
-@contextlib.contextmanager
-def pushdown(spark, enabled: bool = True):
-    spark.conf.set(PUSHDOWN, str(enabled).lower())
-    try:
-        yield
-    finally:
-        spark.conf.unset(PUSHDOWN)
-
-
-def pulled(endpoint: str) -> int:
-    with Admin(endpoint) as admin:
-        (info,) = admin.broker_info().values()
-    return info.server_stats["messages_pulled"]
-
-
 def rows_and_pulled(spark, endpoint, df):
-    before = pulled(endpoint)
+    before = messages_pulled(endpoint)
     rows = rows_of(df)
-    return rows, pulled(endpoint) - before
+    return rows, messages_pulled(endpoint) - before
 
 
 def test_queue_offset_topic_and_tag_filters_pull_only_what_matches(spark, broker, topic):
