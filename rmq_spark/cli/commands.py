@@ -255,19 +255,20 @@ def cmd_message(args) -> int:
             batch, broker_name = admin.view_message(args.msg_id)
             print_message_blocks(args, message_rows(batch, broker_name))
             return 0
-        found = admin.query_messages(
-            args.topic,
-            args.key,
-            max_count=args.max + 1,  # one more than shown: tells whether more match
-            begin_ms=args.begin_ms,
-            end_ms=args.end_ms,
-        )
-    return show_key_matches(args, found)
+        return show_key_matches(args, admin.query_messages)
 
 
-def show_key_matches(args, found: list) -> int:
-    """Print the messages ``message --key`` found (per broker: a batch and its name), the
-    newest ``--max`` of them; none found is an error."""
+def show_key_matches(args, query_messages) -> int:
+    """Ask ``query_messages`` (``Admin``'s or ``RemotingClient``'s: per broker, a batch and
+    its name) for the messages of ``message --key`` and print the newest ``--max`` of them;
+    none found is an error."""
+    found = query_messages(
+        args.topic,
+        args.key,
+        max_count=args.max + 1,  # one more than shown: tells whether more match
+        begin_ms=args.begin_ms,
+        end_ms=args.end_ms,
+    )
     rows = [row for batch, broker in found for row in message_rows(batch, broker)]
     if not rows:
         window = ""

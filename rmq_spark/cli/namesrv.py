@@ -178,14 +178,7 @@ def ns_message(args) -> int:
             "or message --key KEY --topic TOPIC"
         )
     with _client(args) as client:
-        found = client.query_messages(
-            args.topic,
-            args.key,
-            max_count=args.max + 1,  # one more than shown: tells whether more match
-            begin_ms=args.begin_ms,
-            end_ms=args.end_ms,
-        )
-    return show_key_matches(args, found)
+        return show_key_matches(args, client.query_messages)
 
 
 COMMANDS = {
