@@ -42,9 +42,9 @@ def store_factory(tmp_path):
 
 
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (``./dev test`` runs three workers with ``--dist loadgroup``), every
+    """With pytest-xdist (``./dev test`` runs two workers with ``--dist loadgroup``), every
     test of the shared SparkSession (the ``spark`` fixture) goes to one worker, one after
-    another: two of them at once would fight over the 2 cores. The other workers run the
+    another: two of them at once would fight over the 2 cores. The other worker runs the
     rest, which mostly waits on brokers and disks, including the Spark tests that run Spark
     in processes of their own (a standalone cluster, Spark Connect, jobs killed on purpose):
     they would otherwise make that one worker the whole run's critical path."""
