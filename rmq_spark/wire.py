@@ -14,7 +14,7 @@ _PULL_STATUS_TO_PB = {
     PullStatus.NO_MATCHED_MSG: messaging_pb2.PULL_STATUS_NO_MATCHED_MSG,
     PullStatus.OFFSET_ILLEGAL: messaging_pb2.PULL_STATUS_OFFSET_ILLEGAL,
 }
-_PULL_STATUS_FROM_PB = {v: k for k, v in _PULL_STATUS_TO_PB.items()}
+_PULL_STATUS_FROM_PB: dict[int, PullStatus] = {int(v): k for k, v in _PULL_STATUS_TO_PB.items()}
 
 
 def mq_to_pb(mq: MessageQueue) -> common_pb2.MessageQueue:

@@ -200,9 +200,9 @@ def _policy(data: dict, name: str) -> dict:
             policy = policies[0]
             policy["entries"] = _as_list(policy.get("entries"))
             return policy
-    policy: dict = {"entries": []}
-    _acls(data).append({"subject": subject, "policies": [policy]})
-    return policy
+    fresh: dict = {"entries": []}
+    _acls(data).append({"subject": subject, "policies": [fresh]})
+    return fresh
 
 
 def revoke(data: dict, name: str, resource: str) -> list[EntryRow]:

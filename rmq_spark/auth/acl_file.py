@@ -270,7 +270,7 @@ def write_atomically(path: Path, data: Any) -> None:
 
 
 def _stamp(paths: list[Path]) -> tuple:
-    out = []
+    out: list[tuple] = []
     for p in paths:
         try:
             st = p.stat()

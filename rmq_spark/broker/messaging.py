@@ -28,6 +28,7 @@ from rmq_spark.broker.send import (
 )
 from rmq_spark.broker.send_columns import ColumnBatch
 from rmq_spark.broker.status import Workers, blocking, waiting
+from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.codec.record import (
     FIXED_WITHOUT_HOSTS,
     IPV4_HOST,
@@ -67,6 +68,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         delay_levels = len(broker.config.delay_levels_ms)
         columnar = request.HasField("columns")
         batch: SendBatch | ColumnBatch
+        encoded: ByteColumn | list[bytes]
         if columnar:
             if request.messages:
                 raise InvalidArgumentError(

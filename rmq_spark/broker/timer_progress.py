@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 from rmq_spark.errors import CorruptDataError
 
@@ -93,5 +93,5 @@ def parse_done(payload: bytes) -> list[int] | None:
     return done
 
 
-def _is_offset(value: Any) -> bool:
+def _is_offset(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -193,9 +193,9 @@ def pair(halves: Iterable[HalfState], ops: Iterable[OpEntry], verified_op_offset
     """Rebuild the pending set from the half messages and the ops, both in queue order."""
     by_offset: dict[int, HalfState] = {}
     latest: dict[str, HalfState] = {}
-    for half in halves:
-        by_offset[half.queue_offset] = half
-        latest[half.transaction_id] = half
+    for each in halves:
+        by_offset[each.queue_offset] = each
+        latest[each.transaction_id] = each
     out = Paired()
     removed: set[int] = set()
     for op in ops:

@@ -243,7 +243,7 @@ def cmd_offsets(args) -> int:
         print_json_lines(rows)
     else:
         print_table(rows, ["topic", "broker", "queueId", "committed", "min", "max", "lag"])
-        print(f"total lag: {sum(r['lag'] for r in rows):,}")
+        print(f"total lag: {sum(p.lag for p in progress):,}")
     return 0
 
 

@@ -19,17 +19,20 @@ DEFAULT_ENDPOINTS = "127.0.0.1:10911"
 DESCRIPTION = "The rocketlite command: run a broker, manage topics, send, consume, inspect offsets."
 
 
-class _Parser(argparse.ArgumentParser):
+class CommandParser(argparse.ArgumentParser):
     """Usage errors as one line (the message names the flag; --help has the rest).
-    Subcommand parsers are of this class too (``add_subparsers`` uses the parent's)."""
+    Subcommand parsers are of this class too (``add_subparsers`` uses the parent's).
+    ``subcommands`` maps each subcommand's name to its parser (set by :func:`build_parser`)."""
+
+    subcommands: dict[str, argparse.ArgumentParser]
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> CommandParser:
     """The ``rocketlite`` parser; ``parser.subcommands`` maps names to subparsers."""
-    parser = _Parser(prog="rocketlite", description=DESCRIPTION)
+    parser = CommandParser(prog="rocketlite", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     from rmq_spark.broker.__main__ import add_arguments as add_broker_arguments
@@ -178,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     acl.set_defaults(func=cmd_acl)
     add_store_parser(sub)
-    parser.subcommands = sub.choices  # type: ignore[attr-defined]
+    parser.subcommands = dict(sub.choices)
     return parser
 
 

@@ -15,7 +15,7 @@ class TagColumn(Sequence[str | None]):
     """Message i has tag ``values[indexes[i]]`` (``values[0]`` for all when ``indexes`` is
     None); None or "" is no tag."""
 
-    __slots__ = ("count", "indexes", "values")
+    __slots__ = ("indexes", "length", "values")
 
     def __init__(self, values: Sequence[str | None], indexes: np.ndarray | None, count: int):
         if not values:
@@ -24,16 +24,16 @@ class TagColumn(Sequence[str | None]):
             raise ValueError(f"{len(indexes)} tag indexes for {count} messages")
         self.values = [value or None for value in values]
         self.indexes = indexes
-        self.count = count
+        self.length = count
 
     def __len__(self) -> int:
-        return self.count
+        return self.length
 
     def __getitem__(self, index):  # type: ignore[override]
         if isinstance(index, slice):
             return self.to_list()[index]
-        if not -self.count <= index < self.count:
-            raise IndexError(f"tag {index} of a column of {self.count}")
+        if not -self.length <= index < self.length:
+            raise IndexError(f"tag {index} of a column of {self.length}")
         return self.values[0 if self.indexes is None else int(self.indexes[index])]
 
     def __iter__(self) -> Iterator[str | None]:
@@ -41,7 +41,7 @@ class TagColumn(Sequence[str | None]):
 
     def to_list(self) -> list[str | None]:
         if self.indexes is None:
-            return [self.values[0]] * self.count
+            return [self.values[0]] * self.length
         return list(map(self.values.__getitem__, self.indexes.tolist()))
 
 
@@ -52,5 +52,5 @@ def hash_codes(tags: Iterable[str | None]) -> np.ndarray:
         return tag_hash_codes(tags)
     codes = tag_hash_codes(tags.values)
     if tags.indexes is None:
-        return np.full(tags.count, codes[0], dtype=np.int64)
+        return np.full(tags.length, codes[0], dtype=np.int64)
     return codes[tags.indexes]

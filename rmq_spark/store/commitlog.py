@@ -159,9 +159,12 @@ class CommitLog:
         first = 0
         for roll_index, blank_at in [*plan.rolls, (len(sizes), None)]:
             if roll_index > first or blank_at is not None:
-                seg = self._writable_segment(
-                    int(plan.positions[first]) if roll_index > first else blank_at
+                at = (
+                    int(plan.positions[first])
+                    if blank_at is None or roll_index > first
+                    else blank_at
                 )
+                seg = self._writable_segment(at)
                 chunk = data[int(record_starts[first]) : int(record_starts[roll_index])]
                 if blank_at is not None:
                     remaining = seg.end_offset - blank_at

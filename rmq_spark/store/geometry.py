@@ -166,9 +166,10 @@ def _parse(document: object) -> Geometry:
     if not isinstance(document, dict):
         raise ValueError("the geometry must be a JSON object")
     values = [document.get(name) for name in _FLAGS]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+    sizes = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if len(sizes) != len(values):
         raise ValueError(f"sizes must be positive integers, got {values}")
-    return Geometry(*values)
+    return Geometry(*sizes)
 
 
 def _dirs(path: Path) -> list[Path]:

@@ -251,9 +251,9 @@ class MessageIndex:
 
     def add(
         self,
-        topics: Sequence[str],
-        uniq_keys: Sequence[str | None],
-        keys: Sequence[str | None],
+        topics: Sequence[str] | pa.Array,
+        uniq_keys: Sequence[str | None] | pa.Array,
+        keys: Sequence[str | None] | pa.Array,
         phys_offsets: Sequence[int] | np.ndarray,
         store_timestamps: Sequence[int] | np.ndarray,
         sys_flags: Sequence[int] | np.ndarray | None = None,
@@ -279,14 +279,7 @@ class MessageIndex:
         fresh = phys >= target.header.end_phy_offset
         chosen = np.flatnonzero(fresh)
         if len(chosen) < len(phys):
-            if isinstance(topics, pa.Array):
-                at = pa.array(chosen)
-                topics, uniq_keys, keys = topics.take(at), uniq_keys.take(at), keys.take(at)
-            else:
-                pick = chosen.tolist()
-                topics = [topics[i] for i in pick]
-                uniq_keys = [uniq_keys[i] for i in pick]
-                keys = [keys[i] for i in pick]
+            topics, uniq_keys, keys = (_take(c, chosen) for c in (topics, uniq_keys, keys))
             sys_flags = None if sys_flags is None else np.asarray(sys_flags)[chosen]
             phys, stamps = phys[chosen], stamps[chosen]
         names, owners = index_keys(topics, uniq_keys, keys, sys_flags)
@@ -399,3 +392,10 @@ class MessageIndex:
         fsync_dir(self.directory)
         self._files = (*files, created)
         return created
+
+
+def _take(values: Sequence[str | None] | pa.Array, chosen: np.ndarray) -> list | pa.Array:
+    """The entries of a column (an Arrow array or a list) at the positions ``chosen``."""
+    if isinstance(values, pa.Array):
+        return values.take(pa.array(chosen))
+    return [values[i] for i in chosen.tolist()]

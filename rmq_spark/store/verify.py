@@ -130,17 +130,20 @@ def config_from_files(store_dir: str | os.PathLike[str]) -> StoreConfig:
     kept where there are no files to go by."""
     root = Path(store_dir)
     defaults = StoreConfig(root)
-    sizes: dict[str, int] = {}
+    segment_bytes = defaults.commitlog_segment_bytes
     segment_sizes = [p.stat().st_size for p in _digit_files(defaults.commitlog_dir)]
     if segment_sizes and max(segment_sizes) >= 4096:
-        sizes["commitlog_segment_bytes"] = max(segment_sizes)
+        segment_bytes = max(segment_sizes)
     queue_root = defaults.consumequeue_dir
     queue_dirs = [q for t in _subdirs(queue_root) for q in _subdirs(t)]
     first_files = [files[0].stat().st_size for q in queue_dirs if (files := _digit_files(q))]
     largest = max(first_files, default=0)
+    entries_per_file = defaults.consumequeue_entries_per_file
     if largest >= 16 * ENTRY_SIZE and largest % ENTRY_SIZE == 0:
-        sizes["consumequeue_entries_per_file"] = largest // ENTRY_SIZE
-    return StoreConfig(root, **sizes)
+        entries_per_file = largest // ENTRY_SIZE
+    return StoreConfig(
+        root, commitlog_segment_bytes=segment_bytes, consumequeue_entries_per_file=entries_per_file
+    )
 
 
 def _subdirs(directory: Path) -> list[Path]:

@@ -166,6 +166,8 @@ def _make_columns(
     if "body" in wanted or check_crc:
         body = src.values(starts + heads.header_size, heads.body_len, heads.body_head)
         if check_crc:
+            if heads.body_crc is None:
+                raise RuntimeError("validate(crc=True) did not read the BODYCRC fields")
             _check_crc(body, heads.body_crc, starts)
         made["body"] = body
     hosts = tuple(name for name in HOST_COLUMNS if name in wanted)

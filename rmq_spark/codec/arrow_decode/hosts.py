@@ -215,7 +215,7 @@ def _hex_strings(raw: np.ndarray, prefix: np.ndarray | None = None) -> pa.Array:
     if n * 4 * row_words >= 1 << 31:
         raise InvalidArgumentError(f"{n} records are too many for one batch; decode fewer")
     hexed = _HEX_OF_PAIR[np.ascontiguousarray(raw).view(np.uint16)]  # (n, width / 2)
-    if lead:
+    if prefix is not None and lead:
         text = np.empty((n, row_words), np.uint32)
         # Column by column, 8 characters at a time where they fit: numpy loops over the last
         # axis innermost, slow when it is this short.

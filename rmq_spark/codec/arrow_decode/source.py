@@ -167,7 +167,7 @@ def is_utf8(data: np.ndarray) -> bool:
     if not len(data) or data.max() < 0x80:
         return True
     try:
-        str(memoryview(data), "utf-8")
+        str(data.data, "utf-8")
     except UnicodeDecodeError:
         return False
     return True

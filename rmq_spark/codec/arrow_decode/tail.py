@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -146,6 +147,10 @@ def validate(
     )
 
 
+@overload
+def _first(values: np.ndarray, count: int) -> np.ndarray: ...
+@overload
+def _first(values: int, count: int) -> int: ...
 def _first(values: np.ndarray | int, count: int) -> np.ndarray | int:
     """The first ``count`` values of an array (all of them without a copy); a number as is."""
     if isinstance(values, np.ndarray) and count < len(values):
