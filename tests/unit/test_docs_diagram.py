@@ -1,5 +1,5 @@
-"""The architecture diagram is drawn once in spirit: README's copy and docs/architecture.md's
-must stay the same text, so a reader of either sees the code as it is."""
+"""The architecture diagram appears in README and in docs/architecture.md; the two copies
+must stay the same text, so a reader of either sees the same map."""
 
 import re
 from pathlib import Path
