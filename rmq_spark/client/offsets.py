@@ -3,6 +3,9 @@
 Shared by :class:`~rmq_spark.client.admin.Admin` and
 :class:`~rmq_spark.client.consumer.PullConsumer`. Every function takes queues of any brokers,
 groups them by broker, and merges the answers keyed by :class:`MessageQueue`.
+:class:`ClusterOffsets` gives the push consumer's offset store
+(:class:`~rmq_spark.offsets.remote_broker.RemoteBrokerOffsetStore`) a cluster's group
+offsets.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from typing import NamedTuple
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
 from rmq_spark.names import validate_group
+from rmq_spark.offsets.remote_broker import CommittedOffset
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2, offsets_pb2
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire import mq_from_pb, mq_to_pb
 
 __all__ = [
+    "ClusterOffsets",
     "CommittedOffset",
     "QueueOffsets",
     "QueueProgress",
@@ -35,14 +40,6 @@ class QueueOffsets(NamedTuple):
     min_offset: int
     max_offset: int
     timestamp_offset: int | None = None
-
-
-class CommittedOffset(NamedTuple):
-    """The offset committed after an update; ``updated`` False when increase-only kept a
-    higher one."""
-
-    offset: int
-    updated: bool
 
 
 class QueueProgress(NamedTuple):
@@ -190,3 +187,22 @@ def consumer_progress(
     if errors:
         raise errors[0]
     return sorted(rows)
+
+
+class ClusterOffsets:
+    """The group offsets of ``cluster``'s brokers, as
+    :class:`~rmq_spark.offsets.remote_broker.BrokerOffsets` (what RemoteBrokerOffsetStore
+    uses): :func:`query_committed` and :func:`commit_offsets`."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def query_committed(
+        self, group: str, queues: Iterable[MessageQueue]
+    ) -> dict[MessageQueue, int]:
+        return query_committed(self.cluster, group, queues)
+
+    def commit(
+        self, group: str, offsets: Mapping[MessageQueue, int], *, increase_only: bool
+    ) -> dict[MessageQueue, CommittedOffset]:
+        return commit_offsets(self.cluster, group, offsets, increase_only=increase_only)

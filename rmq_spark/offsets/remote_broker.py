@@ -15,32 +15,66 @@ Improvements over RocketMQ:
   the first error is raised.
 - Errors other than "never committed" are raised, not answered as -2 / -1, so a broker
   that cannot be reached is not mistaken for a queue without progress.
+
+The store reaches the brokers through :class:`BrokerOffsets`, the two calls it needs; the
+client provides them (:class:`rmq_spark.client.offsets.ClusterOffsets`, over a
+``Cluster``), so this package does not import the client.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, Protocol
 
-from rmq_spark.client.cluster import Cluster
-from rmq_spark.client.offsets import CommittedOffset, commit_offsets, query_committed
 from rmq_spark.errors import RocketliteError
 from rmq_spark.names import validate_group
 from rmq_spark.offsets.store import OffsetStore
 from rmq_spark.structs import MessageQueue
 
-__all__ = ["RemoteBrokerOffsetStore"]
+__all__ = ["BrokerOffsets", "CommittedOffset", "RemoteBrokerOffsetStore"]
 
 log = logging.getLogger("rmq_spark.offsets")
 
 
-class RemoteBrokerOffsetStore(OffsetStore):
-    """A group's offsets in memory, persisted to and read from the brokers of ``cluster``."""
+class CommittedOffset(NamedTuple):
+    """The offset committed after an update; ``updated`` False when increase-only kept a
+    higher one."""
 
-    def __init__(self, cluster: Cluster, group: str, *, increase_only_on_broker: bool = True):
+    offset: int
+    updated: bool
+
+
+class BrokerOffsets(Protocol):
+    """A group's committed offsets on the brokers that serve its queues.
+
+    Both calls take queues of any brokers; an unknown broker name or an unreachable broker
+    raises a :class:`~rmq_spark.errors.RocketliteError`.
+    """
+
+    def query_committed(
+        self, group: str, queues: Iterable[MessageQueue]
+    ) -> Mapping[MessageQueue, int]:
+        """The committed offsets of ``queues``; a queue never committed is absent."""
+        ...
+
+    def commit(
+        self, group: str, offsets: Mapping[MessageQueue, int], *, increase_only: bool
+    ) -> Mapping[MessageQueue, CommittedOffset]:
+        """Commit ``offsets`` (a lower one is kept out when ``increase_only``); returns what
+        each broker now holds per queue."""
+        ...
+
+
+class RemoteBrokerOffsetStore(OffsetStore):
+    """A group's offsets in memory, persisted to and read from ``brokers``."""
+
+    def __init__(
+        self, brokers: BrokerOffsets, group: str, *, increase_only_on_broker: bool = True
+    ) -> None:
         super().__init__()
-        self.cluster = cluster
+        self.brokers = brokers
         self.group = validate_group(group)
         self.increase_only_on_broker = increase_only_on_broker
 
@@ -48,10 +82,10 @@ class RemoteBrokerOffsetStore(OffsetStore):
         """Nothing to load: offsets are read from the broker queue by queue when needed."""
 
     def _read_from_store(self, mq: MessageQueue) -> int | None:
-        return query_committed(self.cluster, self.group, [mq]).get(mq)
+        return self.brokers.query_committed(self.group, [mq]).get(mq)
 
     def _persist_reset(self, mq: MessageQueue, offset: int) -> None:
-        commit_offsets(self.cluster, self.group, {mq: offset}, increase_only=False)
+        self.brokers.commit(self.group, {mq: offset}, increase_only=False)
 
     def persist_all(
         self, mqs: Iterable[MessageQueue] | None = None
@@ -69,11 +103,8 @@ class RemoteBrokerOffsetStore(OffsetStore):
         for broker_name, offsets in sorted(by_broker.items()):
             try:
                 result.update(
-                    commit_offsets(
-                        self.cluster,
-                        self.group,
-                        offsets,
-                        increase_only=self.increase_only_on_broker,
+                    self.brokers.commit(
+                        self.group, offsets, increase_only=self.increase_only_on_broker
                     )
                 )
             except RocketliteError as exc:

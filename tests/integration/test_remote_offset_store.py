@@ -6,6 +6,7 @@ import pytest
 
 from rmq_spark.client import Admin, ClientConfig, RetryPolicy
 from rmq_spark.client.cluster import Cluster
+from rmq_spark.client.offsets import ClusterOffsets
 from rmq_spark.errors import NotFoundError
 from rmq_spark.offsets.remote_broker import RemoteBrokerOffsetStore
 from rmq_spark.offsets.store import ReadOffsetType
@@ -27,11 +28,12 @@ def two_brokers(in_process_broker_factory):
 
 @pytest.fixture
 def cluster(two_brokers):
+    """A new client's view of the brokers' group offsets, closed after the test."""
     clusters: list[Cluster] = []
 
-    def make() -> Cluster:
+    def make() -> ClusterOffsets:
         clusters.append(Cluster(two_brokers, FAST))
-        return clusters[-1]
+        return ClusterOffsets(clusters[-1])
 
     yield make
     for c in clusters:
@@ -42,7 +44,7 @@ def queues() -> list[MessageQueue]:
     return [MessageQueue(TOPIC, b, q) for b in ("broker-a", "broker-b") for q in (0, 1)]
 
 
-def test_persist_all_then_a_fresh_store_reads_the_broker(cluster, in_process_broker_factory):
+def test_persist_all_then_a_fresh_store_reads_the_broker(cluster, two_brokers):
     store = RemoteBrokerOffsetStore(cluster(), GROUP)
     store.load()
     wanted = {mq: 10 * (i + 1) for i, mq in enumerate(queues())}
@@ -59,7 +61,7 @@ def test_persist_all_then_a_fresh_store_reads_the_broker(cluster, in_process_bro
     assert fresh.clone_offset_table() == wanted
 
     # each broker holds exactly its own queues, grouped by broker name
-    with Admin(",".join(cluster().endpoints), FAST) as admin:
+    with Admin(two_brokers, FAST) as admin:
         progress = admin.consumer_progress(GROUP)
     held = {row.message_queue: row.committed_offset for row in progress}
     assert held == wanted

@@ -27,9 +27,9 @@ Threads: one pull thread (long polls run as gRPC futures), one housekeeping thre
 thread, and the listener's pool.
 
 This module is the facade; the parts it wires together, one job each: ``state.py`` (what
-they share), ``fetcher.py`` (the pull thread), ``coordinator.py`` (membership, rebalance,
-housekeeping), ``ownership.py`` (leases, start offsets, hand-over) and ``consume.py`` (the
-listener's pool).
+they share), ``queue_phase.py`` (a queue's phases and the rebalance and shutdown plans, pure),
+``fetcher.py`` (the pull thread), ``coordinator.py`` (membership, rebalance, housekeeping),
+``ownership.py`` (leases, start offsets, hand-over) and ``consume.py`` (the listener's pool).
 """
 
 from __future__ import annotations
@@ -48,15 +48,19 @@ from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.consumer import subscribed_tag_values
 from rmq_spark.client.endpoints import Endpoints
 from rmq_spark.client.groups import unregister
+from rmq_spark.client.offsets import ClusterOffsets
 from rmq_spark.client.push.config import MessageModel, PushConsumerConfig
 from rmq_spark.client.push.consume import ConcurrentService, OrderlyService
 from rmq_spark.client.push.coordinator import Coordinator
 from rmq_spark.client.push.fetcher import Fetcher
 from rmq_spark.client.push.ownership import Ownership
-from rmq_spark.client.push.state import ACTIVE, DRAINING, MemberState, Timers
+from rmq_spark.client.push.queue_phase import Phase, plan_shutdown
+from rmq_spark.client.push.state import MemberState, Timers
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import retry_topic, validate_group, validate_topic
+from rmq_spark.offsets.local_file import LocalFileOffsetStore
+from rmq_spark.offsets.remote_broker import RemoteBrokerOffsetStore
 from rmq_spark.offsets.store import OffsetStore
 from rmq_spark.structs import MessageQueue
 
@@ -126,13 +130,9 @@ class PushConsumer:
         cluster = Cluster(endpoints, self.config)
         self._listener: Callable[..., Any] | None = None
         self._orderly = False
-        # imported here: rmq_spark.offsets.remote_broker imports the client package
-        from rmq_spark.offsets.local_file import LocalFileOffsetStore
-        from rmq_spark.offsets.remote_broker import RemoteBrokerOffsetStore
-
         offsets: OffsetStore
         if message_model == "CLUSTERING":
-            offsets = RemoteBrokerOffsetStore(cluster, self.group)
+            offsets = RemoteBrokerOffsetStore(ClusterOffsets(cluster), self.group)
         else:
             offsets = LocalFileOffsetStore(self.config.offsets_dir, self.client_id, group)
         self._member = MemberState(
@@ -231,7 +231,7 @@ class PushConsumer:
         """The queues this member is consuming now (lease held, not being handed over)."""
         member = self._member
         with member.lock:
-            return sorted(mq for mq, st in member.states.items() if st.phase == ACTIVE)
+            return sorted(mq for mq, st in member.states.items() if st.phase is Phase.ACTIVE)
 
     def stats(self) -> dict[str, int]:
         """Counters since start (a counter that never moved is absent): pulled,
@@ -266,17 +266,13 @@ class PushConsumer:
         for thread in self._threads:
             thread.join(10)
         with member.lock:
-            states = list(member.states.values())
-            leftover = sorted(member.pending)
-            member.pending.clear()
-        member.unlock_quietly(leftover)  # leases granted to queues not started yet
+            plan = plan_shutdown(member.phases(), frozenset(member.pending))
+            member.pending -= plan.pending_drop
+            to_drain = [member.states[mq] for mq in sorted(plan.to_drain)]
+        member.unlock_quietly(plan.pending_drop)  # leases granted to queues not started yet
         now = time.monotonic()
-        for st in states:
-            with st.lock:
-                if st.phase == ACTIVE:
-                    st.phase = DRAINING
-                    st.drain_deadline = now + self.config.drain_timeout_ms / 1000
-            st.cancel_pull()
+        for st in to_drain:
+            self._ownership.drain_for_shutdown(st, now)
         if self.message_model == "CLUSTERING":
             unregister(member.cluster, self.client_id, self.group)
         next_renew = now + self.config.queue_lease_ms / 3000

@@ -4,7 +4,9 @@
   group's members (and stands for this member's connection).
 - **Rebalance** per topic at start, on every membership change and every
   ``rebalance_interval_ms``: the allocate strategy splits the sorted queues among the sorted
-  member ids, and a changed result is logged as ``rebalance result changed. ...``.
+  member ids, and a changed result is logged as ``rebalance result changed. ...``. What it
+  means for the owned and pending queues is decided by the pure plans of
+  :mod:`~rmq_spark.client.push.queue_phase`; :class:`Ownership` carries them out.
 - **Housekeeping**: heartbeats, rebalances, taking and renewing queue leases, finishing
   hand-overs and persisting offsets, on one thread woken by :attr:`MemberState.wake`.
 """
@@ -25,7 +27,8 @@ from rmq_spark.client.groups import (
     heartbeat,
 )
 from rmq_spark.client.push.ownership import Ownership
-from rmq_spark.client.push.state import ACTIVE, DRAINING, MemberState
+from rmq_spark.client.push.queue_phase import plan_topic, plan_unsubscribed
+from rmq_spark.client.push.state import MemberState
 from rmq_spark.errors import RocketliteError
 
 __all__ = ["Coordinator"]
@@ -166,15 +169,14 @@ class Coordinator:
             except RocketliteError as exc:
                 log.warning("group %r: rebalance of topic %r failed: %s", member.group, topic, exc)
         with member.lock:  # queues of topics no longer subscribed
-            for mq, st in list(member.states.items()):
-                if mq.topic not in member.subscriptions and st.phase == ACTIVE:
-                    self.ownership.start_drain(st)
-            dropped = {mq for mq in member.pending if mq.topic not in member.subscriptions}
-            member.pending -= dropped
+            plan = plan_unsubscribed(
+                frozenset(member.subscriptions), member.phases(), frozenset(member.pending)
+            )
+            self.ownership.carry_out(plan)
             for topic in list(member.allocation):
                 if topic not in member.subscriptions:
                     del member.allocation[topic]
-        member.unlock_quietly(dropped)
+        member.unlock_quietly(plan.pending_drop)
 
     def _find_cid_all(
         self, brokers: Iterable[str], members: dict[str, list[str]]
@@ -238,16 +240,15 @@ class Coordinator:
                     sorted(allocated),
                 )
                 member.allocation[topic] = allocated
-            for mq, st in list(member.states.items()):
-                if mq.topic != topic:
-                    continue
-                if mq not in allocated and st.phase == ACTIVE:
-                    self.ownership.start_drain(st)
-                elif mq in allocated and st.phase == DRAINING and not member.stopping.is_set():
-                    self.ownership.reactivate(st)
-            dropped = {mq for mq in member.pending if mq.topic == topic and mq not in allocated}
-            member.pending -= dropped
-            member.pending |= {mq for mq in allocated if mq not in member.states}
-        member.unlock_quietly(dropped)  # a lease may have been granted while it waited
+            plan = plan_topic(
+                topic,
+                allocated,
+                member.phases(),
+                frozenset(member.pending),
+                member.stopping.is_set(),
+            )
+            self.ownership.carry_out(plan)
+        # a lease may have been granted while it waited
+        member.unlock_quietly(plan.pending_drop)
         if member.pending:
             self.ownership.acquire()

@@ -16,7 +16,8 @@ from rmq_spark.client.connection import PendingCall
 from rmq_spark.client.consumer import keep_subscribed_tags
 from rmq_spark.client.push.consume import ConcurrentService, OrderlyService
 from rmq_spark.client.push.message import PulledColumns, messages_of
-from rmq_spark.client.push.state import ACTIVE, RELEASED, MemberState, QueueState
+from rmq_spark.client.push.queue_phase import Event, Phase
+from rmq_spark.client.push.state import MemberState, QueueState
 from rmq_spark.errors import RocketliteError
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.pull_wire import decode_pull_response
@@ -65,7 +66,7 @@ class Fetcher:
 
     def _pull(self, st: QueueState) -> None:
         member = self.member
-        if st.phase != ACTIVE or member.stopping.is_set():
+        if st.phase is not Phase.ACTIVE or member.stopping.is_set():
             return
         if not st.lease_valid():
             self.schedule_pull(st, 0.2)  # the housekeeping thread renews or drops it
@@ -103,7 +104,7 @@ class Fetcher:
         member = self.member
         if st.call is call:
             st.call = None
-        if call.cancelled() or st.phase != ACTIVE or member.stopping.is_set():
+        if call.cancelled() or st.phase is not Phase.ACTIVE or member.stopping.is_set():
             return
         try:
             response = call.result()
@@ -123,7 +124,7 @@ class Fetcher:
                 offsets = columns.offsets()
                 sizes = columns.body_sizes()
             with st.lock:
-                if st.phase != ACTIVE or st.next_offset != offset:
+                if st.phase is not Phase.ACTIVE or st.next_offset != offset:
                     return
                 st.next_offset = next_offset
                 if found:
@@ -150,9 +151,11 @@ class Fetcher:
         member = self.member
         next_offset = response.next_begin_offset
         with st.lock:
-            if st.phase != ACTIVE or st.next_offset != offset:
-                return  # handed over meanwhile, or a stale pull chain
-            st.phase = RELEASED  # messages of the old process queue are not consumed
+            if st.next_offset != offset:
+                return  # a stale pull chain
+            # RELEASED at once: messages of the old process queue are not consumed
+            if not st.apply(Event.OFFSET_ILLEGAL, only_from=Phase.ACTIVE):
+                return  # handed over meanwhile
         st.cancel_pull()
         with member.lock:
             member.states.pop(st.mq, None)

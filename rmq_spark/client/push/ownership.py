@@ -1,11 +1,15 @@
 """Queue ownership of a push consumer: leases, start offsets, hand-over and release.
 
-A queue's life in one member: *pending* (allocated, lease not yet granted) -> *active*
-(lease held, pulled and consumed) -> *draining* (allocated elsewhere: no more pulls, what
-was pulled is still consumed) -> *released* (the committable offset is committed
-synchronously, then the lease is given up). The next owner cannot get the lease before
-that and reads the committed offset after it, so a graceful hand-over delivers nothing
-twice.
+A queue's life in one member, in the phases of :mod:`~rmq_spark.client.push.queue_phase`:
+PENDING (allocated, lease not yet granted) -> ACTIVE (lease held, pulled and consumed) ->
+DRAINING (allocated elsewhere, or the member shuts down: no more pulls, what was pulled is
+still consumed, for up to ``drain_timeout_ms``; allocated back meanwhile, it is ACTIVE
+again) -> RELEASING (nothing more is consumed: the committable offset is committed
+synchronously, retried every second while it fails, for up to ``drain_timeout_ms``) ->
+RELEASED (the lease is given up; a queue allocated back meanwhile starts over as pending).
+The next owner cannot get the lease before that and reads the committed offset after it,
+so a graceful hand-over delivers nothing twice. A queue whose lease renewal is refused
+(another member holds it) is RELEASED at once, from any phase that holds the lease.
 """
 
 from __future__ import annotations
@@ -16,7 +20,14 @@ import time
 from rmq_spark.client import offsets as offset_rpc
 from rmq_spark.client.groups import lock_queues
 from rmq_spark.client.push.fetcher import Fetcher
-from rmq_spark.client.push.state import ACTIVE, DRAINING, RELEASED, MemberState, QueueState
+from rmq_spark.client.push.queue_phase import (
+    Event,
+    Phase,
+    RebalancePlan,
+    commit_event,
+    drain_event,
+)
+from rmq_spark.client.push.state import MemberState, QueueState
 from rmq_spark.errors import RocketliteError
 from rmq_spark.names import RETRY_PREFIX
 from rmq_spark.offsets.store import ReadOffsetType
@@ -80,6 +91,7 @@ class Ownership:
             return
         with member.lock:
             st = QueueState(mq, lease_deadline)
+            st.apply(Event.LEASE_GRANTED)
             st.next_offset = offset
             member.offsets.update_offset(mq, offset, increase_only=False)
             member.states[mq] = st
@@ -115,7 +127,7 @@ class Ownership:
         if member.message_model != "CLUSTERING":
             return
         with member.lock:
-            held = [mq for mq, st in member.states.items() if not st.released or st.release_pending]
+            held = [mq for mq, st in member.states.items() if st.phase.lease_held]
         if not held:
             return
         sent = time.monotonic()
@@ -146,25 +158,52 @@ class Ownership:
     def _lose(self, st: QueueState) -> None:
         """Our lease on ``st`` ran out and another member holds the queue: stop at once."""
         member = self.member
+        with st.lock:
+            if not st.phase.lease_held:
+                return  # released meanwhile (an illegal offset on the pull thread)
+            st.apply(Event.LEASE_LOST)
         log.warning(
             "group %r: the lease on %s expired and another member took the queue; stopping it "
             "(messages in flight may be delivered twice)",
             member.group,
             st.mq,
         )
-        with st.lock:
-            st.phase = RELEASED
         st.cancel_pull()
         with member.lock:
             member.states.pop(st.mq, None)
         member.offsets.remove_offset(st.mq)
 
-    def start_drain(self, st: QueueState) -> None:
+    def carry_out(self, plan: RebalancePlan) -> None:
+        """Start the drains, reactivations and pending changes of ``plan`` (call with
+        ``member.lock`` held; the caller then releases the leases of ``plan.pending_drop``).
+        A queue whose phase changed since the plan was made is left as it is."""
         member = self.member
+        for mq in sorted(plan.to_drain):
+            st = member.states.get(mq)
+            if st is not None:
+                self.start_drain(st)
+        for mq in sorted(plan.to_reactivate):
+            st = member.states.get(mq)
+            if st is not None:
+                self.reactivate(st)
+        member.pending -= plan.pending_drop
+        member.pending |= plan.pending_add
+
+    def _drain(self, st: QueueState, event: Event, now: float) -> bool:
+        """ACTIVE -> DRAINING on ``event``: no more pulls, a deadline for what is in flight.
+        False when ``st`` was no longer ACTIVE."""
         with st.lock:
-            st.phase = DRAINING
-            st.drain_deadline = time.monotonic() + member.config.drain_timeout_ms / 1000
+            if not st.apply(event, only_from=Phase.ACTIVE):
+                return False
+            st.drain_deadline = now + self.member.config.drain_timeout_ms / 1000
         st.cancel_pull()
+        return True
+
+    def start_drain(self, st: QueueState) -> None:
+        """``st`` is allocated elsewhere (or its topic unsubscribed): hand it over."""
+        member = self.member
+        if not self._drain(st, Event.ALLOCATED_ELSEWHERE, time.monotonic()):
+            return
         log.info(
             "group %r: handing %s over; %d messages still in flight",
             member.group,
@@ -173,31 +212,54 @@ class Ownership:
         )
         member.wake.set()
 
+    def drain_for_shutdown(self, st: QueueState, now: float) -> None:
+        """The member is leaving its group: stop pulling ``st`` and let it drain."""
+        self._drain(st, Event.SHUTDOWN, now)
+
     def reactivate(self, st: QueueState) -> None:
         """``st`` was given back to us before its hand-over finished: pull it again."""
-        with st.lock:
-            st.phase = ACTIVE
-        self.fetcher.schedule_pull(st)
+        if st.apply(Event.ALLOCATED_AGAIN, only_from=Phase.DRAINING):
+            self.fetcher.schedule_pull(st)
 
     def finish_drains(self, now: float) -> None:
+        """Release the draining queues that are done (or timed out), and retry the final
+        commits that failed."""
         member = self.member
         for st in member.draining():
-            in_flight = st.pq.msg_count
-            if st.phase == DRAINING and in_flight and now < st.drain_deadline:
+            phase = st.phase
+            if phase is Phase.DRAINING:
+                in_flight = st.pq.msg_count
+                event = drain_event(in_flight, now, st.drain_deadline)
+                if event is None:
+                    continue
+                if event is Event.DRAIN_TIMED_OUT:
+                    log.warning(
+                        "group %r: %d messages of %s were still being consumed after %d ms; "
+                        "committing what is done, the rest may be delivered again",
+                        member.group,
+                        in_flight,
+                        st.mq,
+                        member.config.drain_timeout_ms,
+                    )
+                if not self._start_release(st, event, now):
+                    continue
+            elif phase is not Phase.RELEASING or now < st.release_retry_at:
                 continue
-            if st.phase == DRAINING and in_flight:
-                log.warning(
-                    "group %r: %d messages of %s were still being consumed after %d ms; "
-                    "committing what is done, the rest may be delivered again",
-                    member.group,
-                    in_flight,
-                    st.mq,
-                    member.config.drain_timeout_ms,
-                )
             self._release(st, now)
 
+    def _start_release(self, st: QueueState, event: Event, now: float) -> bool:
+        """DRAINING -> RELEASING: nothing more is consumed, so the committable offset is
+        final; it goes to the offset store. False when ``st`` was no longer DRAINING."""
+        if not st.apply(event, only_from=Phase.DRAINING):
+            return False
+        offset = st.pq.committable_offset()
+        if offset >= 0:
+            self.member.offsets.update_offset(st.mq, offset)
+        st.release_give_up_at = now + self.member.config.drain_timeout_ms / 1000
+        return True
+
     def _release(self, st: QueueState, now: float) -> None:
-        """Commit ``st``'s offset synchronously, then give up its lease.
+        """Commit the offset of the RELEASING ``st`` synchronously, then give up its lease.
 
         The lease is kept while the commit fails (retried every second, for up to
         ``drain_timeout_ms``): releasing it first would let the next owner start from an
@@ -205,41 +267,37 @@ class Ownership:
         """
         member = self.member
         offsets = member.offsets
-        if not st.release_pending:
-            with st.lock:
-                st.phase = RELEASED  # nothing more is consumed: the offset below is final
-            offset = st.pq.committable_offset()
-            if offset >= 0:
-                offsets.update_offset(st.mq, offset)
-            st.release_pending = True
-            st.release_give_up_at = now + member.config.drain_timeout_ms / 1000
-        elif now < st.release_retry_at:
-            return
         try:
             offsets.persist(st.mq)
+            error: RocketliteError | None = None
         except RocketliteError as exc:
-            if now < st.release_give_up_at:
-                st.release_retry_at = now + 1.0
-                log.warning(
-                    "group %r: cannot commit the offset of %s before handing it over (%s); "
-                    "keeping its lease and trying again",
-                    member.group,
-                    st.mq,
-                    exc,
-                )
-                return
+            error = exc
+        event = commit_event(error is None, now, st.release_give_up_at)
+        if event is Event.COMMIT_FAILED:
+            st.apply(event)
+            st.release_retry_at = now + 1.0
+            log.warning(
+                "group %r: cannot commit the offset of %s before handing it over (%s); "
+                "keeping its lease and trying again",
+                member.group,
+                st.mq,
+                error,
+            )
+            return
+        if event is Event.GAVE_UP:
             log.warning(
                 "group %r: gave up committing the offset of %s (%s); releasing it anyway, so "
                 "the next owner may deliver some messages again",
                 member.group,
                 st.mq,
-                exc,
+                error,
             )
+        if not st.apply(event, only_from=Phase.RELEASING):
+            return  # its lease was lost meanwhile: already dropped
         committed = offsets.read_offset(st.mq, ReadOffsetType.READ_FROM_MEMORY)
         offsets.remove_offset(st.mq)
         with member.lock:
             member.states.pop(st.mq, None)
-        st.release_pending = False
         member.unlock_quietly([st.mq])
         log.info("group %r: released %s at offset %d", member.group, st.mq, committed)
         # given back to us while its commit was being retried: start it again

@@ -21,31 +21,34 @@ from rmq_spark.client.connection import PendingCall
 from rmq_spark.client.groups import unlock_queues
 from rmq_spark.client.process_queue import ProcessQueue
 from rmq_spark.client.push.config import MessageModel, PushConsumerConfig
+from rmq_spark.client.push.queue_phase import Event, Phase, next_phase, restart_after_release
 from rmq_spark.errors import RocketliteError
 from rmq_spark.offsets.store import OffsetStore
 from rmq_spark.structs import MessageQueue
 
-__all__ = ["ACTIVE", "DRAINING", "RELEASED", "MemberState", "QueueState", "Timers"]
+__all__ = ["MemberState", "QueueState", "Timers"]
 
 log = logging.getLogger("rmq_spark.client.push")
 
-ACTIVE, DRAINING, RELEASED = "ACTIVE", "DRAINING", "RELEASED"
-
 
 class QueueState:
-    """One owned queue: its ProcessQueue, pull position, lease and phase."""
+    """One owned queue: its ProcessQueue, pull position, lease and phase.
+
+    The phase starts PENDING and changes only through :meth:`apply`.
+    """
 
     def __init__(self, mq: MessageQueue, lease_deadline: float) -> None:
         self.mq = mq
         self.pq = ProcessQueue()
         self.next_offset = 0
-        self.phase = ACTIVE
+        self.phase = Phase.PENDING
+        # phase.released, kept by apply(): read before every listener call, where an enum
+        # property (with its member lookups) costs many times a plain attribute
+        self.released = False
         self.lease_deadline = lease_deadline  # monotonic seconds; inf without leases
-        self.drain_deadline = 0.0
-        # released, but the final commit and unlock still to do (a commit failed)
-        self.release_pending = False
-        self.release_give_up_at = 0.0
-        self.release_retry_at = 0.0
+        self.drain_deadline = 0.0  # while DRAINING
+        self.release_give_up_at = 0.0  # while RELEASING: when to stop retrying the commit
+        self.release_retry_at = 0.0  # while RELEASING: the next commit attempt
         self.call: PendingCall | None = None
         self.lock = threading.RLock()
         # orderly consumption
@@ -54,9 +57,22 @@ class QueueState:
         self.attempts: dict[int, int] = {}
         self.base_reconsume: dict[int, int] = {}
 
-    @property
-    def released(self) -> bool:
-        return self.phase == RELEASED
+    def apply(self, event: Event, *, only_from: Phase | None = None) -> bool:
+        """Move the queue to the phase ``event`` leads to (:func:`next_phase`), under
+        :attr:`lock`; the one place a phase changes.
+
+        With ``only_from``, nothing happens and the answer is False unless the queue is in
+        that phase: the caller decided on an earlier look, and another thread may have moved
+        the queue on since. Raises
+        :class:`~rmq_spark.client.push.queue_phase.IllegalTransitionError` for an event the
+        phase has no transition for.
+        """
+        with self.lock:
+            if only_from is not None and self.phase is not only_from:
+                return False
+            self.phase = next_phase(self.phase, event)
+            self.released = self.phase.released
+            return True
 
     def lease_valid(self) -> bool:
         return time.monotonic() < self.lease_deadline
@@ -175,13 +191,19 @@ class MemberState:
         committable = st.pq.remove_messages(offsets)
         if committable >= 0 and not st.released:
             self.offsets.update_offset(st.mq, committable)
-        if st.phase == DRAINING:
+        if st.phase is Phase.DRAINING:
             self.wake.set()
 
     def draining(self) -> list[QueueState]:
         """Queues being handed over, or released with their final commit still to do."""
         with self.lock:
-            return [st for st in self.states.values() if st.phase == DRAINING or st.release_pending]
+            return [st for st in self.states.values() if st.phase.handing_over]
+
+    def phases(self) -> dict[MessageQueue, Phase]:
+        """The phase of each queue the member has state for (call with :attr:`lock` held
+        for a view consistent with :attr:`pending`)."""
+        with self.lock:
+            return {mq: st.phase for mq, st in self.states.items()}
 
     def unlock_quietly(self, mqs: Iterable[MessageQueue]) -> None:
         """Release leases we may hold (a no-op on the broker for those we do not)."""
@@ -197,7 +219,7 @@ class MemberState:
         """Queue ``mq`` (whose state was just dropped) for a fresh start when the last
         rebalance gave it to this member; False when it went elsewhere."""
         with self.lock:
-            restart = mq in self.allocation.get(mq.topic, ()) and not self.stopping.is_set()
+            restart = restart_after_release(mq, self.allocation, self.stopping.is_set())
             if restart:
                 self.pending.add(mq)
         if restart:
