@@ -133,7 +133,7 @@ def pull_index(
     raw_sizes, raw_offsets = response.record_sizes_i32le, response.queue_offsets_i64le
     if len(raw_sizes) % SIZE_DTYPE.itemsize or len(raw_offsets) % QUEUE_OFFSET_DTYPE.itemsize:
         raise CorruptDataError(
-            f"pull of {_where(mq)}: the index fields hold {len(raw_sizes)} bytes of sizes and "
+            f"pull of {mq.describe()}: the index fields hold {len(raw_sizes)} bytes of sizes and "
             f"{len(raw_offsets)} bytes of queue offsets, not whole 4- and 8-byte integers; "
             "the broker sent inconsistent data"
         )
@@ -141,12 +141,12 @@ def pull_index(
     offsets = np.frombuffer(raw_offsets, dtype=QUEUE_OFFSET_DTYPE).astype(np.int64)
     if len(sizes) != len(offsets):
         raise CorruptDataError(
-            f"pull of {_where(mq)}: the answer indexes {len(sizes)} record sizes but "
+            f"pull of {mq.describe()}: the answer indexes {len(sizes)} record sizes but "
             f"{len(offsets)} queue offsets; the broker sent inconsistent data"
         )
     if len(sizes) and (int(sizes.sum()) != record_bytes or int(sizes.min()) <= 0):
         raise CorruptDataError(
-            f"pull of {_where(mq)}: the {len(sizes)} record sizes of the answer add up to "
+            f"pull of {mq.describe()}: the {len(sizes)} record sizes of the answer add up to "
             f"{int(sizes.sum())} bytes (smallest {int(sizes.min())}), but it holds "
             f"{record_bytes} bytes of records; the broker sent inconsistent data"
         )
@@ -176,13 +176,9 @@ def decode_pull_response(
         if not np.array_equal(expected, got):
             bad = int(np.flatnonzero(expected != got)[0])
             raise CorruptDataError(
-                f"pull of {_where(mq)}: record {bad} has queue offset {int(got[bad])} but the "
+                f"pull of {mq.describe()}: record {bad} has queue offset {int(got[bad])} but the "
                 f"answer's index says {int(expected[bad])}; the broker sent inconsistent data"
             )
     if decoded is not columns:
         batch = batch.drop_columns(["queueOffset"])
     return batch
-
-
-def _where(mq: MessageQueue) -> str:
-    return f"topic {mq.topic!r} broker {mq.broker_name!r} queue {mq.queue_id}"

@@ -17,6 +17,14 @@ class MessageQueue(NamedTuple):
     broker_name: str
     queue_id: int
 
+    def describe(self) -> str:
+        """The queue as error and log messages name it.
+
+        >>> MessageQueue("Orders", "broker-a", 3).describe()
+        "topic 'Orders' broker 'broker-a' queue 3"
+        """
+        return f"topic {self.topic!r} broker {self.broker_name!r} queue {self.queue_id}"
+
 
 class PullStatus(enum.IntEnum):
     """Outcome of a read at a queue offset (RocketMQ's PullStatus)."""

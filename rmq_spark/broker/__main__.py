@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import logging
-import re
 import signal
 import socket
 import sys
@@ -27,12 +26,11 @@ from rmq_spark.broker.config import DEFAULT_DELAY_LEVELS, DEFAULT_PORT, BrokerCo
 from rmq_spark.broker.server import BrokerServer, serve
 from rmq_spark.errors import InvalidArgumentError, RocketliteError
 from rmq_spark.store import faults
+from rmq_spark.units import UNITS_HELP, duration_ms_flag, size_flag
 
 PROG = "python -m rmq_spark.broker"
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s [%(threadName)s] %(message)s"
 
-_SIZE = re.compile(r"(\d+)\s*(|B|KiB|MiB|GiB)", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 
 #: flags that go to the store (StoreConfig field names); unset ones keep the store defaults
 _STORE_FLAGS = (
@@ -52,18 +50,9 @@ _STORE_FLAGS = (
 )
 
 
-def byte_size(text: str) -> int:
-    """``"4MiB"`` -> 4194304; plain numbers are bytes."""
-    match = _SIZE.fullmatch(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size; use bytes or a number with KiB, MiB or GiB (e.g. 4MiB)"
-        )
-    return int(match[1]) * _SIZE_UNITS[match[2].lower()]
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The broker's flags; each maps to one BrokerConfig (or StoreConfig) field."""
+    parser.epilog = UNITS_HELP
     net = parser.add_argument_group("network")
     net.add_argument("--store", required=True, metavar="DIR", help="store directory")
     net.add_argument("--host", default="127.0.0.1", help="IP address to listen on")
@@ -152,27 +141,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='durations of delay levels 1, 2, ... (default "%(default)s")',
     )
     broker.add_argument("--max-reconsume-times", type=int, default=16, metavar="N")
-    broker.add_argument("--session-timeout-ms", type=int, default=120_000, metavar="MS")
-    broker.add_argument("--lock-lease-ms", type=int, default=60_000, metavar="MS")
+    broker.add_argument(
+        "--session-timeout-ms", type=duration_ms_flag, default=120_000, metavar="DURATION"
+    )
+    broker.add_argument(
+        "--lock-lease-ms", type=duration_ms_flag, default=60_000, metavar="DURATION"
+    )
     broker.add_argument(
         "--transaction-check-after-ms",
-        type=int,
+        type=duration_ms_flag,
         default=6_000,
-        metavar="MS",
+        metavar="DURATION",
         help="ask a producer about a pending transaction once it is this old",
     )
     broker.add_argument(
         "--sink-transaction-timeout-ms",
-        type=int,
+        type=duration_ms_flag,
         default=86_400_000,
-        metavar="MS",
+        metavar="DURATION",
         help="roll back a Spark sink's staged rows not committed after this long (default 1 day)",
     )
     broker.add_argument(
         "--transaction-check-interval-ms",
-        type=int,
+        type=duration_ms_flag,
         default=30_000,
-        metavar="MS",
+        metavar="DURATION",
         help="time between two checks of one pending transaction",
     )
     broker.add_argument(
@@ -183,13 +176,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="checks before a pending transaction is discarded",
     )
 
-    limits = parser.add_argument_group("limits (sizes take KiB/MiB/GiB suffixes)")
-    limits.add_argument("--max-message-bytes", type=byte_size, default=4 << 20, metavar="SIZE")
-    limits.add_argument("--max-request-bytes", type=byte_size, default=64 << 20, metavar="SIZE")
-    limits.add_argument("--max-response-bytes", type=byte_size, default=64 << 20, metavar="SIZE")
+    limits = parser.add_argument_group("limits")
+    limits.add_argument("--max-message-bytes", type=size_flag, default=4 << 20, metavar="SIZE")
+    limits.add_argument("--max-request-bytes", type=size_flag, default=64 << 20, metavar="SIZE")
+    limits.add_argument("--max-response-bytes", type=size_flag, default=64 << 20, metavar="SIZE")
     limits.add_argument("--max-pull-messages", type=int, default=65_536, metavar="N")
-    limits.add_argument("--max-pull-bytes", type=byte_size, default=32 << 20, metavar="SIZE")
-    limits.add_argument("--max-suspend-timeout-ms", type=int, default=30_000, metavar="MS")
+    limits.add_argument("--max-pull-bytes", type=size_flag, default=32 << 20, metavar="SIZE")
+    limits.add_argument(
+        "--max-suspend-timeout-ms", type=duration_ms_flag, default=30_000, metavar="DURATION"
+    )
     limits.add_argument(
         "--max-batch-messages", type=int, default=65_536, metavar="N", help="messages per send"
     )
@@ -202,7 +197,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     limits.add_argument(
         "--max-inflight-send-bytes",
-        type=byte_size,
+        type=size_flag,
         default=256 << 20,
         metavar="SIZE",
         help="send requests being stored at once, in bytes; more wait their turn",
@@ -225,7 +220,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     store = parser.add_argument_group("store (defaults: the store's)")
     store.add_argument(
         "--commitlog-segment-bytes",
-        type=byte_size,
+        type=size_flag,
         metavar="SIZE",
         help="size of a commit-log segment; default: an existing store's own, else 1GiB",
     )
@@ -235,18 +230,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="entries per consume-queue file; default: an existing store's own, else 300000",
     )
-    store.add_argument("--flush-interval-ms", type=int, metavar="MS")
-    store.add_argument("--sync-flush-timeout-ms", type=int, metavar="MS")
-    store.add_argument("--checkpoint-interval-ms", type=int, metavar="MS")
-    store.add_argument("--file-reserved-ms", type=int, metavar="MS")
+    store.add_argument("--flush-interval-ms", type=duration_ms_flag, metavar="DURATION")
+    store.add_argument("--sync-flush-timeout-ms", type=duration_ms_flag, metavar="DURATION")
+    store.add_argument("--checkpoint-interval-ms", type=duration_ms_flag, metavar="DURATION")
+    store.add_argument("--file-reserved-ms", type=duration_ms_flag, metavar="DURATION")
     store.add_argument(
         "--cleanup-interval-ms",
-        type=int,
-        metavar="MS",
+        type=duration_ms_flag,
+        metavar="DURATION",
         help="how often housekeeping checks the free space and deletes expired segments",
     )
     store.add_argument("--disk-max-used-ratio", type=float, metavar="RATIO")
-    store.add_argument("--offsets-persist-interval-ms", type=int, metavar="MS")
+    store.add_argument("--offsets-persist-interval-ms", type=duration_ms_flag, metavar="DURATION")
     store.add_argument(
         "--force-empty-offsets",
         action="store_true",

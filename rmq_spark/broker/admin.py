@@ -5,7 +5,6 @@ Each broker answers for itself only; clients merge the routes of several brokers
 
 from __future__ import annotations
 
-import time
 from typing import cast
 
 import rmq_spark
@@ -13,6 +12,7 @@ from rmq_spark.auth import acl_admin
 from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.status import Workers, blocking
+from rmq_spark.clock import now_ms
 from rmq_spark.errors import StoreError
 from rmq_spark.names import validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc, common_pb2
@@ -107,7 +107,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             default_topic_queues=config.default_topic_queues,
             flush_mode=_FLUSH_MODES[broker.store.config.flush_mode],
             start_timestamp_ms=broker.start_ms,
-            now_timestamp_ms=time.time_ns() // 1_000_000,
+            now_timestamp_ms=now_ms(),
             limits=admin_pb2.BrokerLimits(
                 max_message_bytes=config.max_message_bytes,
                 max_request_bytes=config.max_request_bytes,

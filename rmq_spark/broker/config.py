@@ -8,28 +8,24 @@ from pathlib import Path
 from rmq_spark import tls
 from rmq_spark.errors import InvalidArgumentError, check_whole_numbers
 from rmq_spark.store import geometry
-from rmq_spark.store.config import MiB, StoreConfig
+from rmq_spark.store.config import StoreConfig
+from rmq_spark.units import MiB, parse_duration_ms
 
 DEFAULT_PORT = 10911
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_delay_levels(text: str) -> list[int]:
-    """``"1s 5s 1m"`` -> ``[1000, 5000, 60000]`` (level 1 is the first entry).
+    """``"1s 5s 1m"`` -> ``[1000, 5000, 60000]`` (level 1 is the first entry); each entry
+    is a duration with a unit (:func:`rmq_spark.units.parse_duration_ms`).
 
-    >>> parse_delay_levels("500ms 2s 1m")
-    [500, 2000, 60000]
+    >>> parse_delay_levels("500ms 2s 1m 2min")
+    [500, 2000, 60000, 120000]
     """
-    levels = []
-    for item in text.split():
-        unit = next((u for u in ("ms", "s", "m", "h", "d") if item.endswith(u)), None)
-        number = item[: -len(unit)] if unit else ""
-        if unit is None or not number.isdigit() or int(number) <= 0:
-            raise InvalidArgumentError(
-                f"delay level {item!r} is not a positive duration like 500ms, 5s, 1m, 2h"
-            )
-        levels.append(int(number) * _UNITS_MS[unit])
+    levels = [
+        parse_duration_ms(item, what=f"delay level {level}", minimum=1)
+        for level, item in enumerate(text.split(), start=1)
+    ]
     if not levels:
         raise InvalidArgumentError("delay levels must list at least one duration")
     return levels

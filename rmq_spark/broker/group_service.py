@@ -8,12 +8,12 @@ group's retry topic on its first CLUSTERING heartbeat (RocketMQ does the same).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from rmq_spark.broker import checks
 from rmq_spark.broker.groups import MembershipEvent
 from rmq_spark.broker.status import Workers, blocking, streaming
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError
 from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
@@ -175,7 +175,7 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
         return groups_pb2.LockQueuesResponse(
             locked_queues=[mq_to_pb(mq) for mq in locked],
             lease_ms=lease_ms,
-            lease_expire_timestamp_ms=time.time_ns() // 1_000_000 + lease_ms,
+            lease_expire_timestamp_ms=now_ms() + lease_ms,
         )
 
     @blocking

@@ -23,13 +23,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby, takewhile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.properties import (
     DELAY,
     REAL_QID,
@@ -68,11 +68,6 @@ MAX_SLEEP_S = 1.0
 _SCHEDULE_MARKS = (DELAY, REAL_TOPIC, REAL_QID)
 
 
-def wall_ms() -> int:
-    """Wall-clock milliseconds: the clock store timestamps use."""
-    return time.time_ns() // 1_000_000
-
-
 @dataclass(frozen=True)
 class Due:
     """A due record of a waiting topic (schedule or timer), decoded into what its delivery
@@ -98,7 +93,7 @@ class DelayScheduler:
     """
 
     def __init__(
-        self, broker: Broker, levels_ms: Sequence[int], *, clock: Callable[[], int] = wall_ms
+        self, broker: Broker, levels_ms: Sequence[int], *, clock: Callable[[], int] = now_ms
     ) -> None:
         if not levels_ms or any(ms <= 0 for ms in levels_ms):
             raise InvalidArgumentError(f"delay levels {list(levels_ms)!r} must be positive ms")

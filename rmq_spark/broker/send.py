@@ -17,9 +17,12 @@ import numpy as np
 
 from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
+from rmq_spark.clock import now_ms
 from rmq_spark.codec import properties as props
 from rmq_spark.codec.record import (
     encode_host,
+    offset_msg_id_prefix,
+    offset_msg_ids,
     parse_host,
 )
 from rmq_spark.errors import InvalidArgumentError, PermissionDeniedError
@@ -62,7 +65,7 @@ class SendBatch:
                 f"messages[{i}]: born_timestamp_ms={int(born[i])} is negative; use epoch "
                 "milliseconds, or 0 for the broker's receive time"
             )
-        born[born == 0] = time.time_ns() // 1_000_000
+        born[born == 0] = now_ms()
         return cls(
             messages=messages,
             bodies=[m.body for m in messages],
@@ -196,7 +199,8 @@ def send_response(
         queue=checks.queue_pb(broker, topic, queue_id), store_timestamp_ms=result.store_timestamp
     )
     add = response.entries.add  # twice as fast as building entries and passing a list
-    pairs = zip(msg_ids, offset_msg_ids(broker.store_host, result.physical_offsets), strict=True)
+    offset_ids = offset_msg_ids(offset_msg_id_prefix(broker.store_host), result.physical_offsets)
+    pairs = zip(msg_ids, offset_ids, strict=True)
     if delayed:
         for msg_id, offset_id in pairs:
             add(msg_id=msg_id, offset_msg_id=offset_id, queue_id=queue_id)
@@ -205,13 +209,6 @@ def send_response(
         for i, (msg_id, offset_id) in enumerate(pairs):
             add(msg_id=msg_id, offset_msg_id=offset_id, queue_id=queue_id, queue_offset=first + i)
     return response
-
-
-def offset_msg_ids(store_host: str, physical_offsets: np.ndarray) -> list[str]:
-    """:func:`rmq_spark.codec.record.offset_msg_id` for many offsets of one store host."""
-    address, _ = encode_host(store_host)
-    prefix = address.hex().upper()
-    return [f"{prefix}{offset:016X}" for offset in physical_offsets.tolist()]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -3,7 +3,6 @@ columns (:func:`suspect_property_blobs`), with Python only for the messages that
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from rmq_spark.broker import checks
 from rmq_spark.broker.send import RESERVED_PROPERTIES, check_delay_level
+from rmq_spark.clock import now_ms
 from rmq_spark.codec import properties as props
 from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.codec.tag_column import TagColumn
@@ -151,7 +151,7 @@ def _optional_column(field: str, values, n: int, dtype) -> np.ndarray | int:
 
 
 def _column_born(columns, n: int) -> np.ndarray | int:
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     if not columns.born_timestamps_ms:
         born = columns.born_timestamp_ms
         if born < 0:

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmq_spark.broker import sink_state as ss
+from rmq_spark.clock import now_ms
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import decode_records, record_parts
 from rmq_spark.codec.batch_encode import (
@@ -52,7 +53,6 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.names import SCHEDULE_TOPIC, validate_sink_id
-from rmq_spark.store.message_store import now_ms
 from rmq_spark.structs import PullStatus
 
 log = logging.getLogger("rmq_spark.broker.sinks")

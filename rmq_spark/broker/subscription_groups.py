@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from rmq_spark.clock import now_ms
 from rmq_spark.durable_json import read_json_with_backup, write_json_atomic
 from rmq_spark.errors import CorruptDataError
 
@@ -77,7 +77,7 @@ def groups_from_json(document: Any) -> dict[str, dict[str, Any]]:
 def groups_to_json(groups: dict[str, dict[str, Any]], version: int) -> dict[str, Any]:
     return {
         TABLE_FIELD: {group: groups[group] for group in sorted(groups)},
-        "dataVersion": {"counter": version, "timestamp": time.time_ns() // 1_000_000},
+        "dataVersion": {"counter": version, "timestamp": now_ms()},
     }
 
 

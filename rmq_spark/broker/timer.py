@@ -50,7 +50,6 @@ from rmq_spark.broker.schedule import (
     check_queue_id,
     decode_due,
     put_due,
-    wall_ms,
     with_marks,
 )
 from rmq_spark.broker.timer_progress import (
@@ -59,6 +58,7 @@ from rmq_spark.broker.timer_progress import (
     parse_done,
     progress_from_json,
 )
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.properties import (
     REAL_QID,
     REAL_TOPIC,
@@ -107,7 +107,7 @@ class TimerService:
         broker: Broker,
         *,
         max_delay_ms: int = MAX_DELAY_MS,
-        clock: Callable[[], int] = wall_ms,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self._broker = broker
         self.max_delay_ms = max_delay_ms

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
+from rmq_spark import clock
 from rmq_spark.broker import transaction_state as ts
 from rmq_spark.codec import properties as props
 from rmq_spark.codec import record as rec
@@ -53,10 +53,6 @@ log = logging.getLogger("rmq_spark.broker.transactions")
 RESOLVED_MEMORY = 100_000
 _READ_BATCH = 256
 _SAVE_EVERY_MS = 1_000
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class TransactionService:
@@ -194,7 +190,7 @@ class TransactionService:
         """The pending transactions to check now, oldest first, as (transaction id, half
         message with ``TRANSACTION_CHECK_TIMES`` set); each counts as one check. Those past
         ``max_checks`` are discarded to ``TRANS_CHECK_MAX_TIME_TOPIC`` instead."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         with self._lock:
             self._retry_unwritten()
             check, discard = ts.plan_checks(
@@ -243,7 +239,7 @@ class TransactionService:
         """Record how far the commit ops are verified (the next start scans less)."""
         with self._lock:
             try:
-                self._save_verified(_now_ms())
+                self._save_verified(clock.now_ms())
             except (OSError, RocketliteError) as exc:
                 log.warning("could not save %s: %s", self._state_path, exc)
 
@@ -361,7 +357,7 @@ class TransactionService:
         for txid, outcome in paired.resolved.items():
             self._remember(txid, outcome)
         self._verify_commits(paired.commits_to_verify)
-        self._save_verified(_now_ms())
+        self._save_verified(clock.now_ms())
         if self._pending:
             log.info("%d transaction(s) pending after restart", len(self._pending))
 

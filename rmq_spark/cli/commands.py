@@ -24,6 +24,7 @@ from rmq_spark.cli.settings import (
     parse_timestamp,
     tls_settings,
 )
+from rmq_spark.clock import monotonic_ms
 from rmq_spark.errors import NotFoundError
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def cmd_consume(args) -> int:
         unprinted: list[tuple[MessageQueue, list[dict], int]] = []
         before_poll: dict[MessageQueue, int] = {}
         try:
-            idle_since = time.monotonic()
+            idle_since = monotonic_ms()
             while args.max is None or shown < args.max:
                 before_poll = {mq: consumer.position(mq) for mq in queues}
                 results = consumer.poll(timeout_ms=500)
@@ -203,9 +204,9 @@ def cmd_consume(args) -> int:
                     shown += 1
                     got = True
                 if got:
-                    idle_since = time.monotonic()
+                    idle_since = monotonic_ms()
                 elif args.idle_exit_ms is not None and (
-                    (time.monotonic() - idle_since) * 1000 >= args.idle_exit_ms
+                    monotonic_ms() - idle_since >= args.idle_exit_ms
                 ):
                     break
         except KeyboardInterrupt:

@@ -10,6 +10,7 @@ import time
 from rmq_spark.cli.commands import perm_text, send_messages, show_key_matches
 from rmq_spark.cli.output import emit, message_rows, print_message
 from rmq_spark.cli.settings import client_config, parse_timestamp
+from rmq_spark.clock import monotonic_ms
 from rmq_spark.errors import RocketliteError
 from rmq_spark.names import SYSTEM_PREFIXES
 from rmq_spark.remoting.codes import PERM_READ, PERM_WRITE
@@ -97,7 +98,7 @@ def ns_consume(args) -> int:
     with _client(args) as client:
         queues = client.route(args.topic).readable
         positions = {mq: _start(client, mq, start, timestamp, args.group) for mq in queues}
-        idle_since = time.monotonic()
+        idle_since = monotonic_ms()
         try:
             while args.max is None or shown < args.max:
                 got = False
@@ -117,9 +118,9 @@ def ns_consume(args) -> int:
                     if answer.status != PullStatus.NO_NEW_MSG:  # moved on, or past a filter
                         positions[mq] = answer.next_begin_offset
                 if got:
-                    idle_since = time.monotonic()
+                    idle_since = monotonic_ms()
                 elif args.idle_exit_ms is not None and (
-                    (time.monotonic() - idle_since) * 1000 >= args.idle_exit_ms
+                    monotonic_ms() - idle_since >= args.idle_exit_ms
                 ):
                     break
                 else:

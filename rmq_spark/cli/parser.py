@@ -14,6 +14,7 @@ from rmq_spark.cli.commands import (
 )
 from rmq_spark.cli.security import cmd_acl, cmd_user
 from rmq_spark.cli.store_inspect import add_parser as add_store_parser
+from rmq_spark.units import duration_ms_flag
 
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
 DESCRIPTION = "The rocketlite command: run a broker, manage topics, send, consume, inspect offsets."
@@ -111,9 +112,11 @@ def build_parser() -> CommandParser:
     consume.add_argument("--group", default=None, help="commit positions for this group")
     consume.add_argument(
         "--idle-exit-ms",
-        type=int,
+        type=duration_ms_flag,
         default=None,
-        help="stop after this long without new messages (default: follow)",
+        metavar="DURATION",
+        help="stop after this long without new messages: milliseconds, or with a unit (ms, s, "
+        "m or min, h, d), e.g. 300 or 2s (default: follow)",
     )
     consume.set_defaults(func=cmd_consume)
 

@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rmq_spark.clock import now_ms
+from rmq_spark.codec.hex_ids import hex_ids
 from rmq_spark.codec.properties import (
     MAX_PROPERTIES_BYTES,
     RESERVED_PROPERTIES,
@@ -37,7 +39,6 @@ __all__ = [
     "encode_columns",
     "new_unique_key",
     "new_unique_keys",
-    "offset_msg_ids",
     "split_by_size",
     "to_message",
 ]
@@ -62,7 +63,7 @@ class _UniqueKeys:
         self._head = (-1, "")
 
     def next(self) -> str:
-        ms = time.time_ns() // 1_000_000
+        ms = now_ms()
         cached_ms, head = self._head
         if ms != cached_ms:
             head = self._new_head(ms)
@@ -76,7 +77,7 @@ class _UniqueKeys:
         keys: list[str] = []
         last_ms = -1
         while len(keys) < count:
-            ms = time.time_ns() // 1_000_000
+            ms = now_ms()
             if ms == last_ms:  # this millisecond gave its share: wait for the next one
                 time.sleep(0.0002)
                 continue
@@ -85,7 +86,7 @@ class _UniqueKeys:
                 head = self._new_head(ms)
             take = min(count - len(keys), _IDS_PER_HEAD)
             counters = np.fromiter(itertools.islice(self._counter, take), np.int64, take)
-            keys += _hex_ids(head, counters & 0xFFFF, 4)
+            keys += hex_ids(head, counters & 0xFFFF, 4)
             last_ms = ms
         return keys
 
@@ -438,36 +439,3 @@ def _chunk_bounds(
         size += item
     bounds.append((start, n))
     return bounds
-
-
-_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).astype(np.uint32)
-_NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)
-#: below this many ids, formatting each one is cheaper than the numpy set-up
-_VECTOR_IDS = 16
-
-
-def _hex_ids(prefix: str, values: np.ndarray, digits: int) -> list[str]:
-    """``prefix`` (ASCII) + each value as ``digits`` upper-case hex digits, laid out in a
-    numpy block of code points and read back as strings in one ``tolist``."""
-    values = values.astype(np.uint64)
-    width = len(prefix) + digits
-    chars = np.empty((len(values), width), dtype=np.uint32)
-    chars[:, : len(prefix)] = np.frombuffer(prefix.encode(), dtype=np.uint8)
-    shifts = _NIBBLE_SHIFTS[len(_NIBBLE_SHIFTS) - digits :]
-    nibbles = (values[:, None] >> shifts) & np.uint64(0xF)
-    chars[:, len(prefix) :] = _HEX_DIGITS[nibbles.astype(np.intp)]
-    return chars.view(f"<U{width}").ravel().tolist()
-
-
-def offset_msg_ids(prefix: str, physical_offsets: Sequence[int]) -> list[str]:
-    """``prefix`` + each offset as 16 upper-case hex digits (offset message ids).
-
-    For many ids the characters are laid out in a numpy block of code points and read back
-    as strings in one ``tolist``: about five times cheaper than an f-string per id.
-
-    >>> offset_msg_ids("7F000001", [0, 255])
-    ['7F0000010000000000000000', '7F00000100000000000000FF']
-    """
-    if len(physical_offsets) < _VECTOR_IDS or not prefix.isascii():
-        return [f"{prefix}{offset:016X}" for offset in physical_offsets]
-    return _hex_ids(prefix, np.asarray(physical_offsets, dtype=np.int64), 16)

@@ -26,11 +26,11 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from rmq_spark.clock import now_ms
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.offsets.json_codec import is_valid_offset
 
@@ -40,10 +40,6 @@ log = logging.getLogger("rmq_spark.client")
 
 #: :meth:`ProcessQueue.committable_offset` before any message was put (RocketMQ's -1).
 NOTHING_PUT = -1
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class _Run:
@@ -71,7 +67,7 @@ def _first(run: _Run) -> int:
 class ProcessQueue:
     """In-flight offsets of one queue, with the committable offset they allow."""
 
-    def __init__(self, clock_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, clock_ms: Callable[[], int] = now_ms) -> None:
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._runs: list[_Run] = []  # sorted by first offset; each has offsets in flight

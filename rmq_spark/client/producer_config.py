@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rmq_spark.client.connection import ClientConfig, MiB
+from rmq_spark.client.connection import ClientConfig
 from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.units import KiB, MiB
 
 __all__ = ["ProducerConfig"]
-
-KiB = 1024
 
 
 @dataclass
@@ -18,7 +17,8 @@ class ProducerConfig(ClientConfig):
 
     #: extra attempts of a round-robin send on other brokers (RocketMQ's default is 2)
     retry_times_when_send_failed: int = 2
-    #: how long a broker that answered UNAVAILABLE is left out of round robin
+    #: how long a broker that was unreachable or too slow to answer is left out of round
+    #: robin (after a retriable error)
     unavailable_broker_backoff_ms: int = 5_000
     #: largest encoded batch in one SendMessages request; bigger batches are split
     max_batch_bytes: int = 63 * MiB

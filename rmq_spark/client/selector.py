@@ -11,7 +11,7 @@ import random
 import threading
 from collections.abc import Collection, Sequence
 
-from rmq_spark.codec.taghash import java_string_hash
+from rmq_spark.codec.java_hash import queue_by_hash
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.structs import MessageQueue
 
@@ -19,7 +19,7 @@ __all__ = ["RoundRobinSelector", "select_by_sharding_key"]
 
 
 def select_by_sharding_key(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
-    """RocketMQ's SelectMessageQueueByHash: ``abs(java_string_hash(key)) % len(queues)``.
+    """RocketMQ's SelectMessageQueueByHash: the queue :func:`queue_by_hash` picks.
 
     Stable while the set of writable queues does not change.
 
@@ -31,7 +31,7 @@ def select_by_sharding_key(queues: Sequence[MessageQueue], key: str) -> MessageQ
         raise InvalidArgumentError(f"sharding key {key!r} must be a non-empty string")
     if not queues:
         raise InvalidArgumentError("no writable queue to pick from")
-    return queues[abs(java_string_hash(key)) % len(queues)]
+    return queues[queue_by_hash(key, len(queues))]
 
 
 class RoundRobinSelector:

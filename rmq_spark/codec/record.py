@@ -15,10 +15,12 @@ import functools
 import ipaddress
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from rmq_spark.codec.hex_ids import hex_ids
 from rmq_spark.errors import CorruptDataError, InvalidArgumentError
 
 MAGIC_V1 = 0xDAA320A7  # topic length stored in 1 byte
@@ -323,13 +325,46 @@ def iter_records(buf: bytes | memoryview, *, check_crc: bool = True):
         pos += struct.unpack_from(">i", buf, pos)[0]  # the stored TOTALSIZE
 
 
+#: below this many offset message ids, formatting each one is cheaper than the numpy set-up
+_VECTOR_IDS = 16
+#: an offset is written as its 64 bits, two's complement (Java's long)
+_LONG_BITS = (1 << 64) - 1
+
+
+def offset_msg_id_prefix(store_host: str) -> str:
+    """The part every offset message id of one store shares: its IP and port as upper-case
+    hex (16 characters for IPv4, 40 for IPv6).
+
+    >>> offset_msg_id_prefix("127.0.0.1:10911")
+    '7F00000100002A9F'
+    """
+    addr, _ = encode_host(store_host)
+    return addr.hex().upper()
+
+
 def offset_msg_id(store_host: str, physical_offset: int) -> str:
     """RocketMQ's offset message id: store IP + port + physical offset, upper-case hex.
 
     IPv4 gives 32 hex characters (4 + 4 + 8 bytes); IPv6 gives 56.
+
+    >>> offset_msg_id("127.0.0.1:10911", 255)
+    '7F00000100002A9F00000000000000FF'
     """
-    addr, _ = encode_host(store_host)
-    return (addr + struct.pack(">q", physical_offset)).hex().upper()
+    return f"{offset_msg_id_prefix(store_host)}{physical_offset & _LONG_BITS:016X}"
+
+
+def offset_msg_ids(prefix: str, physical_offsets: Sequence[int] | np.ndarray) -> list[str]:
+    """:func:`offset_msg_id` of many offsets of one store, given its
+    :func:`offset_msg_id_prefix` (many at once through :func:`~rmq_spark.codec.hex_ids.hex_ids`).
+
+    >>> offset_msg_ids("7F00000100002A9F", [0, 255])[1]
+    '7F00000100002A9F00000000000000FF'
+    """
+    if len(physical_offsets) < _VECTOR_IDS or not prefix.isascii():
+        if isinstance(physical_offsets, np.ndarray):
+            physical_offsets = physical_offsets.tolist()
+        return [f"{prefix}{offset & _LONG_BITS:016X}" for offset in physical_offsets]
+    return hex_ids(prefix, np.asarray(physical_offsets, dtype=np.int64), 16)
 
 
 def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:

@@ -6,24 +6,15 @@ from collections.abc import Iterable
 
 import numpy as np
 
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode()`` as a signed 32-bit int (over UTF-16 code units).
-
-    >>> java_string_hash("TagA")
-    2598919
-    >>> java_string_hash("")
-    0
-    """
-    units = text.encode("utf-16-be", "surrogatepass")  # Java hashes lone surrogates too
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
+from rmq_spark.codec.java_hash import java_string_hash
 
 
 def tag_hash_code(tags: str | None) -> int:
-    """The 64-bit tag code of a message: the sign-extended hash, 0 when it has no tag."""
+    """The 64-bit tag code of a message: the sign-extended hash, 0 when it has no tag.
+
+    >>> tag_hash_code("TagA"), tag_hash_code(None)
+    (2598919, 0)
+    """
     if not tags:
         return 0
     return java_string_hash(tags)

@@ -49,9 +49,9 @@ def to_json_dict(offsets: Mapping[MessageQueue, int]) -> OffsetsJson:
     for mq in sorted(offsets):
         # Refuse what from_json_dict would refuse: Spark must be able to hand it back.
         if _queue_id(str(mq.queue_id)) != mq.queue_id or not mq.broker_name.strip():
-            raise InvalidArgumentError(f"{_where(mq)} is not a valid queue")
+            raise InvalidArgumentError(f"{mq.describe()} is not a valid queue")
         validate_topic(mq.topic, allow_system=True)
-        offset = _check_offset(offsets[mq], _where(mq))
+        offset = _check_offset(offsets[mq], mq.describe())
         result.setdefault(mq.topic, {}).setdefault(mq.broker_name, {})[str(mq.queue_id)] = offset
     return result
 
@@ -128,7 +128,7 @@ def resolve_special(
             result[mq] = table[mq]
         else:
             raise NotFoundError(
-                f"{what}: {_where(mq)} does not exist on the broker; check the topic's queues"
+                f"{what}: {mq.describe()} does not exist on the broker; check the topic's queues"
             )
     return result
 
@@ -150,7 +150,7 @@ def advance(start: Mapping[MessageQueue, int], ends: Mapping[MessageQueue, int])
     if behind:
         mq = min(behind)
         raise InvalidArgumentError(
-            f"cannot move {_where(mq)} back from offset {start[mq]} to {ends[mq]}; "
+            f"cannot move {mq.describe()} back from offset {start[mq]} to {ends[mq]}; "
             "end offsets must not be below start offsets"
         )
     return merge(start, ends)
@@ -174,7 +174,7 @@ class DataLoss:
     found: int | None = None
 
     def describe(self) -> str:
-        where = _where(self.mq)
+        where = self.mq.describe()
         if self.kind == "vanished":
             return f"{where}: the queue no longer exists (next offset to read was {self.expected})"
         if self.kind == "shrunk":
@@ -323,10 +323,6 @@ def _queue_id(text: object) -> int | None:
 def _is_int(value: object) -> TypeGuard[int]:
     # bool is an int subclass; true as an offset is a mistake, not offset 1.
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _where(mq: MessageQueue) -> str:
-    return f"topic {mq.topic!r} broker {mq.broker_name!r} queue {mq.queue_id}"
 
 
 def _short(value: Any) -> str:

@@ -36,8 +36,8 @@ import pyarrow.compute as pc
 
 from rmq_spark.client.message import new_unique_keys
 from rmq_spark.codec.byte_column import ByteColumn
+from rmq_spark.codec.java_hash import queues_by_hash
 from rmq_spark.codec.properties import MAX_PROPERTIES_BYTES, RESERVED_PROPERTIES
-from rmq_spark.codec.taghash import java_string_hash
 from rmq_spark.errors import InvalidArgumentError
 
 __all__ = ["ColumnPlan", "RowError", "encode_rows", "plan_columns", "queue_indexes"]
@@ -221,10 +221,7 @@ def queue_indexes(
         given = keys.is_valid().to_numpy(zero_copy_only=False)
         if given.any():
             encoded = pc.dictionary_encode(keys)
-            hashes = np.array(
-                [abs(java_string_hash(k)) % queues for k in encoded.dictionary.to_pylist()] or [0],
-                dtype=np.int64,
-            )
+            hashes = queues_by_hash(encoded.dictionary.to_pylist() or [""], queues)
             indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
             picked = np.where(given, hashes[indices], picked)
     if plan.has("queueId"):

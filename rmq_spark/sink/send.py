@@ -9,7 +9,6 @@ the other, so rows with one ``shardingKey`` arrive in the order the task had the
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.remoting import RemotingProducer
 from rmq_spark.client.route import TopicRoute
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.properties import DELAY, decode_properties
 from rmq_spark.errors import (
     AlreadyExistsError,
@@ -202,7 +202,7 @@ class TaskWriter:
             properties=blobs,
             properties_sizes=encoded.properties_sizes[start:end].tolist(),
             tags=encoded.tags,
-            born_timestamp_ms=time.time_ns() // 1_000_000,
+            born_timestamp_ms=now_ms(),
         )
         if encoded.tag_indexes is not None and len(encoded.tags) > 1:
             columns.tag_indexes.extend(encoded.tag_indexes[start:end].tolist())

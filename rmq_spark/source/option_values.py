@@ -8,17 +8,11 @@ is allowed.
 
 from __future__ import annotations
 
-import re
-
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.offsets.json_codec import MAX_OFFSET
+from rmq_spark.units import parse_duration_ms, parse_size
 
 __all__ = ["RawOptions", "bad"]
-
-_DURATION = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)", re.IGNORECASE)
-_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-_BYTES = re.compile(r"(\d+)\s*(b|k|kb|m|mb|g|gb|t|tb)?", re.IGNORECASE)
-_BYTES_SHIFT = {"b": 0, "k": 10, "kb": 10, "m": 20, "mb": 20, "g": 30, "gb": 30, "t": 40, "tb": 40}
 
 
 class RawOptions:
@@ -66,27 +60,13 @@ class RawOptions:
         text = self.get(name)
         if text is None:
             return None
-        match = _BYTES.fullmatch(text.strip())
-        if match is None or int(match[1]) == 0:
-            raise bad(name, text, "expected a positive size in bytes, e.g. 1048576, 512k or 64m")
-        value = int(match[1]) << _BYTES_SHIFT[(match[2] or "b").lower()]
-        if value > MAX_OFFSET:
-            raise bad(name, text, f"expected at most {MAX_OFFSET} bytes")
-        return value
+        return parse_size(text, what=f"option {name}", minimum=1, maximum=MAX_OFFSET)
 
     def duration_ms(self, name: str, default: int) -> int:
         text = self.get(name)
         if text is None:
             return default
-        match = _DURATION.fullmatch(text.strip())
-        if match is None or int(match[1]) == 0:
-            raise bad(
-                name,
-                text,
-                "expected a positive duration with a unit (ms, s, m, h or d), e.g. 15m, 30s "
-                "or 500ms",
-            )
-        return int(match[1]) * _DURATION_MS[match[2].lower()]
+        return parse_duration_ms(text, what=f"option {name}", minimum=1)
 
     def flag(self, name: str, default: bool) -> bool:
         text = self.get(name)

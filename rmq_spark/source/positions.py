@@ -99,7 +99,7 @@ def starting_offsets(
             result[mq] = _edge(queues[mq], "earliest" if value == EARLIEST else "latest")
         elif value > queues[mq].max_offset:
             raise InvalidArgumentError(
-                f"option startingOffsets starts {_where(mq)} at {value}, past its end "
+                f"option startingOffsets starts {mq.describe()} at {value}, past its end "
                 f"{queues[mq].max_offset} (readable {_range(queues[mq])}); use an offset in "
                 "that range, or -1 for latest"
             )
@@ -124,7 +124,7 @@ def ending_offsets(
             continue
         if value > queues[mq].max_offset:
             raise InvalidArgumentError(
-                f"option endingOffsets ends {_where(mq)} at {value}, past its end "
+                f"option endingOffsets ends {mq.describe()} at {value}, past its end "
                 f"{queues[mq].max_offset}: those messages do not exist yet; use at most "
                 f"{queues[mq].max_offset}, or -1 for latest"
             )
@@ -253,7 +253,7 @@ def _from_group(
             log.warning(
                 "group offset %d of %s is past the queue's end %d; starting at the end",
                 offset,
-                _where(mq),
+                mq.describe(),
                 queues[mq].max_offset,
             )
             result[mq] = queues[mq].max_offset
@@ -282,11 +282,7 @@ def _check_named(name: str, named: Mapping[MessageQueue, int], queues: Queues) -
             if known
             else f"the topic has no readable queues on broker {mq.broker_name!r}"
         )
-        raise NotFoundError(f"option {name} names {_where(mq)}, which does not exist ({where})")
-
-
-def _where(mq: MessageQueue) -> str:
-    return f"topic {mq.topic!r} broker {mq.broker_name!r} queue {mq.queue_id}"
+        raise NotFoundError(f"option {name} names {mq.describe()}, which does not exist ({where})")
 
 
 def _range(queue: QueueOffsets) -> str:

@@ -57,6 +57,7 @@ from rmq_spark.errors import (
 from rmq_spark.offsets.spark import DataLoss, data_loss_message
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
 from rmq_spark.pull_wire import decode_pull_response
+from rmq_spark.retry import backoff_delays
 from rmq_spark.source.connect_options import MAX_RETRY_BACKOFF_MS
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import PlannedPartition, QueueRange
@@ -209,7 +210,7 @@ class _RangeReader:
     def _check_progress(self, offset: int, following: int, status: PullStatus) -> None:
         if following <= offset:
             raise RocketliteError(
-                f"pull of {_where(self.mq)} at offset {offset} answered {status.name} with "
+                f"pull of {self.mq.describe()} at offset {offset} answered {status.name} with "
                 f"next offset {following}, which does not move forward; the broker is "
                 "inconsistent"
             )
@@ -235,7 +236,8 @@ class _RangeReader:
     ) -> messaging_pb2.PullMessagesResponse | None:
         """The answer of the pull at ``offset`` (``ahead`` if it was started early), retried
         while the broker is unavailable; None when the queue vanished and that is accepted."""
-        backoff_ms = self.options.retry_backoff_ms
+        first_ms = self.options.retry_backoff_ms
+        delays_ms = backoff_delays(first_ms, max(first_ms, MAX_RETRY_BACKOFF_MS))
         attempts = self.options.max_retries + 1
         for attempt in range(1, attempts + 1):
             try:
@@ -246,17 +248,17 @@ class _RangeReader:
             except (UnavailableError, RequestTimeoutError) as exc:
                 if attempt == attempts:
                     raise type(exc)(
-                        f"pull of {_where(self.mq)} at offset {offset} from "
+                        f"pull of {self.mq.describe()} at offset {offset} from "
                         f"{self._broker_address()} failed {attempts} times; last error: {exc}. "
                         "Is the broker running? Raise maxRetries or retryBackoffMs to wait "
                         "longer for a restarting broker"
                     ) from exc
+                backoff_ms = next(delays_ms)
                 log.warning(
                     "pull of %s at %d failed (%s); retry %d/%d within %d ms",
-                    _where(self.mq), offset, exc, attempt, attempts - 1, backoff_ms,
+                    self.mq.describe(), offset, exc, attempt, attempts - 1, backoff_ms,
                 )  # fmt: skip
                 self._pause(exc, backoff_ms / 1000)
-                backoff_ms = min(max(backoff_ms, 1) * 2, MAX_RETRY_BACKOFF_MS)
             except NotFoundError as exc:
                 self._lost(DataLoss(self.mq, "vanished", offset), detail=str(exc))
                 return None
@@ -407,7 +409,7 @@ class _LocalRangeReader(_RangeReader):
                                 yield rows
         except ShortCircuitUnavailable as exc:
             log.info("short-circuit read of %s stopped at %d (%s); pulling the rest",
-                     _where(mq), offset, exc)  # fmt: skip
+                     mq.describe(), offset, exc)  # fmt: skip
             rest = replace(self.range, start=offset)
             yield from _RangeReader(self.conn, rest, self.options, self.projection).batches()
 
@@ -454,7 +456,7 @@ class _StoreRangeReader(_RangeReader):
             if not np.array_equal(stamped, expected):
                 at = int(np.flatnonzero(stamped != expected)[0])
                 raise RocketliteError(
-                    f"the record at offset {offset + at} of {_where(mq)} in store directory "
+                    f"the record at offset {offset + at} of {mq.describe()} in store directory "
                     f"{self.options.store_path} says it is at offset {int(stamped[at])}; the "
                     "store's consume queue and commit log disagree"
                 )
@@ -483,10 +485,6 @@ def _status(mq: MessageQueue, response) -> PullStatus:
         return pull_status_from_pb(response.status)
     except KeyError:
         raise RocketliteError(
-            f"pull of {_where(mq)} got status {response.status}, which this client does not "
+            f"pull of {mq.describe()} got status {response.status}, which this client does not "
             "know; is the broker newer than the client?"
         ) from None
-
-
-def _where(mq: MessageQueue) -> str:
-    return f"topic {mq.topic!r} broker {mq.broker_name!r} queue {mq.queue_id}"

@@ -8,11 +8,9 @@ from typing import Literal
 
 from rmq_spark.codec.record import parse_host
 from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.units import GiB, MiB
 
 FlushMode = Literal["ASYNC", "SYNC"]
-
-GiB = 1 << 30
-MiB = 1 << 20
 
 
 @dataclass

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from rmq_spark.errors import InvalidArgumentError, StoreError
 from rmq_spark.store.index_file import (
@@ -167,10 +167,6 @@ def expired_count(end_phy_offsets: Sequence[int], commitlog_min_offset: int) -> 
     return count
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 # -- the directory ---------------------------------------------------------------------------
 
 
@@ -208,7 +204,7 @@ class MessageIndex:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         *,
         read_only: bool = False,
-        clock: Callable[[], int] = _wall_clock_ms,
+        clock: Callable[[], int] = now_ms,
     ) -> MessageIndex:
         """The index in ``directory`` (made with the first key when absent). ``read_only``
         maps the files read-only and never writes, creates or deletes anything: for readers

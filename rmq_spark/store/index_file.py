@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rmq_spark.codec.taghash import java_string_hash
+from rmq_spark.codec.java_hash import java_string_hash, java_string_hashes
 from rmq_spark.errors import CorruptDataError, InvalidArgumentError, StoreError
 
 HEADER = struct.Struct(">qqqqii")
@@ -101,65 +101,6 @@ def index_key_hash(key: str) -> int:
     """
     h = java_string_hash(key)
     return 0 if h == -(2**31) else abs(h)
-
-
-#: 31 is odd, so it has an inverse modulo 2**32: 31**(e - p) == 31**e * INVERSE**p there
-_INVERSE_OF_31 = pow(31, -1, 1 << 32)
-_POWERS: dict[int, np.ndarray] = {}
-#: texts are hashed in runs of about this many characters, bounding the memory used
-_RUN_CHARS = 1 << 20
-
-
-def _powers(base: int, count: int) -> np.ndarray:
-    """base**k mod 2**32 for k < count (uint32 products wrap as Java ints do)."""
-    table = _POWERS.get(base)
-    if table is None or len(table) < count:
-        grown = np.full(max(count, 2 * len(table) if table is not None else 1), base, np.uint32)
-        grown[0] = 1
-        table = _POWERS[base] = np.cumprod(grown, dtype=np.uint32)
-    return table[:count]
-
-
-def java_string_hashes(texts: Sequence[str]) -> np.ndarray:
-    """Java's ``String.hashCode()`` of each text as an int32 array, with no loop per text.
-
-    Java's hash of units u[s..e] is sum(u[p] * 31**(e - p)) mod 2**32, which is
-    31**e * sum(u[p] * INVERSE**p) for positions p in the texts joined end to end: one
-    product per UTF-16 unit, one sum per text (``reduceat``), one product per text. A
-    text with characters past U+FFFF is counted in units (two surrogates each).
-
-    >>> java_string_hashes(["TagA", "", "😀"]).tolist()
-    [2598919, 0, 1772899]
-    """
-    texts = texts if isinstance(texts, list) else list(texts)
-    n = len(texts)
-    chars = np.fromiter(map(len, texts), dtype=np.int64, count=n)
-    ends = np.cumsum(chars)
-    hashes = np.zeros(n, dtype=np.uint32)
-    lo = 0
-    while lo < n:
-        hi = int(np.searchsorted(ends, ends[lo] - chars[lo] + _RUN_CHARS, side="right"))
-        hi = max(hi, lo + 1)
-        hashes[lo:hi] = _hash_run(texts[lo:hi], chars[lo:hi])
-        lo = hi
-    return hashes.view(np.int32)
-
-
-def _hash_run(texts: list[str], chars: np.ndarray) -> np.ndarray:
-    joined = "".join(texts)
-    units = np.frombuffer(joined.encode("utf-16-le", "surrogatepass"), dtype="<u2")
-    lengths = chars
-    if len(units) != len(joined):  # surrogate pairs: count units text by text
-        sizes = (len(t.encode("utf-16-le", "surrogatepass")) // 2 for t in texts)
-        lengths = np.fromiter(sizes, dtype=np.int64, count=len(texts))
-    ends = np.cumsum(lengths)
-    hashes = np.zeros(len(texts), dtype=np.uint32)
-    filled = lengths > 0
-    if filled.any():
-        terms = units.astype(np.uint32) * _powers(_INVERSE_OF_31, len(units))
-        sums = np.add.reduceat(terms, (ends - lengths)[filled], dtype=np.uint32)
-        hashes[filled] = sums * _powers(31, len(units))[ends[filled] - 1]
-    return hashes
 
 
 def index_key_hashes(keys: Sequence[str]) -> np.ndarray:

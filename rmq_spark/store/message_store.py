@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rmq_spark.clock import now_ms
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.batch_encode import (
     EncodedBatch,
@@ -72,10 +73,6 @@ DEFAULT_MAX_BYTES = 4 << 20
 #: at close, the index catches up with the log when it is at most this far behind (more
 #: is left to the next open, which goes on from where it stopped)
 CLOSE_INDEX_BYTES = 64 << 20
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from rmq_spark.client import RoundRobinSelector, select_by_sharding_key
-from rmq_spark.codec.taghash import java_string_hash
+from rmq_spark.codec.java_hash import java_string_hash
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.structs import MessageQueue
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rmq_spark.codec.taghash import java_string_hash
 from rmq_spark.errors import CorruptDataError, StoreError
 from rmq_spark.store.index import (
     MessageIndex,
@@ -32,7 +31,6 @@ from rmq_spark.store.index_file import (
     encode_header,
     index_key_hash,
     index_key_hashes,
-    java_string_hashes,
     time_diffs,
 )
 
@@ -70,34 +68,6 @@ def _add(f: IndexFile, keys: list[str], phys: list[int], stamps: list[int]) -> i
 
 
 # -- hashes --------------------------------------------------------------------------------
-
-# (text, Java 17 "text".hashCode())
-JAVA_HASHES = [
-    ("T#a", 81906),
-    ("orders#o-1", 772470709),
-    ("日本#😀", -891112065),
-    ("polygenelubricants", -(2**31)),
-    ("", 0),
-    ("😀", 1772899),
-    ("tag🚀x", -826371813),
-]
-
-
-def test_vectorised_hash_equals_java_on_tricky_strings() -> None:
-    texts = [t for t, _ in JAVA_HASHES]
-    assert java_string_hashes(texts).tolist() == [h for _, h in JAVA_HASHES]
-    tricky = ["", "a", "", "héllo", "日本語", "x😀y", "\ud83d", "z" * 10_000, "é" * 333, ""]
-    assert java_string_hashes(tricky).tolist() == [java_string_hash(t) for t in tricky]
-    assert java_string_hashes(["x😀y"]).dtype == np.int32
-    assert java_string_hashes([]).tolist() == []
-    assert java_string_hashes(["", ""]).tolist() == [0, 0]
-
-
-def test_vectorised_hash_in_short_runs(monkeypatch) -> None:
-    # Long batches are hashed a run of texts at a time; runs must not change a hash.
-    monkeypatch.setattr("rmq_spark.store.index_file._RUN_CHARS", 5)
-    texts = ["", "abcdefgh", "x", "", "日本😀", "polygenelubricants", "\udfff", "q" * 12]
-    assert java_string_hashes(texts).tolist() == [java_string_hash(t) for t in texts]
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import re
 import struct
 import zlib
 
+import numpy as np
 import pytest
 
 from rmq_spark.codec import record as r
@@ -450,6 +451,22 @@ def test_offset_msg_id_ipv6_is_56_hex_chars() -> None:
 )
 def test_offset_msg_id_parses_back(host: str, offset: int) -> None:
     assert r.parse_offset_msg_id(r.offset_msg_id(host, offset)) == (host, offset)
+
+
+@pytest.mark.parametrize(
+    ("host", "prefix"),
+    [("10.0.0.1:10911", "0A00000100002A9F"), ("[::1]:8080", "0" * 31 + "100001F90")],
+)
+def test_many_offset_msg_ids_are_the_prefix_and_each_offset(host: str, prefix: str) -> None:
+    assert r.offset_msg_id_prefix(host) == prefix
+    offsets = [0, 1, 255, 1234, 1 << 33, (1 << 63) - 1, -1, *range(10_000, 10_040)]
+    one_by_one = [r.offset_msg_id(host, offset) for offset in offsets]
+    assert r.offset_msg_ids(prefix, offsets) == one_by_one  # 47: laid out with numpy
+    assert r.offset_msg_ids(prefix, offsets[:3]) == one_by_one[:3]  # 3: one f-string each
+    assert r.offset_msg_ids(prefix, np.array(offsets, dtype=np.int64)) == one_by_one
+    assert r.offset_msg_ids(prefix, np.array(offsets[:3], dtype=np.int64)) == one_by_one[:3]
+    assert r.offset_msg_ids(prefix, []) == []
+    assert one_by_one[6].endswith("FFFFFFFFFFFFFFFF")  # -1 as a Java long's 64 bits
 
 
 def test_parse_offset_msg_id_of_the_ipv4_literal() -> None:

@@ -20,8 +20,9 @@ from rmq_spark.broker.send_columns import (
     suspect_property_blobs,
     uniform_blobs_pass,
 )
-from rmq_spark.client.message import Message, encode_columns, new_unique_key, offset_msg_ids
+from rmq_spark.client.message import Message, encode_columns, new_unique_key
 from rmq_spark.codec.properties import decode_properties
+from rmq_spark.codec.record import offset_msg_ids
 from rmq_spark.errors import InvalidArgumentError
 
 NOW = 1_700_000_000_000

@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from rmq_spark.codec.java_hash import java_string_hash
 from rmq_spark.codec.properties import decode_properties
-from rmq_spark.codec.taghash import java_string_hash
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.sink.options import SinkOptions
 from rmq_spark.sink.rows import RowError, encode_rows, plan_columns, queue_indexes

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rmq_spark.codec.taghash import java_string_hash, tag_hash_code, tag_hash_codes
+from rmq_spark.codec.java_hash import java_string_hash
+from rmq_spark.codec.taghash import tag_hash_code, tag_hash_codes
 
 LONG_ASCII = "hello world, this is a rather long tag that overflows"
 ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"

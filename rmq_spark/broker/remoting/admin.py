@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.key_query import KeyMatches, find_by_key
@@ -21,6 +20,7 @@ from rmq_spark.broker.remoting.consume import MAX_PULL_BYTES
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import required
 from rmq_spark.broker.status import Workers
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import decode_record
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import validate_group, validate_topic
@@ -341,7 +341,7 @@ def _subscription_json(topic: str, expression: str) -> dict:
 
 
 def _data_version() -> dict:
-    return {"counter": 0, "timestamp": time.time_ns() // 1_000_000}
+    return {"counter": 0, "timestamp": now_ms()}
 
 
 def _store_time_at(store, topic: str, queue_id: int, offset: int) -> int:
@@ -363,6 +363,6 @@ def _disk_ratio(broker: Broker) -> float:
 
 
 def _uptime(start_ms: int) -> str:
-    seconds = max(0, (time.time_ns() // 1_000_000 - start_ms) // 1000)
+    seconds = max(0, (now_ms() - start_ms) // 1000)
     days, hours = seconds // 86400, seconds // 3600 % 24
     return f"[ {days} days, {hours} hours, {seconds // 60 % 60} minutes, {seconds % 60} seconds ]"

@@ -17,10 +17,15 @@ from rmq_spark.broker import retry
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.group_commit import GroupCommit
 from rmq_spark.broker.remoting.answers import Refusal, failure_reply
-from rmq_spark.broker.send import RoundRobin, UniqueIdGenerator, offset_msg_ids
+from rmq_spark.broker.send import RoundRobin, UniqueIdGenerator
 from rmq_spark.broker.status import Workers
 from rmq_spark.codec import properties as props
-from rmq_spark.codec.record import decode_record, offset_msg_id
+from rmq_spark.codec.record import (
+    decode_record,
+    offset_msg_id,
+    offset_msg_id_prefix,
+    offset_msg_ids,
+)
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import RETRY_PREFIX, SCHEDULE_TOPIC, validate_group, validate_topic
 from rmq_spark.remoting import headers
@@ -183,7 +188,8 @@ class Producing:
         if isinstance(outcome, BaseException):
             self._answer(connection, request, outcome)
             return
-        ids = offset_msg_ids(self._broker.store_host, outcome.physical_offsets)
+        prefix = offset_msg_id_prefix(self._broker.store_host)
+        ids = offset_msg_ids(prefix, outcome.physical_offsets)
         self._answer(
             connection,
             request,
