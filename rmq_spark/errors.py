@@ -15,7 +15,10 @@ class RocketliteError(Exception):
 
     #: gRPC status code name used when this error crosses the wire.
     grpc_code = "INTERNAL"
-    #: True when the same request may succeed if simply retried later.
+    #: True when the same request may succeed if sent again later, here or to another
+    #: broker. The one rule of the clients' own retries: they send a request again after
+    #: these errors and no others (a producer also moves to another broker after a refusal
+    #: that may come from a stale route).
     retriable = False
 
 
@@ -66,10 +69,13 @@ class UnavailableError(RocketliteError):
 
 
 class FlushTimeoutError(RocketliteError):
-    """SYNC flush did not complete in time; the data may or may not be durable."""
+    """SYNC flush did not complete in time; the data may or may not be durable.
+
+    Not retriable: the messages are stored (and most likely flushed soon), so sending them
+    again would store them twice.
+    """
 
     grpc_code = "DEADLINE_EXCEEDED"
-    retriable = True
 
 
 class StoreError(RocketliteError):
@@ -106,7 +112,11 @@ ERROR_CLASS_METADATA = "rocketlite-error-class"
 
 
 class RequestTimeoutError(RocketliteError):
-    """The call did not complete before its deadline (client side, or a long poll)."""
+    """The call did not complete before its deadline (client side, or a long poll).
+
+    Retriable: a broker that was slow (busy, pausing) may answer the next attempt; a send
+    that did reach it is then stored twice (sends are at least once).
+    """
 
     grpc_code = "DEADLINE_EXCEEDED"
     retriable = True
@@ -147,10 +157,14 @@ def error_from_status(code_name: str, message: str, class_name: str | None = Non
     >>> type(error_from_status("NOT_FOUND", "topic 'x' does not exist")).__name__
     'NotFoundError'
     """
+    general = _BY_CODE.get(code_name, RocketliteError)
     cls = _all_error_classes().get(class_name or "")
     if cls is None or cls.grpc_code != code_name:
-        cls = _BY_CODE.get(code_name, RocketliteError)
-    return cls(message)
+        cls = general
+    try:
+        return cls(message)
+    except TypeError:  # a class built from more than a message (e.g. a code and a message)
+        return general(message)
 
 
 def shown(value: object, limit: int = 64) -> str:

@@ -32,7 +32,12 @@ import grpc
 from rmq_spark.auth import signature
 from rmq_spark.auth.acl import AccessControl, User
 from rmq_spark.auth.permissions import V2, Rule, rule_for
-from rmq_spark.errors import ERROR_CLASS_METADATA
+from rmq_spark.errors import (
+    ERROR_CLASS_METADATA,
+    PermissionDeniedError,
+    RocketliteError,
+    UnauthenticatedError,
+)
 
 if TYPE_CHECKING:
     from rmq_spark.auth.remoting_rules import RemotingRule
@@ -50,12 +55,40 @@ CLIENT_ID_TTL_S = 3600.0
 MAX_CLIENT_IDS = 200_000
 
 
-class Refused(Exception):
-    """A call refused; ``authenticated`` False = who the caller is is unknown."""
+class Refused(RocketliteError):
+    """A call refused by access control: one of :class:`NotAuthenticated` (who the caller
+    is is unknown) and :class:`AccessDenied` (the caller lacks a permission); catch this
+    class for both. The message starts with ``access control: ``."""
 
-    def __init__(self, message: str, authenticated: bool) -> None:
-        super().__init__(REFUSED_PREFIX + message)
-        self.authenticated = authenticated
+    #: False when who the caller is is unknown
+    authenticated: bool
+
+    def __init__(self, message: str) -> None:
+        if not message.startswith(REFUSED_PREFIX):
+            message = REFUSED_PREFIX + message
+        super().__init__(message)
+
+
+class NotAuthenticated(Refused, UnauthenticatedError):
+    """No, wrong or stale credentials, or a user that is gone or disabled: UNAUTHENTICATED
+    (rocketlite.v1), UNAUTHORIZED (RocketMQ 5), NO_PERMISSION (remoting)."""
+
+    authenticated = False
+
+
+class AccessDenied(Refused, PermissionDeniedError):
+    """A known user without the permission the call needs: PERMISSION_DENIED
+    (rocketlite.v1), FORBIDDEN (RocketMQ 5), NO_PERMISSION (remoting)."""
+
+    authenticated = True
+
+
+def v1_status(refusal: Refused) -> tuple[grpc.StatusCode, str]:
+    """The status of a refused rocketlite.v1 call, and the error class it names: the
+    general class of its code (PermissionDeniedError, UnauthenticatedError), which every
+    client knows."""
+    general = PermissionDeniedError if refusal.authenticated else UnauthenticatedError
+    return getattr(grpc.StatusCode, refusal.grpc_code), general.__name__
 
 
 def peer_ip(peer: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -103,9 +136,9 @@ def enabled_user(access: AccessControl, name: str) -> User:
     """The user a verified signature names, if it is (still) there and enabled."""
     user = access.user(name)
     if user is None:  # removed by a reload in between
-        raise Refused("invalid access key or signature", authenticated=False)
+        raise NotAuthenticated("invalid access key or signature")
     if not user.enabled:
-        raise Refused(f"user {name} is disabled", authenticated=False)
+        raise NotAuthenticated(f"user {name} is disabled")
     return user
 
 
@@ -121,34 +154,33 @@ class Authorizer:
         try:
             name = signature.verify(metadata, access.secret_of, window_s=access.replay_window_s)
         except signature.AuthenticationError as exc:
-            raise Refused(str(exc), authenticated=False) from None
+            raise NotAuthenticated(str(exc)) from None
         return enabled_user(access, name)
 
     def authorize(
         self, user: User, rule: Rule | RemotingRule | None, needs, peer: str | None
     ) -> None:
         if rule is None:
-            raise Refused("this method is not in the permission table", authenticated=True)
+            raise AccessDenied("this method is not in the permission table")
         if user.is_super:
             return
         if rule.super_only:
-            raise Refused(f"user {user.name} is not a super user", authenticated=True)
+            raise AccessDenied(f"user {user.name} is not a super user")
         access = self.acl()
         ip = peer_ip(peer)
         for need in needs:
             verdict = access.authorize(user, need.resource, need.actions, ip)
             if not verdict.allowed:
-                raise Refused(f"user {user.name}: {verdict.reason}", authenticated=True)
+                raise AccessDenied(f"user {user.name}: {verdict.reason}")
 
     def claim(self, user: User, client_ids: Iterable[str]) -> None:
         if user.is_super:
             return
         for client_id in client_ids:
             if client_id and self.owners.claim(client_id, user.name) is not None:
-                raise Refused(
+                raise AccessDenied(
                     f"user {user.name} may not act as client {client_id[:128]!r}, which "
-                    "another user is using",
-                    authenticated=True,
+                    "another user is using"
                 )
 
     def check_open(self, method: str, context) -> tuple[User, Rule | None]:
@@ -215,10 +247,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             if v2:
                 code = V2_FORBIDDEN if refusal.authenticated else V2_UNAUTHORIZED
                 return _v2_response(method)(status={"code": code, "message": str(refusal)})
-            if refusal.authenticated:
-                code, cls = grpc.StatusCode.PERMISSION_DENIED, "PermissionDeniedError"
-            else:
-                code, cls = grpc.StatusCode.UNAUTHENTICATED, "UnauthenticatedError"
+            code, cls = v1_status(refusal)
             await context.abort(
                 code, str(refusal), trailing_metadata=((ERROR_CLASS_METADATA, cls),)
             )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rmq_spark.auth.interceptor import Authorizer, Refused, enabled_user
+from rmq_spark.auth.interceptor import Authorizer, NotAuthenticated, enabled_user
 from rmq_spark.auth.remoting_rules import rule_for
 from rmq_spark.auth.remoting_signature import Buffer, verify_request
 from rmq_spark.auth.signature import AuthenticationError
@@ -21,13 +21,14 @@ def check_request(
     version: int = 0,
     peer: str = "",
 ) -> str:
-    """The name of the user a request is allowed for; Refused otherwise. ``peer`` is the
-    client's ``host:port`` (for policies with source addresses)."""
+    """The name of the user a request is allowed for; Refused (NotAuthenticated or
+    AccessDenied) otherwise. ``peer`` is the client's ``host:port`` (for policies with
+    source addresses)."""
     access = authorizer.acl()
     try:
         name = verify_request(ext, body, access.secret_of, version)
     except AuthenticationError as exc:
-        raise Refused(str(exc), authenticated=False) from None
+        raise NotAuthenticated(str(exc)) from None
     user = enabled_user(access, name)
     rule = rule_for(code)
     grpc_peer = f"ipv6:{peer}" if peer.startswith("[") else f"ipv4:{peer}"

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from hashlib import sha1
 
+from rmq_spark.errors import UnauthenticatedError
+
 ALGORITHM = "MQv2-HMAC-SHA1"
 DATE_TIME_HEADER = "x-mq-date-time"
 AUTHORIZATION_HEADER = "authorization"
@@ -35,7 +37,7 @@ DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
 DEFAULT_REPLAY_WINDOW_S = 15 * 60
 
 
-class AuthenticationError(Exception):
+class AuthenticationError(UnauthenticatedError):
     """The caller could not be authenticated; ``str()`` is safe to send back."""
 
 

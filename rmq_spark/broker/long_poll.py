@@ -19,7 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from rmq_spark.structs import PullStatus
+
+if TYPE_CHECKING:
+    from rmq_spark.store.message_store import GetResult
 
 _Key = tuple[str, int]
 
@@ -118,6 +124,40 @@ class PullNotifier:
             self._closed = True
             woken = [item for waiters in self._queues.values() for item in waiters.items()]
         _wake(woken)
+
+
+async def hold(
+    notifier: PullNotifier,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    timeout_s: float,
+    *,
+    max_offset: Callable[[], int],
+    read: Callable[[int], Awaitable[GetResult]],
+    result: GetResult,
+) -> GetResult:
+    """A pull of ``topic``/``queue_id`` that found nothing new at ``offset`` (``result``),
+    held up to ``timeout_s`` for a message that passes its filter; the last read answers.
+
+    ``max_offset()`` is the queue's end (checked on the loop at each wake-up) and
+    ``read(offset)`` reads the queue again from ``offset`` (off the loop). Arrivals the
+    filter rejects do not end the wait, as with RocketMQ's hold service; the answer then
+    moves next_begin_offset past them. The wait holds no thread.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+
+        def arrived(offset: int = offset) -> bool:
+            return max_offset() > offset
+
+        if not await notifier.wait(topic, queue_id, deadline - loop.time(), arrived):
+            return result
+        result = await read(offset)
+        if result.status != PullStatus.NO_MATCHED_MSG:
+            return result
+        offset = result.next_begin_offset
 
 
 def _wake(waiters: list[tuple[asyncio.Future, asyncio.AbstractEventLoop]]) -> None:

@@ -6,13 +6,12 @@ builds answers; the conversions live in the small functions below it.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 
 import grpc
 from google.protobuf import message_factory
 
-from rmq_spark.broker import checks, retry
+from rmq_spark.broker import checks, long_poll, retry
 from rmq_spark.broker.admission import ByteBudget
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.key_query import DEFAULT_MAX_COUNT, NO_END_MS, find_by_key
@@ -29,14 +28,15 @@ from rmq_spark.broker.send import (
 from rmq_spark.broker.send_columns import ColumnBatch
 from rmq_spark.broker.status import Workers, blocking, waiting
 from rmq_spark.codec.byte_column import ByteColumn
+from rmq_spark.codec.java_hash import queue_by_hash
 from rmq_spark.codec.record import (
     FIXED_WITHOUT_HOSTS,
     IPV4_HOST,
     POS_PHYSICALOFFSET,
     encode_host,
+    offset_msg_id_prefix,
     parse_offset_msg_id,
 )
-from rmq_spark.codec.taghash import java_string_hash
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import validate_message_key, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2, messaging_pb2_grpc
@@ -238,8 +238,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
 
     @functools.cached_property
     def _offset_msg_id_prefix(self) -> str:
-        address, _ = encode_host(self._broker.store_host)
-        return address.hex().upper()
+        return offset_msg_id_prefix(self._broker.store_host)
 
     def _select_queue(self, request, config: TopicConfig) -> int:
         count = config.write_queue_nums
@@ -256,33 +255,23 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                 raise InvalidArgumentError(
                     "sharding_key is empty; give a key, a queue_id, or neither (round robin)"
                 )
-            return abs(java_string_hash(request.sharding_key)) % count
+            return queue_by_hash(request.sharding_key, count)
         return self._round_robin.next(config.name) % count
 
     async def _hold(self, pull: PullArgs, result: GetResult) -> GetResult:
-        """Long polling: wait for a message that passes the filter, up to the suspend time.
-
-        The wait holds no thread: it is a future on the event loop, woken by the write path
-        (a cancelled call simply stops waiting). Arrivals that the tag filter rejects do not
-        end the wait (RocketMQ's hold service does the same); the answer then moves
-        next_begin_offset past them.
-        """
-        store, notifier = self._broker.store, self._broker.notifier
-        topic, queue_id = pull.topic, pull.queue_id
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + pull.suspend_ms / 1000
-        offset = pull.offset
-        while True:
-
-            def arrived(offset=offset) -> bool:
-                return store.max_offset(topic, queue_id) > offset
-
-            if not await notifier.wait(topic, queue_id, deadline - loop.time(), arrived):
-                return result
-            result = await self._workers.run(pull.read, store, offset)
-            if result.status != PullStatus.NO_MATCHED_MSG:
-                return result
-            offset = result.next_begin_offset
+        """Long polling (:func:`rmq_spark.broker.long_poll.hold`): wait for a message
+        that passes the filter, up to the suspend time; a cancelled call stops waiting."""
+        store = self._broker.store
+        return await long_poll.hold(
+            self._broker.notifier,
+            pull.topic,
+            pull.queue_id,
+            pull.offset,
+            pull.suspend_ms / 1000,
+            max_offset=functools.partial(store.max_offset, pull.topic, pull.queue_id),
+            read=lambda offset: self._workers.run(pull.read, store, offset),
+            result=result,
+        )
 
 
 def add_to_server(servicer: MessagingServicer, server: grpc.aio.Server) -> None:

@@ -27,6 +27,7 @@ from rmq_spark.errors import (
     NotFoundError,
     PermissionDeniedError,
     RocketliteError,
+    UnauthenticatedError,
 )
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
 from rmq_spark.short_circuit_wire import (
@@ -126,7 +127,7 @@ class ShortCircuitServer:
             return _refusal("NOT_FOUND", exc), []
         except (InvalidArgumentError, KeyError, TypeError, ValueError) as exc:
             return _refusal("INVALID", exc), []
-        except _Unauthenticated as exc:
+        except UnauthenticatedError as exc:
             return _refusal("UNAUTHENTICATED", exc), []
         except (RocketliteError, OSError) as exc:
             log.warning("short-circuit request failed: %s", exc)
@@ -174,7 +175,6 @@ class ShortCircuitServer:
             raise PermissionDeniedError(f"topic {topic!r} is not readable on this broker")
         if self._authorizer is None:
             return
-        from rmq_spark.auth.interceptor import Refused
         from rmq_spark.auth.permissions import rule_for
 
         pull = messaging_pb2.PullMessagesRequest(
@@ -185,18 +185,10 @@ class ShortCircuitServer:
         )
         metadata = [(str(k), str(v)) for k, v in request.get("auth") or ()]
         rule = rule_for(_PULL)
-        try:
-            user = self._authorizer.authenticate(metadata)
-        except Refused as exc:
-            raise _Unauthenticated(str(exc)) from None
-        try:
-            self._authorizer.authorize(user, rule, rule.needs(pull) if rule else (), _LOCAL_PEER)
-        except Refused as exc:
-            raise PermissionDeniedError(str(exc)) from None
-
-
-class _Unauthenticated(Exception):
-    pass
+        # refusals are UnauthenticatedError or PermissionDeniedError (see _answer)
+        user = self._authorizer.authenticate(metadata)
+        needs = rule.needs(pull) if rule is not None and rule.needs is not None else ()
+        self._authorizer.authorize(user, rule, needs, _LOCAL_PEER)
 
 
 def _refusal(code: str, exc: BaseException) -> dict[str, Any]:

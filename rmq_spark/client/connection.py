@@ -2,11 +2,14 @@
 
 Every RPC the client makes goes through :meth:`Connection.call` (or :meth:`Connection.start`
 for calls issued in parallel), so a ``grpc.RpcError`` becomes an :mod:`rmq_spark.errors`
-class in exactly one place (:func:`error_from_rpc`), and only retriable errors are retried.
+class in exactly one place (:func:`error_from_rpc`), and only retriable errors are retried
+(``RocketliteError.retriable``: the broker was unreachable or stopping, or did not answer in
+time).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import random
@@ -32,10 +35,11 @@ from rmq_spark.proto_gen.rocketlite.v1 import (
     messaging_pb2_grpc,
     offsets_pb2_grpc,
 )
+from rmq_spark.retry import backoff_delays
+from rmq_spark.units import MiB
 
 log = logging.getLogger("rmq_spark.client")
 
-MiB = 1 << 20
 #: after the connection came back: a breath before retrying, so a broker that is still
 #: opening its store is not hit by every client at the same instant
 RECONNECTED_PAUSE_S = 0.05
@@ -45,7 +49,8 @@ WAIT_READY_RECHECK_S = 0.05
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often and how patiently one endpoint is retried after UNAVAILABLE.
+    """How often and how patiently one endpoint is retried after a retriable error
+    (``RocketliteError.retriable``: UNAVAILABLE, or no answer within the deadline).
 
     The delay doubles after each failed attempt (with +-20 % jitter so many clients do not
     retry in step), from ``backoff_ms`` up to ``max_backoff_ms``.
@@ -66,10 +71,9 @@ class RetryPolicy:
 
     def delays_s(self):
         """Sleep before attempt 2, 3, ...: one value per retry."""
-        delay = self.backoff_ms
-        for _ in range(self.attempts - 1):
-            yield min(delay, self.max_backoff_ms) * random.uniform(0.8, 1.2) / 1000
-            delay *= 2
+        delays_ms = backoff_delays(self.backoff_ms, self.max_backoff_ms)
+        for delay_ms in itertools.islice(delays_ms, self.attempts - 1):
+            yield delay_ms * random.uniform(0.8, 1.2) / 1000
 
 
 NO_RETRY = RetryPolicy(attempts=1)
@@ -81,7 +85,7 @@ class ClientConfig:
 
     #: deadline of one ordinary call (long polls add their suspend time to it)
     request_timeout_ms: int = 10_000
-    #: retries of one endpoint after UNAVAILABLE
+    #: retries of one endpoint after a retriable error (UNAVAILABLE, a deadline)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     #: how long a merged topic route is trusted before it is fetched again
     route_ttl_ms: int = 30_000
@@ -268,6 +272,13 @@ def error_from_rpc(
     return error
 
 
+def _gave_up(error: RocketliteError, attempts: int) -> RocketliteError:
+    """``error`` (same class, endpoint and origin) saying that every attempt failed."""
+    final = type(error)(f"{error} (gave up after {attempts} attempts)")
+    final.__dict__.update(error.__dict__)  # endpoint, from_broker
+    return final
+
+
 class PendingCall:
     """A call started with :meth:`Connection.start`; ``result()`` raises rocketlite errors."""
 
@@ -339,8 +350,9 @@ class Connection:
     ) -> Any:
         """Call ``method`` (a stub attribute of this connection) and return its response.
 
-        Retries after UNAVAILABLE as ``retry`` says (the config's policy by default; pass
-        :data:`NO_RETRY` when the caller fails over elsewhere itself). Raises rocketlite errors.
+        Retries the errors that are ``retriable`` (UNAVAILABLE, no answer in time) as
+        ``retry`` says (the config's policy by default; pass :data:`NO_RETRY` when the
+        caller fails over elsewhere itself), and no others. Raises rocketlite errors.
         """
         name = self.method_name(method)
         timeout = self.config.request_timeout_s if timeout_s is None else timeout_s
@@ -353,16 +365,15 @@ class Connection:
             except grpc.RpcError as exc:
                 error = error_from_rpc(exc, self.endpoint, name, timeout, self.config.tls)
                 cause: BaseException = exc
-            if not isinstance(error, UnavailableError) or attempt == policy.attempts:
+            if not error.retriable or attempt == policy.attempts:
                 break
             pause = next(delays)
             log.debug(
-                "%s on %s unavailable (%s); retry within %.2f s", name, self.endpoint, error, pause
+                "%s on %s failed (%s); retry within %.2f s", name, self.endpoint, error, pause
             )
             self.pause_before_retry(error, pause)
-        if isinstance(error, UnavailableError) and policy.attempts > 1:
-            error = UnavailableError(f"{error} (gave up after {policy.attempts} attempts)")
-            error.endpoint = self.endpoint  # type: ignore[attr-defined]
+        if error.retriable and policy.attempts > 1:
+            error = _gave_up(error, policy.attempts)
         raise error from cause
 
     def start(self, method: Any, request: Any, *, timeout_s: float) -> PendingCall:

@@ -30,9 +30,7 @@ from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import (
     InvalidArgumentError,
     NotFoundError,
-    RequestTimeoutError,
     RocketliteError,
-    UnavailableError,
 )
 from rmq_spark.names import RETRY_PREFIX, validate_group
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
@@ -223,7 +221,8 @@ class PullConsumer:
 
         With nothing anywhere and ``timeout_ms > 0``, long-polls every queue and returns as
         soon as one has messages. The starting queue rotates between calls, so results are
-        fair across queues. A broker that cannot be reached is skipped with a warning.
+        fair across queues. A broker that cannot be reached or does not answer in time is
+        skipped with a warning.
         """
         if not self._assigned:
             raise InvalidArgumentError("poll needs assigned queues; call assign() first")
@@ -303,15 +302,16 @@ class PullConsumer:
         """Give unpositioned queues the committed offset, else their consume_from start.
 
         Returns the queues that have a position. With ``skip_unavailable`` the queues of a
-        broker that cannot be reached are left out (with a warning) instead of failing.
+        broker that failed with a retriable error (unreachable, no answer in time) are left
+        out (with a warning) instead of failing, and tried again at the next poll.
         """
         missing = [mq for mq in queues if mq not in self._positions]
         by_endpoint = self._cluster.group_by_endpoint(missing) if missing else {}
         for endpoint, mqs in by_endpoint.items():
             try:
                 self._resolve_positions(mqs)
-            except UnavailableError as exc:
-                if not skip_unavailable:
+            except RocketliteError as exc:
+                if not (skip_unavailable and exc.retriable):
                     raise
                 log.warning("queues of broker %s skipped: %s", endpoint, exc)
         return [mq for mq in queues if mq in self._positions]
@@ -401,7 +401,9 @@ class PullConsumer:
             return None
         try:
             response = call.result()
-        except (UnavailableError, RequestTimeoutError) as exc:
+        except RocketliteError as exc:
+            if not exc.retriable:
+                raise
             log.warning("pull of %s skipped: %s", mq, exc)
             return None
         return self._accept(mq, offset, response)

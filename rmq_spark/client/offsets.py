@@ -113,8 +113,8 @@ def query_range_sizes(
         request = messaging_pb2.QueryOffsetsRequest(queries=queries)
         response = conn.call(conn.messaging.QueryOffsets, request)
         for mq, answer in zip(group, response.offsets, strict=True):
-            end = answer.budget_end_offset if answer.HasField("budget_end_offset") else None
-            result[mq] = RangeSize(answer.size_bytes, answer.size_estimated, end)
+            budget_end = answer.budget_end_offset if answer.HasField("budget_end_offset") else None
+            result[mq] = RangeSize(answer.size_bytes, answer.size_estimated, budget_end)
     return result
 
 

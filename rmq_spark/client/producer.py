@@ -8,7 +8,8 @@ Queue choice (one queue per call, so a batch stays together):
   change;
 * otherwise round robin over the sorted writable queues of the merged route. Only these sends
   move to another broker when one fails (RocketMQ's ``retryTimesWhenSendFailed``), and a
-  broker that answered UNAVAILABLE is skipped for a while.
+  broker that failed with a retriable error (unreachable, or no answer in time) is skipped
+  for a while.
 
 Sends are at least once: a send that failed because the connection broke may have been
 stored, and is then stored again by the retry (with the same message id).
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from rmq_spark import clock
 from rmq_spark.client.auto_batch import Accumulator
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.connection import NO_RETRY, Connection, RetryPolicy
@@ -37,7 +39,6 @@ from rmq_spark.client.message import (
     ColumnsChunk,
     Message,
     SendResult,
-    offset_msg_ids,
     split_by_size,
     to_message,
 )
@@ -45,12 +46,12 @@ from rmq_spark.client.plain_batch import PlainBatch
 from rmq_spark.client.producer_config import ProducerConfig
 from rmq_spark.client.selector import RoundRobinSelector, select_by_sharding_key
 from rmq_spark.client.send_chunks import Chunk, encode_requests, fit_segment
+from rmq_spark.codec.record import offset_msg_ids
 from rmq_spark.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     RocketliteError,
-    UnavailableError,
 )
 from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
@@ -61,8 +62,13 @@ log = logging.getLogger("rmq_spark.client")
 
 __all__ = ["Producer", "ProducerConfig"]
 
-#: errors after which a round-robin send tries another broker
-_FAILOVER_ERRORS = (UnavailableError, PermissionDeniedError, NotFoundError)
+
+def fails_over(error: RocketliteError) -> bool:
+    """Whether a round-robin send that failed with ``error`` tries another broker: after a
+    retriable error (``error.retriable``), or a refusal that a stale route may explain (the
+    topic is gone from that broker, or it no longer takes writes), as RocketMQ's producer.
+    """
+    return error.retriable or isinstance(error, PermissionDeniedError | NotFoundError)
 
 
 QueueArg = MessageQueue | int | None
@@ -266,7 +272,7 @@ class Producer:
             raise InvalidArgumentError(
                 f"delay_level={delay_level!r} must be 0 (now) or a level 1..18"
             )
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = clock.now_ms()
         config = self.config
         chunks = encode_requests(messages, now_ms, config.max_batch_bytes, config.columns_min_batch)
         target = self._fixed_queue(topic, queue, sharding_key)
@@ -312,7 +318,7 @@ class Producer:
         last: RocketliteError | None = None
         for attempt in range(attempts):
             # A broker that refused (permission, unknown topic) may mean a stale route.
-            stale = last is not None and not isinstance(last, UnavailableError)
+            stale = last is not None and not last.retriable
             route = self._cluster.routes.refresh(topic) if stale else self._cluster.route(topic)
             if not route.writable:
                 raise PermissionDeniedError(
@@ -325,8 +331,8 @@ class Producer:
             retry = self.config.retry if single_broker else NO_RETRY
             try:
                 return mq, self._send_to(mq, chunk, delay_level, retry)
-            except _FAILOVER_ERRORS as exc:
-                if single_broker:
+            except RocketliteError as exc:
+                if single_broker or not fails_over(exc):
                     raise
                 tried.append(mq.broker_name)
                 if attempt == attempts - 1:
@@ -336,7 +342,7 @@ class Producer:
                     ) from exc
                 last = exc
             avoid = avoid | {mq.broker_name}
-            if isinstance(last, UnavailableError):
+            if last.retriable:  # unreachable or slow: leave it out of round robin a while
                 self._mark_faulty(mq.broker_name)
             log.warning(
                 "send to %s failed (%s); retrying on another broker (%d/%d)",

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from dataclasses import dataclass, field
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from rmq_spark.clock import monotonic_ms
+
 #: a client not heard from (heartbeat every 10 s, telemetry stream open) for this long is gone
 CLIENT_TIMEOUT_MS = 60_000
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass

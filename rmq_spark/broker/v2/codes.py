@@ -1,5 +1,5 @@
-"""RocketMQ 5 status codes: the error the v2 service raises, and how rocketlite's own
-errors read in that protocol.
+"""RocketMQ 5 status codes: the error the v2 service raises (a rocketlite error like any
+other), and how rocketlite's own errors read in that protocol.
 
 A RocketMQ 5 server answers business errors inside the response (``status {code,
 message}``, the call itself OK); clients act on the code (a producer retries everything but
@@ -14,11 +14,11 @@ from rmq_spark.errors import (
     AlreadyExistsError,
     FlushTimeoutError,
     InvalidArgumentError,
-    InvalidNameError,
     NotFoundError,
     PermissionDeniedError,
     ResourceExhaustedError,
     RocketliteError,
+    UnauthenticatedError,
     UnavailableError,
 )
 
@@ -46,6 +46,7 @@ class Code:
     CLIENT_ID_REQUIRED = pb.CLIENT_ID_REQUIRED
     ILLEGAL_POLLING_TIME = pb.ILLEGAL_POLLING_TIME
     ILLEGAL_OFFSET = pb.ILLEGAL_OFFSET
+    UNAUTHORIZED = pb.UNAUTHORIZED
     FORBIDDEN = pb.FORBIDDEN
     NOT_FOUND = pb.NOT_FOUND
     MESSAGE_NOT_FOUND = pb.MESSAGE_NOT_FOUND
@@ -64,35 +65,66 @@ class Code:
     UNSUPPORTED = pb.UNSUPPORTED
 
 
-class V2Error(Exception):
-    """A request the v2 service answers with ``code`` and ``message`` in its status."""
+#: the gRPC status code of each family of v2 codes (the family is the HTTP status the
+#: code starts with: 40402 TOPIC_NOT_FOUND is a 404); other families are INTERNAL
+_GRPC_CODES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
+    413: "RESOURCE_EXHAUSTED",
+    428: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    431: "RESOURCE_EXHAUSTED",
+    501: "UNIMPLEMENTED",
+    504: "DEADLINE_EXCEEDED",
+    505: "UNIMPLEMENTED",
+}
+
+
+def grpc_code_of(code: int) -> str:
+    """The gRPC status code name that means what v2 ``code`` means.
+
+    >>> grpc_code_of(Code.TOPIC_NOT_FOUND), grpc_code_of(Code.INTERNAL_ERROR)
+    ('NOT_FOUND', 'INTERNAL')
+    """
+    return _GRPC_CODES.get(code // 100, RocketliteError.grpc_code)
+
+
+class V2Error(RocketliteError):
+    """A request the v2 service answers with ``code`` and ``message`` in its status (the
+    call itself succeeds); ``grpc_code`` is the gRPC code of the same meaning."""
 
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.grpc_code = grpc_code_of(code)
+
+
+#: the v2 code of each rocketlite error class: the first matching class wins, so
+#: subclasses come before their bases
+_CODES: tuple[tuple[type[RocketliteError], int], ...] = (
+    (NotFoundError, Code.NOT_FOUND),
+    (UnauthenticatedError, Code.UNAUTHORIZED),
+    (PermissionDeniedError, Code.FORBIDDEN),
+    (ResourceExhaustedError, Code.TOO_MANY_REQUESTS),
+    (FlushTimeoutError, Code.MASTER_PERSISTENCE_TIMEOUT),
+    (InvalidArgumentError, Code.BAD_REQUEST),
+    (AlreadyExistsError, Code.BAD_REQUEST),
+    (UnavailableError, Code.INTERNAL_ERROR),
+)
 
 
 def code_of(exc: BaseException) -> int:
-    """The v2 code for an exception raised while serving a request."""
+    """The v2 code for an exception raised while serving a request: a V2Error's own,
+    else its class's; INTERNAL_SERVER_ERROR for anything else."""
     if isinstance(exc, V2Error):
         return exc.code
-    if isinstance(exc, InvalidNameError):
-        return Code.BAD_REQUEST
-    if isinstance(exc, NotFoundError):
-        return Code.NOT_FOUND
-    if isinstance(exc, PermissionDeniedError):
-        return Code.FORBIDDEN
-    if isinstance(exc, ResourceExhaustedError):
-        return Code.TOO_MANY_REQUESTS
-    if isinstance(exc, FlushTimeoutError):
-        return Code.MASTER_PERSISTENCE_TIMEOUT
-    if isinstance(exc, InvalidArgumentError | AlreadyExistsError):
-        return Code.BAD_REQUEST
-    if isinstance(exc, UnavailableError):
-        return Code.INTERNAL_ERROR
-    if isinstance(exc, RocketliteError):
-        return Code.INTERNAL_SERVER_ERROR
+    for cls, code in _CODES:
+        if isinstance(exc, cls):
+            return code
     return Code.INTERNAL_SERVER_ERROR
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -28,6 +27,7 @@ from rmq_spark.broker.v2.requests import (
     required_client_id,
     topic_name,
 )
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError
 
@@ -49,8 +49,6 @@ class Consuming:
         topic = topic_name(request.topic)
         group_name(request.group)
         queue_ids = await self._workers.run(self.pop.readable_queues, topic)
-        if not queue_ids:
-            raise V2Error(Code.FORBIDDEN, f"topic {topic} has no readable queue")
         config = self._broker.store.topics.get(topic)
         endpoints = endpoints_for(self._broker, request.endpoints)
         broker = pb.Broker(name=self._broker.name, id=0, endpoints=endpoints)
@@ -164,7 +162,7 @@ class Consuming:
             queue_ids = self.pop.readable_queues(args.topic)
             due = self.pop.next_due_ms(args.group, args.topic, queue_ids)
             if due is not None:
-                remaining = min(remaining, max(0.01, (due - time.time_ns() // 1_000_000) / 1000))
+                remaining = min(remaining, max(0.01, (due - now_ms()) / 1000))
             keys = [(args.topic, queue_id) for queue_id in queue_ids]
             ready = functools.partial(
                 self.pop.is_ready, args.group, args.topic, queue_ids, args.fifo

@@ -5,16 +5,20 @@ and the Spark source (RocketMQ's own proxy leaves these calls unimplemented)."""
 
 from __future__ import annotations
 
+import functools
+
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from rmq_spark.broker import long_poll
 from rmq_spark.broker.core import Broker
+from rmq_spark.broker.pull import check_readable
 from rmq_spark.broker.v2 import convert
 from rmq_spark.broker.v2.codes import Code, V2Error, status
+from rmq_spark.broker.v2.requests import existing_topic, group_name, topic_name
 from rmq_spark.codec.record import iter_records
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.structs import PullStatus
 
 MAX_PULL_BATCH = 1024
@@ -27,13 +31,8 @@ class OffsetsApi:
         self._broker = broker
 
     def _queue(self, mq: pb.MessageQueue) -> tuple[str, int]:
-        try:
-            topic = validate_topic(mq.topic.name, allow_system=True)
-        except InvalidArgumentError as exc:
-            raise V2Error(Code.ILLEGAL_TOPIC, str(exc)) from None
-        config = self._broker.store.topics.find(topic)
-        if config is None:
-            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this broker")
+        topic = topic_name(mq.topic, allow_system=True)
+        config = existing_topic(self._broker, topic)
         if not 0 <= mq.id < config.read_queue_nums:
             raise V2Error(
                 Code.BAD_REQUEST,
@@ -42,15 +41,8 @@ class OffsetsApi:
             )
         return topic, mq.id
 
-    @staticmethod
-    def _group(resource: pb.Resource) -> str:
-        try:
-            return validate_group(resource.name)
-        except InvalidArgumentError as exc:
-            raise V2Error(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
-
     def get(self, request) -> int:
-        group = self._group(request.group)
+        group = group_name(request.group)
         topic, queue_id = self._queue(request.message_queue)
         offset = self._broker.store.offsets.query_one(group, topic, queue_id)
         if offset is None:
@@ -61,7 +53,7 @@ class OffsetsApi:
         return offset
 
     def update(self, request) -> None:
-        group = self._group(request.group)
+        group = group_name(request.group)
         topic, queue_id = self._queue(request.message_queue)
         store = self._broker.store
         low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
@@ -86,9 +78,12 @@ class OffsetsApi:
         return store.offset_by_timestamp(topic, queue_id, request.timestamp.ToMilliseconds())
 
     async def pull(self, request, workers) -> list[spb.PullMessageResponse]:
-        """One pull: a status frame, the messages, then the next offset to pull from."""
-        self._group(request.group)
+        """One pull: a status frame, the messages, then the next offset to pull from. As a
+        rocketlite.v1 pull: FORBIDDEN when the broker or the topic does not allow reads,
+        and a long poll waits for a message that passes the filter."""
+        group_name(request.group)
         topic, queue_id = self._queue(request.message_queue)
+        check_readable(self._broker, existing_topic(self._broker, topic), queue_id)
         if request.filter_expression.type == pb.SQL:
             raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; filter by tag")
         try:
@@ -100,21 +95,22 @@ class OffsetsApi:
         batch = min(request.batch_size or 32, MAX_PULL_BATCH)
         store = self._broker.store
 
-        def read():
-            return store.get_messages(
-                topic, queue_id, request.offset, batch, MAX_PULL_BYTES, tag_codes
-            )
+        def read(offset: int):
+            return store.get_messages(topic, queue_id, offset, batch, MAX_PULL_BYTES, tag_codes)
 
-        result = await workers.run(read)
+        result = await workers.run(read, request.offset)
         wait_ms = min(request.long_polling_timeout.ToMilliseconds(), MAX_PULL_WAIT_MS)
         if result.status == PullStatus.NO_NEW_MSG and wait_ms > 0:
-            await self._broker.notifier.wait(
+            result = await long_poll.hold(
+                self._broker.notifier,
                 topic,
                 queue_id,
+                request.offset,
                 wait_ms / 1000,
-                lambda: store.max_offset(topic, queue_id) > request.offset,
+                max_offset=functools.partial(store.max_offset, topic, queue_id),
+                read=functools.partial(workers.run, read),
+                result=result,
             )
-            result = await workers.run(read)
         if result.status == PullStatus.OFFSET_ILLEGAL:
             head = status(
                 Code.ILLEGAL_OFFSET,

@@ -189,7 +189,8 @@ def attempts_exhausted(
 ) -> tuple[list[int], list[int]]:
     """Split due offsets into (to deliver again, to dead-letter): a message that has had
     ``max_attempts`` deliveries is not delivered again."""
-    again, dead = [], []
+    again: list[int] = []
+    dead: list[int] = []
     for offset, entry in due:
         (dead if entry.attempt >= max_attempts else again).append(offset)
     return again, dead

@@ -5,7 +5,6 @@ Java hash of its message group for FIFO messages, else round robin."""
 from __future__ import annotations
 
 import functools
-import time
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -17,11 +16,14 @@ from rmq_spark.broker.v2 import convert
 from rmq_spark.broker.v2.codes import Code, V2Error, status
 from rmq_spark.broker.v2.requests import (
     answered,
+    existing_topic,
     failure_status,
     required_client_id,
+    sendable_topic_name,
     topic_name,
 )
-from rmq_spark.codec.taghash import java_string_hash
+from rmq_spark.clock import now_ms
+from rmq_spark.codec.java_hash import queue_by_hash
 from rmq_spark.errors import NotFoundError, shown
 
 
@@ -55,17 +57,15 @@ class Producing:
         return spb.SendMessageResponse(status=top, entries=entries)
 
     def _send_one(self, message: pb.Message, peer: str) -> spb.SendResultEntry:
-        topic = topic_name(message.topic)
-        config = self._broker.store.topics.find(topic)
-        if config is None:
-            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this broker")
-        now = time.time_ns() // 1_000_000
+        topic = sendable_topic_name(message.topic)
+        config = existing_topic(self._broker, topic)
+        now = now_ms()
         out = convert.outgoing(message, self._broker.config.max_message_bytes, now)
         convert.check_type(topic, config.message_type, out.message_type)
         queues = config.write_queue_nums
         # as rocketlite.v1 sends with a sharding key: one group, one queue
         if out.message_group:
-            queue_id = abs(java_string_hash(out.message_group)) % queues
+            queue_id = queue_by_hash(out.message_group, queues)
         else:
             queue_id = self._round_robin.next(topic) % queues
         if out.message_type == "TRANSACTION":
@@ -175,5 +175,3 @@ class Producing:
     @answered(spb.RecallMessageResponse)
     async def RecallMessage(self, request, context):
         raise V2Error(Code.NOT_IMPLEMENTED, "delay messages are not served by this broker yet")
-
-    # -- consuming ---------------------------------------------------------------------

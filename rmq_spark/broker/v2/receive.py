@@ -14,16 +14,18 @@ import itertools
 import logging
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rmq_spark.broker.core import Broker
+from rmq_spark.broker.pull import check_readable
 from rmq_spark.broker.retry import plan_send_back, write_send_back
 from rmq_spark.broker.v2.codes import Code, V2Error
 from rmq_spark.broker.v2.convert import Handle
 from rmq_spark.broker.v2.pop import PopQueue, attempts_exhausted
 from rmq_spark.broker.v2.pop_store import Key, PopStore
+from rmq_spark.broker.v2.requests import existing_topic
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import Record, decode_record, iter_records, offset_msg_id
 from rmq_spark.structs import PullStatus
 
@@ -36,10 +38,6 @@ MAX_RECEIVE_BYTES = 4 << 20
 AUTO_RENEW_MS = 60_000
 #: a client that left: its auto-renewed messages come back after this
 RELEASE_DELAY_MS = 1_000
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -73,11 +71,10 @@ class PopService:
     # -- receive ---------------------------------------------------------------------------
 
     def readable_queues(self, topic: str) -> list[int]:
-        config = self._broker.store.topics.find(topic)
-        if config is None:
-            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this broker")
-        if not config.is_readable or not self._broker.config.broker_perm & 4:
-            raise V2Error(Code.FORBIDDEN, f"topic {topic} is not readable on this broker")
+        """The topic's read queues; FORBIDDEN (PermissionDeniedError) when the broker or
+        the topic does not allow reads, as for a pull."""
+        config = existing_topic(self._broker, topic)
+        check_readable(self._broker, config, 0)  # every topic has read queue 0
         return list(range(config.read_queue_nums))
 
     def receive(self, args: ReceiveArgs) -> list[Delivery]:

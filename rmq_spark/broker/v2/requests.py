@@ -1,18 +1,25 @@
 """What every v2 call shares: turning failures into statuses, reading the client id and
-checking names, and the broker facts several calls need (FIFO groups, attempts, the
-endpoints and message types a queue is announced with)."""
+checking names and topics, and the broker facts several calls need (FIFO groups, attempts,
+the endpoints and message types a queue is announced with).
+
+Names are checked by the rules every protocol of the broker uses (:mod:`rmq_spark.names`,
+:mod:`rmq_spark.broker.checks`); only the code a refusal is answered with is v2's own.
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.v2.codes import Code, V2Error, code_of, status
 from rmq_spark.errors import InvalidArgumentError, RocketliteError
 from rmq_spark.names import validate_group, validate_topic
+from rmq_spark.store.topics import TopicConfig
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -36,12 +43,12 @@ def answered(response_type):
 
 
 def failure_status(exc: BaseException, rpc: str) -> pb.Status:
-    if not isinstance(exc, V2Error | RocketliteError):
-        log.error("internal error in v2 %s", rpc, exc_info=exc)
-    message = exc.message if isinstance(exc, V2Error) else str(exc)
-    if not isinstance(exc, V2Error | RocketliteError):
-        message = f"internal broker error: {type(exc).__name__}: {exc}"
-    return status(code_of(exc), message)
+    """The status of a failed request: a rocketlite error's code and message; anything
+    else is a bug, logged, and answered INTERNAL_SERVER_ERROR."""
+    if isinstance(exc, RocketliteError):
+        return status(code_of(exc), str(exc))
+    log.error("internal error in v2 %s", rpc, exc_info=exc)
+    return status(code_of(exc), f"internal broker error: {type(exc).__name__}: {exc}")
 
 
 def client_id_of(context) -> str:
@@ -58,18 +65,36 @@ def required_client_id(context) -> str:
     return client_id
 
 
-def topic_name(resource: pb.Resource) -> str:
+def checked_name(check: Callable[[str], str], name: str, code: int) -> str:
+    """``check(name)``, a refusal of it answered with ``code``."""
     try:
-        return validate_topic(resource.name)
+        return check(name)
     except InvalidArgumentError as exc:
-        raise V2Error(Code.ILLEGAL_TOPIC, str(exc)) from None
+        raise V2Error(code, str(exc)) from None
+
+
+def topic_name(resource: pb.Resource, *, allow_system: bool = False) -> str:
+    """A topic a client names (``allow_system``: ``%RETRY%``/``%DLQ%`` ones too)."""
+    check = functools.partial(validate_topic, allow_system=allow_system)
+    return checked_name(check, resource.name, Code.ILLEGAL_TOPIC)
+
+
+def sendable_topic_name(resource: pb.Resource) -> str:
+    """A topic a producer names: one a producer of any protocol may send to."""
+    return checked_name(checks.sendable_topic, resource.name, Code.ILLEGAL_TOPIC)
 
 
 def group_name(resource: pb.Resource) -> str:
-    try:
-        return validate_group(resource.name)
-    except InvalidArgumentError as exc:
-        raise V2Error(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+    return checked_name(validate_group, resource.name, Code.ILLEGAL_CONSUMER_GROUP)
+
+
+def existing_topic(broker: Broker, topic: str) -> TopicConfig:
+    """The config of a topic on this broker; TOPIC_NOT_FOUND when it has none (a v2
+    client's topic is never created by a request)."""
+    config = broker.store.topics.find(topic)
+    if config is None:
+        raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this broker")
+    return config
 
 
 def is_fifo_group(broker: Broker, topics: list[str]) -> bool:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from pathlib import Path
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from rmq_spark.broker.admin import queue_perm
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.status import Workers
 from rmq_spark.broker.v2 import convert, settings
@@ -38,6 +40,7 @@ from rmq_spark.broker.v2.requests import (
     answered,
     client_id_of,
     endpoints_for,
+    existing_topic,
     failure_status,
     is_fifo_group,
     max_attempts,
@@ -45,6 +48,7 @@ from rmq_spark.broker.v2.requests import (
     topic_name,
 )
 from rmq_spark.errors import shown
+from rmq_spark.structs import Permission
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -52,11 +56,12 @@ _STREAM_END = object()
 _BAD_SETTINGS = object()
 
 
+#: a queue's permission (:func:`~rmq_spark.broker.admin.queue_perm`) as v2 announces it
 _PERMISSIONS = {
-    (True, True): pb.READ_WRITE,
-    (True, False): pb.READ,
-    (False, True): pb.WRITE,
-    (False, False): pb.NONE,
+    int(Permission.READ_WRITE): pb.READ_WRITE,
+    int(Permission.READ): pb.READ,
+    int(Permission.WRITE): pb.WRITE,
+    0: pb.NONE,
 }
 
 
@@ -66,7 +71,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         self._workers = workers
         self.clients = ClientRegistry()
         sync = broker.config.flush_mode == "SYNC"
-        self.pops = PopStore(broker.store.config.store_dir / "config", sync=sync)
+        self.pops = PopStore(Path(broker.store.config.store_dir) / "config", sync=sync)
         self.pop = PopService(broker, self.pops, self.clients.alive)
         self._offsets = OffsetsApi(broker)
         self._producing = Producing(broker, workers)
@@ -103,28 +108,22 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         return await self._workers.run(self._route, topic, request.endpoints)
 
     def _route(self, topic: str, endpoints: pb.Endpoints) -> spb.QueryRouteResponse:
-        config = self._broker.store.topics.find(topic)
-        if config is None:
-            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this broker")
+        config = existing_topic(self._broker, topic)
         accept = accepted_types(config.message_type)
         broker = pb.Broker(
             name=self._broker.name, id=0, endpoints=endpoints_for(self._broker, endpoints)
         )
         broker_perm = self._broker.config.broker_perm
-        queues = []
-        for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
-            readable = queue_id < config.read_queue_nums and config.perm & broker_perm & 4
-            writable = queue_id < config.write_queue_nums and config.perm & broker_perm & 2
-            perm = _PERMISSIONS[bool(readable), bool(writable)]
-            queues.append(
-                pb.MessageQueue(
-                    topic=pb.Resource(name=topic),
-                    id=queue_id,
-                    permission=perm,
-                    broker=broker,
-                    accept_message_types=accept,
-                )
+        queues = [
+            pb.MessageQueue(
+                topic=pb.Resource(name=topic),
+                id=queue_id,
+                permission=_PERMISSIONS[queue_perm(config, queue_id, broker_perm)],
+                broker=broker,
+                accept_message_types=accept,
             )
+            for queue_id in range(max(config.read_queue_nums, config.write_queue_nums))
+        ]
         return spb.QueryRouteResponse(status=status(), message_queues=queues)
 
     @answered(spb.HeartbeatResponse)

@@ -27,12 +27,13 @@ from rmq_spark.auth.remoting_signature import sign_request
 from rmq_spark.client.connection import ClientConfig
 from rmq_spark.client.message import new_unique_keys
 from rmq_spark.client.remoting.transport import RemotingConnection, RemotingError, raise_for
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.properties import UNIQ_KEY, encode_properties
 from rmq_spark.errors import (
     InvalidArgumentError,
     NotFoundError,
-    RequestTimeoutError,
+    RocketliteError,
     UnavailableError,
 )
 from rmq_spark.names import validate_key_query
@@ -168,7 +169,9 @@ class RemotingClient:
         for address in self.name_servers:
             try:
                 answer = self._call(address, request, what)
-            except UnavailableError as exc:
+            except RocketliteError as exc:
+                if not exc.retriable:
+                    raise
                 errors.append(str(exc))
                 continue
             if answer.code == ResponseCode.TOPIC_NOT_EXIST:
@@ -208,7 +211,7 @@ class RemotingClient:
                 "commitOffset": "0",
                 "suspendTimeoutMillis": str(suspend_ms),
                 "subscription": expression,
-                "subVersion": str(int(time.time() * 1000)),
+                "subVersion": str(now_ms()),
                 "expressionType": "TAG",
                 # a rocketlite broker answers with the records' sizes; others ignore it
                 "rocketliteSizes": "true",
@@ -260,7 +263,7 @@ class RemotingClient:
             "d": "4",
             "e": str(mq.queue_id),
             "f": str(sys_flag),
-            "g": str(int(time.time() * 1000)),
+            "g": str(now_ms()),
             "h": "0",
             "j": "0",
             "k": "false",
@@ -429,7 +432,9 @@ class RemotingClient:
         while True:
             try:
                 return self._connection(address).call(self._signed(request), timeout_s)
-            except (UnavailableError, RequestTimeoutError) as exc:
+            except RocketliteError as exc:
+                if not exc.retriable:
+                    raise
                 delay = next(delays, None)
                 if delay is None:
                     raise UnavailableError(f"{what}: {exc}") from None
