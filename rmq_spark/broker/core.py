@@ -7,13 +7,12 @@ permission checks, auto-creation and long-poll wake-ups happen in one place.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 
 import numpy as np
 
 from rmq_spark.broker.config import BrokerConfig
-from rmq_spark.broker.groups import ConsumerRegistry
+from rmq_spark.broker.groups import RECONNECT_GRACE_MS, ConsumerRegistry
 from rmq_spark.broker.locks import QueueLockManager
 from rmq_spark.broker.long_poll import PullNotifier
 from rmq_spark.broker.schedule import DelayScheduler
@@ -22,6 +21,7 @@ from rmq_spark.broker.subscription_groups import SubscriptionGroups
 from rmq_spark.broker.timer import TimerService
 from rmq_spark.broker.transaction_checks import TransactionChecks
 from rmq_spark.broker.transactions import TransactionService
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.batch_encode import EncodedBatch
 from rmq_spark.errors import NotFoundError, PermissionDeniedError
 from rmq_spark.store import AppendResult, MessageStore
@@ -44,12 +44,16 @@ class Broker:
         store_config = config.store_config()
         store_config.store_host = self.store_host
         self.store = MessageStore.open(store_config)
-        self.start_ms = time.time_ns() // 1_000_000
+        self.start_ms = now_ms()
         self.notifier = PullNotifier()
-        self.consumers = ConsumerRegistry(
-            config.consumer_session_timeout_ms, max_groups=config.max_consumer_groups
-        )
         self.locks = QueueLockManager(config.queue_lock_lease_ms)
+        # A member that leaves without unregistering loses its queue leases at once.
+        self.consumers = ConsumerRegistry(
+            config.consumer_session_timeout_ms,
+            max_groups=config.max_consumer_groups,
+            reconnect_grace_ms=RECONNECT_GRACE_MS,
+            on_departure=self.locks.end_leases,
+        )
         #: PullMessages answered and the messages they carried (GetBrokerInfo.server_stats)
         self.pull_calls = 0
         self.messages_pulled = 0

@@ -7,6 +7,11 @@ change gives the group a new, larger membership version and sends each watcher o
 one event with the full sorted member list (rebalance's ``cidAll``), so watchers never need
 a follow-up query.
 
+A member that leaves without unregistering (its last stream closed and was not reopened
+within ``reconnect_grace_ms``, or its session timed out with no stream open) is reported to
+``on_departure`` before the group is told, so the broker can end its queue leases first and
+the remaining members can lock the freed queues as soon as they rebalance.
+
 Versions come from one counter shared by all groups, so a group's version never goes back,
 even when an empty group is forgotten and later comes back.
 
@@ -23,11 +28,11 @@ import asyncio
 import collections
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from rmq_spark.clock import monotonic_ms
 from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError
 
 log = logging.getLogger("rmq_spark.broker")
@@ -35,14 +40,29 @@ log = logging.getLogger("rmq_spark.broker")
 MessageModel = Literal["CLUSTERING", "BROADCASTING"]
 ConsumeType = Literal["PULL", "PUSH"]
 ConsumeFromWhere = Literal["LAST_OFFSET", "FIRST_OFFSET", "TIMESTAMP"]
+#: why a member left its group
+DepartureReason = Literal["unregistered", "stream_closed", "session_expired"]
 
 #: events a slow watcher may fall behind by; older ones are dropped (each event is a full
 #: snapshot, so the latest one alone is enough to rebalance correctly)
 MAX_PENDING_EVENTS = 64
+#: how long the broker's registry keeps a member whose last watch stream closed: a client
+#: that reopens its stream within this time (a push consumer retries after 0.5 s) stays a
+#: member with its leases, and one that closes its stream just before it unregisters (an
+#: orderly shutdown) leaves as unregistered
+RECONNECT_GRACE_MS = 1000
 
 
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
+def ends_leases(reason: DepartureReason, live_streams: int) -> bool:
+    """Whether a member that left its group for ``reason`` loses its queue leases now.
+
+    An unregistered member keeps them: an orderly leaver commits its offsets and then
+    unlocks its queues itself, and ending its leases earlier would let the next owner start
+    from an older offset. A member that vanished (stream closed, session expired) loses them,
+    unless it still has ``live_streams`` watch streams open on the group: a client whose
+    connection is alive must not lose queues it may be consuming.
+    """
+    return reason != "unregistered" and live_streams == 0
 
 
 @dataclass(frozen=True)
@@ -101,23 +121,34 @@ class _Watcher:
 
 
 class _Group:
-    __slots__ = ("last_seen_ms", "members", "version", "watchers")
+    __slots__ = ("last_seen_ms", "leaving", "members", "version", "watchers")
 
     def __init__(self, version: int) -> None:
         self.members: dict[str, ConsumerInfo] = {}
         self.last_seen_ms: dict[str, int] = {}
         self.version = version
         self.watchers: list[_Watcher] = []
+        #: members whose last watch stream closed -> when they leave unless they reopen one
+        self.leaving: dict[str, int] = {}
+
+    def streams_of(self, client_id: str) -> int:
+        return sum(1 for w in self.watchers if w.client_id == client_id)
 
 
 class ConsumerRegistry:
     """Members of every consumer group on this broker; thread-safe.
 
     A daemon thread drops members silent for ``session_timeout_ms``, checking every
-    ``sweep_interval_ms`` (default: a tenth of the timeout, between 50 ms and 1 s); pass
-    ``sweep_interval_ms=0`` to run no thread and call :meth:`expire_silent` yourself (tests
-    with a fake ``clock``, which returns milliseconds). Reads of one group also drop its
-    silent members first, so answers are never stale by more than a sweep.
+    ``sweep_interval_ms`` (default: a tenth of the timeout, between 50 ms and 1 s), and
+    members whose last watch stream closed ``reconnect_grace_ms`` ago (0: at once, when it
+    closes), on time; pass ``sweep_interval_ms=0`` to run no thread and call
+    :meth:`expire_silent` yourself (tests with a fake ``clock``, which returns milliseconds).
+    Reads of one group also drop its departed members first, so answers are never stale by
+    more than a sweep.
+
+    ``on_departure(group, client_id)`` is called when a member leaves without unregistering
+    and :func:`ends_leases` says its leases end. It runs under the registry's lock, before
+    any watcher can read the change, so it must be quick and must not call the registry.
     """
 
     def __init__(
@@ -127,24 +158,32 @@ class ConsumerRegistry:
         clock: Callable[[], int] = monotonic_ms,
         sweep_interval_ms: int | None = None,
         max_groups: int = 10_000,
+        reconnect_grace_ms: int = 0,
+        on_departure: Callable[[str, str], object] | None = None,
     ) -> None:
         if session_timeout_ms <= 0:
             raise InvalidArgumentError(f"session_timeout_ms={session_timeout_ms!r} must be > 0")
+        if reconnect_grace_ms < 0:
+            raise InvalidArgumentError(f"reconnect_grace_ms={reconnect_grace_ms!r} must be >= 0")
         self.session_timeout_ms = session_timeout_ms
+        self.reconnect_grace_ms = reconnect_grace_ms
         self.max_groups = max_groups
+        self._on_departure = on_departure
         self._clock = clock
         self._lock = threading.Lock()
         self._groups: dict[str, _Group] = {}
         self._version = 0
         self._closed = False
         self._stop = threading.Event()
+        #: set when a departure is scheduled (or at close): the sweeper looks again
+        self._wake = threading.Event()
         self._sweeper: threading.Thread | None = None
         if sweep_interval_ms is None:
             sweep_interval_ms = min(1000, max(50, session_timeout_ms // 10))
         if sweep_interval_ms > 0:
             self._sweeper = threading.Thread(
                 target=self._sweep_loop,
-                args=(sweep_interval_ms / 1000,),
+                args=(sweep_interval_ms,),
                 name="rmq-consumer-expiry",
                 daemon=True,
             )
@@ -224,7 +263,8 @@ class ConsumerRegistry:
             return sorted(name for name, state in self._groups.items() if state.members)
 
     def expire_silent(self) -> list[tuple[str, str]]:
-        """Drop members silent for ``session_timeout_ms``; returns (group, client id) pairs."""
+        """Drop members silent for ``session_timeout_ms`` and members whose last watch stream
+        closed ``reconnect_grace_ms`` ago; returns (group, client id) pairs."""
         expired = []
         with self._lock:
             now = self._clock()
@@ -240,8 +280,9 @@ class ConsumerRegistry:
         An asynchronous generator, run on the server's event loop: a waiting stream holds
         no thread. It ends when its task is cancelled (the gRPC call ended), when it is
         closed, or at :meth:`close`. With a ``client_id`` the stream stands for that
-        member's connection: when it ends, the member is dropped at once and the others are
-        told, unless the same client still has another watch stream open on the group.
+        member's connection: when it ends and the same client has no other watch stream open
+        on the group, the member leaves ``reconnect_grace_ms`` later (and the others are
+        told) unless it opens a new stream before then.
         """
         watcher = self._add_watcher(group, client_id)
         try:
@@ -268,6 +309,9 @@ class ConsumerRegistry:
             # the registration.
             watcher.events.append(self._event_locked(group, state))
             state.watchers.append(watcher)
+            returned = bool(client_id) and state.leaving.pop(client_id, None) is not None
+        if returned:
+            log.info("consumer %s of group %s reopened its watch stream in time", client_id, group)
         return watcher
 
     def _next_event(self, watcher: _Watcher) -> MembershipEvent | None:
@@ -280,24 +324,35 @@ class ConsumerRegistry:
             return None
 
     def _remove_watcher(self, watcher: _Watcher) -> None:
+        group, client_id = watcher.group, watcher.client_id
         with self._lock:
-            state = self._groups.get(watcher.group)
+            state = self._groups.get(group)
             if state is None:
                 return
             if watcher in state.watchers:
                 state.watchers.remove(watcher)
-            others = any(w.client_id == watcher.client_id for w in state.watchers)
-            dropped = (
-                self._remove_locked(watcher.group, [watcher.client_id])
-                if watcher.client_id and not others and not self._closed
-                else []
+            last = (
+                bool(client_id)
+                and client_id in state.members
+                and not state.streams_of(client_id)
+                and not self._closed
             )
-            self._forget_if_unused_locked(watcher.group, state)
+            dropped = []
+            if last and self.reconnect_grace_ms:
+                state.leaving[client_id] = self._clock() + self.reconnect_grace_ms
+                self._wake.set()
+            elif last:
+                dropped = self._depart_locked(group, state, {client_id: "stream_closed"})
+            self._forget_if_unused_locked(group, state)
         if dropped:
+            log.info("consumer %s dropped from group %s: its watch stream ended", client_id, group)
+        elif last:
             log.info(
-                "consumer %s dropped from group %s: its watch stream ended",
-                watcher.client_id,
-                watcher.group,
+                "consumer %s of group %s closed its last watch stream; it leaves in %d ms "
+                "unless it opens a new one",
+                client_id,
+                group,
+                self.reconnect_grace_ms,
             )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -311,15 +366,24 @@ class ConsumerRegistry:
                     watcher.closed = True
                     watcher.wakeup.set()
         self._stop.set()
+        self._wake.set()
         if self._sweeper is not None and self._sweeper is not threading.current_thread():
             self._sweeper.join()
 
-    def _sweep_loop(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
+    def _sweep_loop(self, interval_ms: int) -> None:
+        while not self._stop.is_set():
+            # Cleared before looking: a departure scheduled from here on sets it again.
+            self._wake.clear()
             try:
                 self.expire_silent()
             except Exception:  # the thread must survive; a bug here is logged, not fatal
                 log.exception("consumer expiry sweep failed")
+            self._wake.wait(max(1, min(interval_ms, self._ms_to_next_departure())) / 1000)
+
+    def _ms_to_next_departure(self) -> int:
+        with self._lock:
+            due = [d for state in self._groups.values() for d in state.leaving.values()]
+            return min(due) - self._clock() if due else self.session_timeout_ms
 
     # -- internals (caller holds self._lock) -------------------------------------------------
 
@@ -353,6 +417,7 @@ class ConsumerRegistry:
         removed = [cid for cid in client_ids if state.members.pop(cid, None) is not None]
         for cid in removed:
             del state.last_seen_ms[cid]
+            state.leaving.pop(cid, None)
         if removed:
             self._changed_locked(group, state)
         self._forget_if_unused_locked(group, state)
@@ -363,7 +428,11 @@ class ConsumerRegistry:
         if state is None:
             return []
         deadline = now - self.session_timeout_ms
+        reasons: dict[str, DepartureReason] = {
+            cid: "stream_closed" for cid, due in state.leaving.items() if due <= now
+        }
         silent = [cid for cid, seen in state.last_seen_ms.items() if seen <= deadline]
+        reasons.update((cid, "session_expired") for cid in silent)
         if silent:
             log.info(
                 "consumers %s of group %s expired: no heartbeat for %d ms",
@@ -371,7 +440,30 @@ class ConsumerRegistry:
                 group,
                 self.session_timeout_ms,
             )
-        return self._remove_locked(group, silent) if silent else []
+        gone = [cid for cid, why in reasons.items() if why == "stream_closed"]
+        if gone:
+            log.info(
+                "consumers %s of group %s left: their watch streams closed and were not "
+                "reopened within %d ms",
+                ", ".join(gone),
+                group,
+                self.reconnect_grace_ms,
+            )
+        return self._depart_locked(group, state, reasons) if reasons else []
+
+    def _depart_locked(
+        self, group: str, state: _Group, reasons: dict[str, DepartureReason]
+    ) -> list[str]:
+        """Members leave without unregistering: the ones whose leases end are reported to
+        ``on_departure`` first, then the group is told once."""
+        if self._on_departure is not None:
+            for cid, reason in reasons.items():
+                if cid in state.members and ends_leases(reason, state.streams_of(cid)):
+                    try:
+                        self._on_departure(group, cid)
+                    except Exception:  # the member still leaves; the leases then run out
+                        log.exception("on_departure(%r, %r) failed", group, cid)
+        return self._remove_locked(group, reasons)
 
     def _forget_if_unused_locked(self, group: str, state: _Group) -> None:
         # An absent group reports the shared counter as its version, which is >= any

@@ -4,7 +4,11 @@ The broker side of RocketMQ's LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (RebalanceLockMana
 orderly consumers lock their queues so that two members never process one queue at the same
 time, and renew the locks well before they expire. A lease ends when its holder unlocks it
 or when it is not renewed in time; then any client may take the queue. Leases do not depend
-on group membership, so readers that are not members (Spark tasks) can hold them too.
+on group membership, so readers that are not members (Spark tasks) can hold them too; but
+when a member leaves its group without unregistering (it crashed: its connection closed, or
+its session timed out), the broker ends its leases in that group at once
+(:meth:`QueueLockManager.end_leases`), so its queues move to the others without waiting
+for the leases to run out.
 
 Expiry is timed with a monotonic clock (milliseconds), so a change of the wall clock cannot
 end a lease early and let two clients hold one queue.
@@ -19,22 +23,33 @@ end a lease early and let two clients hold one queue.
 
 from __future__ import annotations
 
+import logging
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
+from rmq_spark.clock import monotonic_ms
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.structs import MessageQueue
 
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
+log = logging.getLogger("rmq_spark.broker")
 
 
-class _Lease(NamedTuple):
+class Lease(NamedTuple):
     client_id: str
     expire_ms: int
+
+
+def leases_of(
+    leases: Mapping[MessageQueue, Lease], client_id: str, now_ms: int
+) -> list[MessageQueue]:
+    """The queues of a group's lease table ``client_id`` holds at ``now_ms``, sorted (what it
+    loses when it leaves the group without unlocking)."""
+    return sorted(
+        mq
+        for mq, lease in leases.items()
+        if lease.client_id == client_id and lease.expire_ms > now_ms
+    )
 
 
 class QueueLockManager:
@@ -50,7 +65,7 @@ class QueueLockManager:
         self.lease_ms = lease_ms
         self._clock = clock
         self._lock = threading.Lock()
-        self._groups: dict[str, dict[MessageQueue, _Lease]] = {}
+        self._groups: dict[str, dict[MessageQueue, Lease]] = {}
 
     def now(self) -> int:
         """The manager's clock, in the time base of the returned expiry times."""
@@ -86,7 +101,7 @@ class QueueLockManager:
             for mq in wanted:
                 current = held.get(mq)
                 if current is None or current.client_id == client_id:
-                    held[mq] = _Lease(client_id, expire)
+                    held[mq] = Lease(client_id, expire)
                     locked.append(mq)
             if held:
                 self._groups[group] = held
@@ -108,6 +123,26 @@ class QueueLockManager:
                 self._groups.pop(group, None)
             return released
 
+    def end_leases(self, group: str, client_id: str) -> list[MessageQueue]:
+        """End every lease ``client_id`` holds for ``group`` now, as if it had unlocked them
+        (its holder left the group without unlocking); returns the queues freed, sorted."""
+        with self._lock:
+            now = self._clock()
+            held = self._live_locked(group, now)
+            ended = leases_of(held, client_id, now)
+            for mq in ended:
+                del held[mq]
+            if not held:
+                self._groups.pop(group, None)
+        if ended:
+            log.info(
+                "queue leases of %s in group %s ended: it left the group; %s",
+                client_id,
+                group,
+                ", ".join(f"{mq.topic}/{mq.broker_name}/{mq.queue_id}" for mq in ended),
+            )
+        return ended
+
     def holder(self, group: str, mq: MessageQueue) -> str | None:
         """The client holding ``mq`` for ``group`` now, or None."""
         with self._lock:
@@ -119,14 +154,9 @@ class QueueLockManager:
     def held_by(self, group: str, client_id: str) -> list[MessageQueue]:
         """The queues ``client_id`` holds for ``group`` now, sorted."""
         with self._lock:
-            now = self._clock()
-            return sorted(
-                mq
-                for mq, lease in self._groups.get(group, {}).items()
-                if lease.client_id == client_id and lease.expire_ms > now
-            )
+            return leases_of(self._groups.get(group, {}), client_id, self._clock())
 
-    def _live_locked(self, group: str, now: int) -> dict[MessageQueue, _Lease]:
+    def _live_locked(self, group: str, now: int) -> dict[MessageQueue, Lease]:
         """The group's lease table with expired leases dropped (so it only holds queues in
         use); the caller stores it back when it was empty and gets entries."""
         held = self._groups.get(group)

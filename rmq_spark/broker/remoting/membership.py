@@ -5,8 +5,11 @@ Members go into the broker's one :class:`~rmq_spark.broker.groups.ConsumerRegist
 queue locks into its one lock table, so a group's members are the same whichever protocol
 each speaks, and so are its locks. A remoting member's connection stands for it as
 RocketMQ's channel does: while the connection is open a watch of the group sends it
-NOTIFY_CONSUMER_IDS_CHANGED (40) at every change, and when the connection closes the
-member leaves the group at once and the others are told.
+NOTIFY_CONSUMER_IDS_CHANGED (40) at every change. When the connection closes without
+UNREGISTER_CLIENT and the client has no other connection watching the group, the member
+leaves after the registry's reconnect grace: its queue locks end first, then the others are
+told, so an orderly consumer that rebalances on the notification locks the freed queues at
+its first try (RocketMQ's broker keeps them until they expire).
 """
 
 from __future__ import annotations

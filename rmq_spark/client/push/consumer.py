@@ -262,6 +262,10 @@ class PushConsumer:
         member.stopping.set()
         member.wake.set()
         self._fetcher.stop()
+        if self.message_model == "CLUSTERING":
+            # before the watch streams close: a broker takes a member whose last stream
+            # closed without an unregister for crashed, and ends its leases a second later
+            unregister(member.cluster, self.client_id, self.group)
         self._coordinator.cancel_watches()
         for thread in self._threads:
             thread.join(10)
@@ -273,8 +277,6 @@ class PushConsumer:
         now = time.monotonic()
         for st in to_drain:
             self._ownership.drain_for_shutdown(st, now)
-        if self.message_model == "CLUSTERING":
-            unregister(member.cluster, self.client_id, self.group)
         next_renew = now + self.config.queue_lease_ms / 3000
         while member.draining():
             now = time.monotonic()

@@ -30,6 +30,7 @@ from rmq_spark.client.push.ownership import Ownership
 from rmq_spark.client.push.queue_phase import plan_topic, plan_unsubscribed
 from rmq_spark.client.push.state import MemberState
 from rmq_spark.errors import RocketliteError
+from rmq_spark.retry import backoff_delays
 
 __all__ = ["Coordinator"]
 
@@ -47,14 +48,20 @@ class Coordinator:
         self.strategy = strategy
         self.rebalance_requested = threading.Event()
         self.heartbeat_requested = threading.Event()
+        self.renew_requested = threading.Event()
         self.watches: dict[str, ConsumerWatch] = {}
         self._members: dict[str, list[str]] = {}
         self._heartbeat_interval_s = 10.0
 
-    def request(self, *, heartbeat: bool = False, rebalance: bool = False) -> None:
-        """Ask the housekeeping thread for a heartbeat and/or a rebalance now."""
+    def request(
+        self, *, heartbeat: bool = False, rebalance: bool = False, renew: bool = False
+    ) -> None:
+        """Ask the housekeeping thread for a heartbeat, a rebalance and/or a renewal of the
+        queue leases now."""
         if heartbeat:
             self.heartbeat_requested.set()
+        if renew:
+            self.renew_requested.set()
         if rebalance:
             self.rebalance_requested.set()
         self.member.wake.set()
@@ -93,13 +100,15 @@ class Coordinator:
         """One broker's membership stream, reopened when it ends (a watch thread)."""
         member = self.member
         conn = member.cluster.connection(endpoint)
-        backoff = 0.5
+        # the first wait stays under the broker's 1 s reconnect grace: a stream reopened
+        # within it keeps this member's leases
+        waits = backoff_delays(0.5, 5.0)
         while not member.stopping.is_set():
             watch = ConsumerWatch(conn, member.group, member.client_id)
             self.watches[endpoint] = watch
             try:
                 for ids, _version in watch:
-                    backoff = 0.5
+                    waits = backoff_delays(0.5, 5.0)
                     if self._members.get(endpoint) != ids:
                         self._members[endpoint] = ids
                         self.request(rebalance=True)
@@ -108,10 +117,12 @@ class Coordinator:
                     log.info(
                         "group %r: membership stream of %s ended: %s", member.group, endpoint, exc
                     )
-            if member.stopping.wait(backoff):
+            if member.stopping.wait(next(waits)):
                 return
-            backoff = min(backoff * 2, 5.0)
-            self.request(heartbeat=True)  # the broker dropped us with the stream
+            # The broker may have dropped us with the stream, and ended our leases if it
+            # stayed closed for a second: heartbeat, and renew at once, so queues another
+            # member took meanwhile stop here now rather than at the next renewal.
+            self.request(heartbeat=True, renew=True)
 
     def cancel_watches(self) -> None:
         for watch in list(self.watches.values()):
@@ -144,7 +155,8 @@ class Coordinator:
                 if member.pending and now >= next_acquire:
                     ownership.acquire()
                     next_acquire = now + 0.25
-                if now >= next_renew:
+                if self.renew_requested.is_set() or now >= next_renew:
+                    self.renew_requested.clear()
                     ownership.renew_leases()
                     next_renew = now + config.queue_lease_ms / 3000
                 ownership.finish_drains(time.monotonic())
