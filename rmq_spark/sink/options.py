@@ -17,6 +17,7 @@ from rmq_spark.client.connection import ClientConfig
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import validate_sink_id, validate_topic
 from rmq_spark.source.connect_options import (
+    FileReads,
     client_config,
     credential_options,
     endpoints_option,
@@ -81,7 +82,9 @@ class SinkOptions:
     secret_key: str | None = field(default=None, repr=False)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+    def parse(cls, options: Mapping[str, str], *, reads: FileReads | None = None) -> SinkOptions:
+        """Check ``options`` (any key case) for a write; parses sharing ``reads`` read the
+        files the options name once."""
         raw = RawOptions(_canonical_keys(options), streaming=False)
         name_server = name_server_option(raw)
         exactly_once = raw.flag("exactlyOnce", name_server is None)
@@ -97,7 +100,7 @@ class SinkOptions:
                 validate_topic(topic)
             except InvalidArgumentError as exc:
                 raise bad("topic", topic, str(exc)) from None
-        credentials = credential_options(raw)
+        credentials = credential_options(raw, reads)
         sink_id = raw.get("sinkId")
         if sink_id is not None:
             try:
@@ -117,7 +120,7 @@ class SinkOptions:
             exactly_once=exactly_once,
             sink_id=sink_id,
             checkpoint_location=raw.get("checkpointLocation"),
-            **tls_options(raw),
+            **tls_options(raw, reads),
             access_key=credentials.get("access_key"),
             secret_key=credentials.get("secret_key"),
         )

@@ -8,7 +8,8 @@ Usage needs no registration call (``pyspark_rocketlite`` exports the source as
 
 Modules, from the outside in:
 
-- :mod:`~rmq_spark.source.datasource`: the ``DataSource`` (name, schema, options at load).
+- :mod:`~rmq_spark.source.datasource`: the ``DataSource`` (name, schema, options at load,
+  parsed once for every mode by :mod:`~rmq_spark.source.load_options`).
 - :mod:`~rmq_spark.source.stream_reader` / :mod:`~rmq_spark.source.batch_reader`: offsets,
   triggers, commits to the group; the fixed ranges of a batch query.
 - :mod:`~rmq_spark.source.read`: one Spark task's pulls, yielding Arrow batches.

@@ -110,14 +110,17 @@ class RocketliteBatchReader(DataSourceReader):
 class FilteringBatchReader(RocketliteBatchReader):
     """A batch reader that takes over the filters the brokers answer cheaply
     (:mod:`~rmq_spark.source.pushdown`): fewer queues, narrower ranges, the broker's tag
-    filter. Used when Spark plans with filter pushdown on
-    (``spark.sql.python.filterPushdown.enabled``)."""
+    filter. The source hands it out for reads with the option ``filterPushdown``. Spark
+    pushes filters when the session turned on ``spark.sql.python.filterPushdown.enabled``;
+    without it, pyspark refuses the read with ``DATA_SOURCE_PUSHDOWN_DISABLED``, naming
+    that setting (a read that asked for pushdown does not quietly pull everything)."""
 
     def __init__(self, options: SourceOptions, projection: Projection = ALL_COLUMNS) -> None:
         super().__init__(options, projection)
         self.pushed = Pushed()
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Take the filters the brokers answer; return those Spark must still apply."""
         # Filters name the read's columns, which a projection may have spelled differently.
         self.pushed, rest = push_filters(filters, self.projection.column_by_name)
         tags = self.pushed.tags

@@ -5,8 +5,10 @@ option."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypedDict, TypeVar, cast
 
 from rmq_spark.client.connection import ClientConfig, RetryPolicy
 from rmq_spark.errors import InvalidArgumentError
@@ -14,6 +16,7 @@ from rmq_spark.source.option_values import RawOptions, bad
 
 __all__ = [
     "MAX_RETRY_BACKOFF_MS",
+    "FileReads",
     "client_config",
     "credential_options",
     "endpoints_option",
@@ -40,6 +43,34 @@ NETWORK_OPTIONS = (
 )
 #: the broker name of rows read from a store directory, unless the option brokerName says
 DEFAULT_STORE_BROKER_NAME = "broker-a"
+
+_T = TypeVar("_T")
+
+
+class FileReads:
+    """The files options name, read once for every parse given the same object.
+
+    A data source parses its options for a batch read, a stream and a write; with one
+    ``FileReads`` the TLS files are checked and the secret key file is read once, not once
+    per parse. Each result (or error message) is kept under the paths it was read from, so
+    only reads of the same files are shared.
+    """
+
+    def __init__(self) -> None:
+        self._done: dict[tuple[str | None, ...], tuple[object, str | None]] = {}
+
+    def once(self, key: tuple[str | None, ...], read: Callable[[], _T]) -> _T:
+        """``read()``'s result the first time ``key`` is asked for, the same result (or the
+        same error) afterwards."""
+        if key not in self._done:
+            try:
+                self._done[key] = (read(), None)
+            except InvalidArgumentError as exc:
+                self._done[key] = (None, str(exc))
+        value, error = self._done[key]
+        if error is not None:
+            raise InvalidArgumentError(error)
+        return cast(_T, value)  # what read() returned for this key
 
 
 def store_options(raw: RawOptions) -> dict:
@@ -115,11 +146,25 @@ def is_address(text: str) -> bool:
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
-def tls_options(raw: RawOptions) -> dict:
-    """The TLS options, checked here on the driver: files readable and usable, a client
-    certificate with its key."""
-    from rmq_spark import tls
+class TlsFields(TypedDict):
+    """The TLS fields of a ClientConfig (and of the source's and sink's options)."""
 
+    tls: bool
+    tls_ca_file: str | None
+    tls_cert_file: str | None
+    tls_key_file: str | None
+
+
+class Credentials(TypedDict, total=False):
+    """``access_key`` and ``secret_key`` of a ClientConfig, when the options give them."""
+
+    access_key: str
+    secret_key: str
+
+
+def tls_options(raw: RawOptions, reads: FileReads | None = None) -> TlsFields:
+    """The TLS options, checked here on the driver: files readable and usable, a client
+    certificate with its key (the files checked through ``reads`` when given)."""
     enabled = raw.flag("tls", False)
     files = {name: raw.get(name) for name in ("tlsCaFile", "tlsCertFile", "tlsKeyFile")}
     given = [name for name, path in files.items() if path is not None]
@@ -135,6 +180,14 @@ def tls_options(raw: RawOptions) -> dict:
         raise InvalidArgumentError(
             f"option {given_name} needs the option {missing} (a client certificate and its key)"
         )
+    if ca is not None or cert is not None:
+        (reads or FileReads()).once(("tls", ca, cert, key), lambda: _check_tls_files(ca, cert, key))
+    return {"tls": enabled, "tls_ca_file": ca, "tls_cert_file": cert, "tls_key_file": key}
+
+
+def _check_tls_files(ca: str | None, cert: str | None, key: str | None) -> None:
+    from rmq_spark import tls
+
     try:
         if ca is not None:
             tls.check_ca(tls.Setting("option tlsCaFile", ca))
@@ -146,26 +199,19 @@ def tls_options(raw: RawOptions) -> dict:
         raise InvalidArgumentError(
             f"{exc}; TLS files must be readable at the same path on the driver and every executor"
         ) from None
-    return {"tls": enabled, "tls_ca_file": ca, "tls_cert_file": cert, "tls_key_file": key}
 
 
-def credential_options(raw: RawOptions) -> dict[str, str]:
-    """accessKey with secretKey or secretKeyFile (read here, on the driver). Messages name
-    the options and the file, never the secret."""
+def credential_options(raw: RawOptions, reads: FileReads | None = None) -> Credentials:
+    """accessKey with secretKey or secretKeyFile (read here, on the driver, through ``reads``
+    when given). Messages name the options and the file, never the secret."""
     access_key = raw.get("accessKey")
     secret = raw.get("secretKey")
     secret_file = raw.get("secretKeyFile")
     if secret is not None and secret_file is not None:
         raise InvalidArgumentError("give option secretKey or secretKeyFile, not both")
     if secret_file is not None:
-        try:
-            secret = Path(secret_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise InvalidArgumentError(
-                f"option secretKeyFile: cannot read {secret_file}: {exc.strerror}"
-            ) from None
-        if not secret:
-            raise InvalidArgumentError(f"option secretKeyFile: {secret_file} is empty")
+        path = secret_file
+        secret = (reads or FileReads()).once(("secret", path), lambda: _read_secret(path))
     if not access_key and not secret:
         return {}
     if not access_key or not secret:
@@ -173,6 +219,18 @@ def credential_options(raw: RawOptions) -> dict[str, str]:
             "option accessKey needs secretKey or secretKeyFile, and they need accessKey"
         )
     return {"access_key": access_key, "secret_key": secret}
+
+
+def _read_secret(path: str) -> str:
+    try:
+        secret = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"option secretKeyFile: cannot read {path}: {exc.strerror}"
+        ) from None
+    if not secret:
+        raise InvalidArgumentError(f"option secretKeyFile: {path} is empty")
+    return secret
 
 
 #: the longest pause between two retries of an unavailable broker

@@ -8,10 +8,13 @@ the first data-source lookup); :func:`register` does the same explicitly.
 
 Options are checked when the data source is created, that is at ``load()``: an unknown or
 malformed option fails there, naming it. Spark does not say yet whether the query will be a
-batch or a streaming one, so options valid in one of the two modes pass; the reader checks
-them again for its mode (``maxMessagesPerTrigger`` on ``spark.read`` fails when the query
-runs). Options valid for the sink only pass too; a writer checks them with the DataFrame's
-schema when the write starts.
+batch or a streaming one, so options valid in one of the two modes pass; the reader gets
+its mode's options and fails with its mode's error (``maxMessagesPerTrigger`` on
+``spark.read`` fails when the query runs). Options valid for the sink only pass too; a
+writer checks them with the DataFrame's schema when the write starts. The options are parsed
+once, for every mode, when the data source is created
+(:mod:`~rmq_spark.source.load_options`): Spark pickles the data source, parsed options
+included, to the Python processes that plan the read or the write.
 
 A schema given with ``.schema(...)`` reads only those of the source's columns, under those
 names and in that order (:class:`~rmq_spark.source.schema.Projection`); it is checked when
@@ -20,7 +23,6 @@ the reader is made, as the query starts.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import MutableMapping
 
 from pyspark.sql.datasource import (
@@ -33,10 +35,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.source.options import BATCH_ONLY, STREAMING_ONLY, SourceOptions
+from rmq_spark.sink.options import SinkOptions
+from rmq_spark.source.load_options import LoadedOptions, parse_for_load
 from rmq_spark.source.schema import SPARK_SCHEMA, Projection
 
-__all__ = ["RocketliteDataSource", "register"]
+__all__ = ["RocketliteDataSource", "check_options", "register"]
 
 NAME = "rocketlite"
 
@@ -50,11 +53,21 @@ class RocketliteDataSource(DataSource):
     ...     .option("group", "etl").load())
     >>> (spark.read.format("rocketlite").schema("queueOffset long, body binary")  # doctest: +SKIP
     ...     .option("endpoints", "127.0.0.1:10911").option("topic", "orders").load())
+
+    Spark calls ``reader`` for a batch read, ``streamReader`` for a stream (never
+    ``simpleStreamReader``, which pyspark asks for only when ``streamReader`` is missing),
+    ``writer`` and ``streamWriter`` for writes. A batch read with the option
+    ``filterPushdown`` gets a reader that takes filters when Spark pushes them
+    (:class:`~rmq_spark.source.batch_reader.FilteringBatchReader`). Pushdown is opt-in per
+    read because pyspark 4.3 keeps the plan made with pushed filters on the loaded
+    DataFrame's data source: a later query of the same DataFrame without those filters
+    reuses it and reads too little. Load a DataFrame per filtered query when it is on.
     """
 
     def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
-        check_options(options)
+        #: every mode's options, parsed once here (on the driver) and pickled with the source
+        self.parsed_options: LoadedOptions = check_options(options)
 
     @classmethod
     def name(cls) -> str:
@@ -67,8 +80,8 @@ class RocketliteDataSource(DataSource):
         from rmq_spark.source.batch_reader import FilteringBatchReader, RocketliteBatchReader
 
         projection = Projection.parse(schema)
-        options = SourceOptions.parse(self.options, streaming=False)
-        if options.filter_pushdown and planning_with_filter_pushdown():
+        options = self.parsed_options.source(streaming=False)
+        if options.filter_pushdown:
             return FilteringBatchReader(options, projection)
         return RocketliteBatchReader(options, projection)
 
@@ -76,8 +89,7 @@ class RocketliteDataSource(DataSource):
         from rmq_spark.source.stream_reader import RocketliteStreamReader
 
         projection = Projection.parse(schema)
-        options = SourceOptions.parse(self.options, streaming=True)
-        return RocketliteStreamReader(options, projection)
+        return RocketliteStreamReader(self.parsed_options.source(streaming=True), projection)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from rmq_spark.sink.writer import RocketliteBatchWriter
@@ -87,7 +99,7 @@ class RocketliteDataSource(DataSource):
                 "the rocketlite sink only appends: a topic cannot be overwritten. Use "
                 ".mode('append')"
             )
-        return RocketliteBatchWriter(*_sink_setup(self.options, schema))
+        return RocketliteBatchWriter(*_sink_setup(self.parsed_options.writer(), schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from rmq_spark.sink.writer import RocketliteStreamWriter
@@ -96,88 +108,26 @@ class RocketliteDataSource(DataSource):
             raise InvalidArgumentError(
                 "the rocketlite sink only appends: use outputMode('append') or 'update'"
             )
-        return RocketliteStreamWriter(*_sink_setup(self.options, schema))
+        return RocketliteStreamWriter(*_sink_setup(self.parsed_options.writer(), schema))
 
 
-def _sink_setup(options: MutableMapping[str, str], schema: StructType):
-    """The sink's options and column plan, checked on the driver before any task runs."""
-    from rmq_spark.sink.options import SinkOptions
+def _sink_setup(parsed: SinkOptions, schema: StructType):
+    """The sink's column plan for ``schema``, and its topic checked, on the driver before
+    any task runs."""
     from rmq_spark.sink.rows import plan_columns
     from rmq_spark.sink.send import check_writable_topic
 
-    parsed = SinkOptions.parse(options)
     plan = plan_columns([(f.name, f.dataType.simpleString()) for f in schema.fields], parsed.topic)
     check_writable_topic(parsed)
     return parsed, plan
 
 
-def check_options(options: MutableMapping[str, str]) -> None:
-    """Fail unless ``options`` are valid for a batch or a streaming query.
-
-    An option of one mode only decides the mode (its errors are then that mode's); without
-    one, the streaming parse's error is raised when both modes fail.
-    """
-    from rmq_spark.sink.options import SINK_ONLY, SinkOptions
-
-    keys = {str(key).lower() for key in options}
-    if any(name.lower() in keys for name in SINK_ONLY):
-        SinkOptions.parse(options)
-        return
-    try:
-        _check_source_options(options, keys)
-    except InvalidArgumentError as source_error:
-        try:
-            SinkOptions.parse(options)  # options only a writer can use
-        except InvalidArgumentError as sink_error:
-            if str(sink_error) == str(source_error):
-                raise source_error from None
-            # Spark does not say yet whether this is a read or a write: say both.
-            raise InvalidArgumentError(
-                f"{source_error}\nAs options of a write: {sink_error}"
-            ) from None
-
-
-def _check_source_options(options: MutableMapping[str, str], keys: set[str]) -> None:
-    if any(name.lower() in keys for name in BATCH_ONLY):
-        SourceOptions.parse(options, streaming=False)
-        return
-    try:
-        SourceOptions.parse(options, streaming=True)
-    except InvalidArgumentError:
-        if any(name.lower() in keys for name in STREAMING_ONLY):
-            raise
-        try:
-            SourceOptions.parse(options, streaming=False)
-        except InvalidArgumentError:
-            pass
-        else:
-            return
-        raise
-
-
-#: the pyspark worker that plans a Python source's read with filter pushdown
-_PUSHDOWN_WORKER = "data_source_pushdown_filters.py"
-
-
-def planning_with_filter_pushdown() -> bool:
-    """Whether Spark asks for this reader to push filters into it.
-
-    A reader that implements ``pushFilters`` makes Spark fail every read of a session that
-    has not turned on ``spark.sql.python.filterPushdown.enabled`` (off by default), so the
-    source hands out its filtering reader only to the worker that plans with pushdown, and a
-    plain reader otherwise (Spark then applies every filter itself, as correct and slower).
-
-    Pushdown is also opt-in per read (option ``filterPushdown``): pyspark 4.3 keeps the
-    plan made with pushed filters on the loaded DataFrame's data source, so a later query
-    of the same DataFrame without filters reuses it and reads too little. Load a DataFrame
-    per filtered query when pushdown is on.
-    """
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(_PUSHDOWN_WORKER):
-            return True
-        frame = frame.f_back
-    return False
+def check_options(options: MutableMapping[str, str]) -> LoadedOptions:
+    """``options`` parsed for every mode; raises unless they are valid for a batch read, a
+    streaming read or a write (see :func:`~rmq_spark.source.load_options.load_error`)."""
+    loaded = parse_for_load(options)
+    loaded.check({str(key).lower() for key in options})
+    return loaded
 
 
 def register(spark) -> None:

@@ -32,6 +32,9 @@ from rmq_spark.names import (
 from rmq_spark.offsets.json_codec import MAX_OFFSET
 from rmq_spark.offsets.spark import parse_offsets_json, parse_timestamps_json
 from rmq_spark.source.connect_options import (
+    Credentials,
+    FileReads,
+    TlsFields,
     credential_options,
     endpoints_option,
     name_server_option,
@@ -236,15 +239,18 @@ class SourceOptions:
     #: found through the brokers' message index (batch reads)
     message_key: str | None = None
 
-    def credentials(self) -> dict[str, str]:
+    def credentials(self) -> Credentials:
         """``access_key``/``secret_key`` for ClientConfig, when the options give them."""
         if self.access_key is None:
-            return {}
+            return Credentials()
         return {"access_key": self.access_key, "secret_key": self.secret_key or ""}
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
-        """Check ``options`` (Spark's map, any key case) for a streaming or batch query."""
+    def parse(
+        cls, options: Mapping[str, str], streaming: bool, *, reads: FileReads | None = None
+    ) -> SourceOptions:
+        """Check ``options`` (Spark's map, any key case) for a streaming or batch query;
+        parses sharing ``reads`` read the files the options name once."""
         raw = RawOptions(_canonical_keys(options), streaming)
         _check_mode(raw)
         topics, pattern = _subscription_target(raw)
@@ -281,14 +287,14 @@ class SourceOptions:
             filter_pushdown=raw.flag("filterPushdown", False),
             short_circuit=raw.flag("shortCircuit", True),
             message_key=_message_key(raw),
-            **tls_options(raw),
-            **credential_options(raw),
+            **tls_options(raw, reads),
+            **credential_options(raw, reads),
             **store_options(raw),
         )
         check_combinations(raw, parsed)
         return parsed
 
-    def tls_settings(self) -> dict:
+    def tls_settings(self) -> TlsFields:
         """The ClientConfig TLS fields of these options."""
         return {
             "tls": self.tls,

@@ -94,7 +94,7 @@ def push_filters(
 
 
 def _take(pushed: Pushed, item: Filter, columns: Mapping[str, str] | None) -> bool:
-    column = getattr(item, "attribute", ())
+    column: tuple[str, ...] = getattr(item, "attribute", ())
     if len(column) != 1:
         return False
     name = column[0] if columns is None else columns.get(column[0])

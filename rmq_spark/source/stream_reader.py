@@ -20,7 +20,6 @@ checkpoint is what a restarted query resumes from.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
+from rmq_spark import clock
 from rmq_spark.client.offsets import query_range_sizes
 from rmq_spark.errors import DataLossError, RocketliteError, UnavailableError
 from rmq_spark.offsets.spark import (
@@ -38,7 +38,7 @@ from rmq_spark.offsets.spark import (
     from_json_dict,
     to_json_dict,
 )
-from rmq_spark.source.access import GrpcAccess, RemotingAccess, open_access
+from rmq_spark.source.access import BrokerAccess, GrpcAccess, open_access
 from rmq_spark.source.discovery import Snapshot, resolve_start
 from rmq_spark.source.limits import (
     TriggerLimits,
@@ -67,7 +67,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         #: the columns the tasks yield (a schema given with .schema(...))
         self.projection = projection
         self.limits = TriggerLimits.from_options(options)
-        self._access: GrpcAccess | RemotingAccess | None = None
+        self._access: BrokerAccess | None = None
         self._initial: OffsetsJson | None = None
         #: Trigger.AvailableNow: the latest offsets when the query started
         self._target: Offsets | None = None
@@ -128,7 +128,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._latest = dict(state.latest)
         latest = self._available_now_cap(state.start, state.latest)
         waiting = backlogs(state.start, latest)
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
         if should_delay(
             sum(waiting.values()),
             limits,
@@ -182,7 +182,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     # --- internals -----------------------------------------------------------------------
 
-    def _client(self) -> GrpcAccess | RemotingAccess:
+    def _client(self) -> BrokerAccess:
         if self._access is None:
             self._access = open_access(self.options)
         return self._access
