@@ -50,9 +50,7 @@ from rmq_spark.codec.taghash import tag_hash_codes
 from rmq_spark.errors import (
     DataLossError,
     NotFoundError,
-    RequestTimeoutError,
     RocketliteError,
-    UnavailableError,
 )
 from rmq_spark.offsets.spark import DataLoss, data_loss_message
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
@@ -245,7 +243,12 @@ class _RangeReader:
                     call, ahead = ahead, None
                     return call.result()
                 return self._call(offset)
-            except (UnavailableError, RequestTimeoutError) as exc:
+            except NotFoundError as exc:
+                self._lost(DataLoss(self.mq, "vanished", offset), detail=str(exc))
+                return None
+            except RocketliteError as exc:
+                if not exc.retriable:
+                    raise
                 if attempt == attempts:
                     raise type(exc)(
                         f"pull of {self.mq.describe()} at offset {offset} from "
@@ -259,9 +262,6 @@ class _RangeReader:
                     self.mq.describe(), offset, exc, attempt, attempts - 1, backoff_ms,
                 )  # fmt: skip
                 self._pause(exc, backoff_ms / 1000)
-            except NotFoundError as exc:
-                self._lost(DataLoss(self.mq, "vanished", offset), detail=str(exc))
-                return None
         raise AssertionError("unreachable")
 
     # -- how this reader reaches its broker (the remoting reader has its own) ---------------
