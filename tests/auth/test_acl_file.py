@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from pathlib import Path
 
 import pytest
 
 from rmq_spark.auth.acl import Action, Resource
 from rmq_spark.auth.acl_file import AclFile, AclFileError, load
+from tests.eventually import eventually
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "acl.json"
 
@@ -159,9 +159,6 @@ def test_secret_file_change_reloads(tmp_path):
         tmp = tmp_path / "s.tmp"
         tmp.write_text("two")
         os.replace(tmp, secret)
-        deadline = time.monotonic() + 5
-        while acl.current.secret_of("app") != "two" and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert acl.current.secret_of("app") == "two"
+        eventually(lambda: acl.current.secret_of("app") == "two", what="the new secret")
     finally:
         acl.stop()

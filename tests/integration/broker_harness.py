@@ -233,14 +233,6 @@ def read_queue(endpoint: str, topic: str, queue_id: int, broker_name: str) -> li
             rows += result.batch.to_pylist()
 
 
-def wait_until(predicate, timeout_s: float = 5.0) -> None:
-    """Poll ``predicate`` every 5 ms until it is true; fail the test after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
-
-
 @dataclass
 class LocalBroker:
     server: object  # rmq_spark.broker.BrokerServer

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 
 import grpc
@@ -94,10 +93,3 @@ class RawV2:
 
     def close(self) -> None:
         self.channel.close()
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s} s"
-        time.sleep(0.05)

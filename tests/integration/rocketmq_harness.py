@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.eventually import eventually
+
 ROCKETMQ_HOME = os.environ.get("ROCKETMQ_HOME", "")
 OPENS = [
     "--add-opens",
@@ -79,16 +81,35 @@ def _is_free(port: int) -> bool:
 
 
 def _wait_port(port: int, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if process.poll() is not None:
             pytest.fail(f"RocketMQ exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
         except OSError:
-            time.sleep(0.5)
-    pytest.fail(f"RocketMQ did not listen on {port} in {START_TIMEOUT_S} s")
+            return False
+        return True
+
+    eventually(
+        listening, what=f"RocketMQ to listen on {port}", timeout=START_TIMEOUT_S, interval=0.5
+    )
+
+
+def _wait_registered(name_server: str) -> None:
+    """Until the name server routes TBW102 (the topic a broker with autoCreateTopicEnable
+    registers): the broker has registered."""
+    from rmq_spark.client.remoting import RemotingClient
+    from rmq_spark.errors import NotFoundError
+
+    with RemotingClient(name_server) as client:
+
+        def routed() -> list:
+            try:
+                return client.route("TBW102").writable
+            except NotFoundError as missing:
+                raise AssertionError(str(missing)) from None
+
+        eventually(routed, what="the broker to register with the name server", interval=0.2)
 
 
 class RocketMQCluster:
@@ -156,7 +177,7 @@ class RocketMQCluster:
                 )
             self._processes.append(process)
             _wait_port(port, process, log)
-        time.sleep(2)  # the broker registers with the name server
+        _wait_registered(self.name_server)
         return self
 
     def stop(self, keep_store: bool = False, *, crash: bool = False) -> None:

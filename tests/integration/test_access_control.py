@@ -28,11 +28,14 @@ from rmq_spark.client.producer import ProducerConfig
 from rmq_spark.errors import PermissionDeniedError, UnauthenticatedError
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2, messaging_pb2_grpc
 from rmq_spark.structs import MessageQueue
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess, wait_until
+from tests.eventually import eventually
+from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 
 TOPIC = "acl-t"
 GROUP = "acl-g"
 CLIENT = "acl-client-1"
+#: what the broker logs when it refuses a changed ACL file
+STAYS_IN_FORCE = "the previous ACL stays in force"
 SECRETS = {"root": "root-secret", "good": "good-secret", "weak": "weak-secret", "late": "late-s"}
 
 
@@ -252,7 +255,7 @@ def test_finding_messages_by_key_needs_a_right_on_the_topic(broker):
     with Producer(broker.endpoint, config=ProducerConfig(**keys("good"))) as producer:
         sent = producer.send(TOPIC, b"keyed", keys="acl-key")
     with Admin(broker.endpoint, ClientConfig(**keys("good"))) as admin:
-        wait_until(lambda: bool(admin.query_messages(TOPIC, "acl-key")), 10)
+        eventually(lambda: admin.query_messages(TOPIC, "acl-key"), what="the key in the index")
         [(batch, _)] = admin.query_messages(TOPIC, sent.msg_id)
         assert batch.column("body").to_pylist() == [b"keyed"]
     with grpc.insecure_channel(broker.endpoint) as channel:
@@ -307,20 +310,25 @@ def test_reload_grants_within_two_seconds(broker):
             producer.send(TOPIC, b"too early")
         grant = [{"resource": f"Topic:{TOPIC}", "actions": ["Pub"], "decision": "Allow"}]
         write_acl(broker.acl_path, acl_data(grant))
-        granted_at = time.monotonic()
-        while True:
+
+        def send_granted() -> bool:
             try:
                 producer.send(TOPIC, b"granted")
-                break
-            except PermissionDeniedError:
-                assert time.monotonic() - granted_at < 3, "the new ACL was not applied"
-                time.sleep(0.1)
-    # a broken file keeps the ACL in force
+            except PermissionDeniedError as refused:
+                raise AssertionError(f"still refused: {refused}") from refused
+            return True
+
+        # the broker looks at the file every second
+        eventually(send_granted, what="the new ACL to be applied", timeout=3, interval=0.1)
+    # a broken file keeps the ACL in force: wait for the reload thread to refuse it
+    refusals = broker.log_text().count(STAYS_IN_FORCE)
     broker.acl_path.write_text("{not json")
-    time.sleep(1.5)
+    eventually(
+        lambda: broker.log_text().count(STAYS_IN_FORCE) > refusals,
+        what="the broken ACL file to be refused",
+    )
     with Producer(broker.endpoint, config=config) as producer:
         producer.send(TOPIC, b"still granted")
-    assert "the previous ACL stays in force" in broker.log_tail()
 
 
 def test_a_bad_acl_file_stops_the_broker_at_start(tmp_path):
@@ -373,10 +381,7 @@ def test_push_consumer_with_keys_consumes_and_commits(broker):
         wanted = [f"push-{i}".encode() for i in range(20)]
         with Producer(broker.endpoint, config=ProducerConfig(**keys("good"))) as producer:
             producer.send_batch(TOPIC, wanted)
-        deadline = time.monotonic() + 20
-        while not set(wanted) <= set(got) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert set(wanted) <= set(got)
+        eventually(lambda: set(wanted) <= set(got), what="every message pushed", timeout=20)
     finally:
         consumer.shutdown()
     # the consumer's commits (signed, Sub on the group) reached the broker: nothing left

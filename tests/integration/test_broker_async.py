@@ -12,12 +12,12 @@ import time
 
 import grpc
 import pytest
-from broker_harness import wait_until
 
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, groups_pb2
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.pull_wire import pull_index
 from rmq_spark.structs import MessageQueue
+from tests.eventually import eventually
 
 #: above gRPC's default of 1,000 calls waiting to be picked up by the server
 HELD_PULLS = 1_500
@@ -32,6 +32,12 @@ def _queue(topic: str, queue_id: int) -> common_pb2.MessageQueue:
 
 def server_stats(stubs) -> admin_pb2.ServerStats:
     return stubs.admin.GetBrokerInfo(admin_pb2.GetBrokerInfoRequest()).server_stats
+
+
+def waiting_calls(stubs) -> tuple[int, int]:
+    """(held pulls, open watch streams) on the broker."""
+    stats = server_stats(stubs)
+    return stats.held_pulls, stats.watch_streams
 
 
 def create(stubs, topic: str, queues: int) -> None:
@@ -69,11 +75,10 @@ def loaded(in_process_broker_factory, connect):
         )
         for i in range(WATCH_STREAMS)
     ]
-    wait_until(
-        lambda: (
-            (s := server_stats(stubs)).held_pulls == HELD_PULLS and s.watch_streams == WATCH_STREAMS
-        ),
-        timeout_s=20,
+    eventually(
+        lambda: waiting_calls(stubs) == (HELD_PULLS, WATCH_STREAMS),
+        what="every pull held and every watch stream open",
+        timeout=20,
     )
     # Every thread of an in-process broker is visible here: the calls added none (a broker
     # with a thread per waiting call would have added one per call, or stalled).
@@ -106,7 +111,10 @@ def test_a_send_wakes_exactly_the_pulls_of_its_queue(loaded):
         answer = pull.result(timeout=10)
         assert pull_index(MessageQueue("Idle", "", 3), answer)[1].tolist() == [0]
     assert not any(p.done() for i, p in enumerate(pulls) if i % QUEUES != 3)
-    wait_until(lambda: server_stats(stubs).held_pulls == HELD_PULLS - len(woken))
+    eventually(
+        lambda: server_stats(stubs).held_pulls == HELD_PULLS - len(woken),
+        what="the woken pulls to leave the broker",
+    )
 
 
 def test_watch_streams_get_membership_changes_while_pulls_are_held(loaded):
@@ -130,6 +138,6 @@ def test_cancelled_calls_leave_nothing_behind(loaded):
     _, stubs, pulls, watches = loaded
     for call in [*pulls, *watches]:
         call.cancel()
-    wait_until(lambda: (s := server_stats(stubs)).held_pulls == 0 and s.watch_streams == 0)
+    eventually(lambda: waiting_calls(stubs) == (0, 0), what="no call left waiting")
     with pytest.raises(grpc.FutureCancelledError):
         pulls[0].result()

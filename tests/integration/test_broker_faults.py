@@ -4,7 +4,6 @@ every SYNC send acknowledged before the failure."""
 from __future__ import annotations
 
 import errno
-import time
 
 import grpc
 import pytest
@@ -15,6 +14,7 @@ from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.store import mapped_file
 from rmq_spark.store.faults import FSYNC_FAIL_AFTER
 from rmq_spark.store.verify import verify_store
+from tests.eventually import eventually
 
 
 def test_a_failed_sync_answers_unavailable_and_stops_the_broker(
@@ -36,10 +36,7 @@ def test_a_failed_sync_answers_unavailable_and_stops_the_broker(
     # says the store failed.
     details = info.value.details()
     assert "not stored durably" in details or "stopped after a failed" in details
-    deadline = time.monotonic() + 10
-    while not broker.server.stopped:
-        assert time.monotonic() < deadline, "the broker did not stop"
-        time.sleep(0.05)
+    eventually(lambda: broker.server.stopped, what="the broker to stop")
     failed = [r for r in caplog.records if "FAILED" in r.getMessage()]
     assert len(failed) == 1  # one clear line, not one per request
 

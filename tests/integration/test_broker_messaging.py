@@ -17,17 +17,19 @@ import time
 
 import grpc
 import pytest
-from broker_harness import CHANNEL_OPTIONS, Stubs, start_in_process_broker, wait_until
+from broker_harness import CHANNEL_OPTIONS, Stubs, start_in_process_broker
 
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.record import offset_msg_id
 from rmq_spark.codec.taghash import java_string_hash
 from rmq_spark.errors import ERROR_CLASS_METADATA
+from rmq_spark.offsets.json_codec import decode_offset_table
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, offsets_pb2
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.pull_wire import pull_index
 from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import MessageQueue
+from tests.eventually import eventually
 
 Code = grpc.StatusCode
 FOUND = m.PULL_STATUS_FOUND
@@ -314,7 +316,7 @@ def test_long_poll_returns_right_after_a_send(local):
     broker, stubs = local
     create_topic(stubs, "Live")
     held = BackgroundPull(stubs, "Live", 0, suspend_timeout_ms=5000)
-    wait_until(lambda: broker.broker.notifier.waiting() == 1)
+    eventually(lambda: broker.broker.notifier.waiting() == 1, what="the pull to be held")
     sent_at = time.monotonic()
     send(stubs, "Live", b"wake up", queue_id=0)
     got = held.result()
@@ -340,7 +342,7 @@ def test_long_poll_keeps_waiting_through_messages_its_filter_rejects(local):
     held = BackgroundPull(
         stubs, "Picky", 0, suspend_timeout_ms=5000, subscription_expression="TagA"
     )
-    wait_until(lambda: broker.broker.notifier.waiting() == 1)
+    eventually(lambda: broker.broker.notifier.waiting() == 1, what="the pull to be held")
     tagged = [m.Message(body=b"b", tags="TagB")]
     stubs.messaging.SendMessages(m.SendMessagesRequest(topic="Picky", queue_id=0, messages=tagged))
     time.sleep(0.3)
@@ -365,9 +367,11 @@ def test_cancelled_long_poll_frees_its_server_thread(local):
     create_topic(stubs, "Cancel")
     request = m.PullMessagesRequest(queue=mq("Cancel", 0), suspend_timeout_ms=20_000)
     future = stubs.messaging.PullMessages.future(request, timeout=30)
-    wait_until(lambda: broker.broker.notifier.waiting() == 1)
+    eventually(lambda: broker.broker.notifier.waiting() == 1, what="the pull to be held")
     future.cancel()
-    wait_until(lambda: broker.broker.notifier.waiting() == 0, timeout_s=1.0)
+    eventually(
+        lambda: broker.broker.notifier.waiting() == 0, what="the pull to be let go", timeout=1.0
+    )
 
 
 def test_stopping_the_broker_releases_held_pulls(in_process_broker_factory, connect):
@@ -375,7 +379,7 @@ def test_stopping_the_broker_releases_held_pulls(in_process_broker_factory, conn
     stubs = connect(broker.endpoint)
     create_topic(stubs, "Shutdown")
     held = BackgroundPull(stubs, "Shutdown", 0, suspend_timeout_ms=20_000)
-    wait_until(lambda: broker.broker.notifier.waiting() == 1)
+    eventually(lambda: broker.broker.notifier.waiting() == 1, what="the pull to be held")
     started = time.monotonic()
     broker.stop()
     assert held.result(timeout_s=5).status == NO_NEW_MSG
@@ -386,7 +390,7 @@ def test_deleting_a_topic_ends_its_held_pulls(local):
     broker, stubs = local
     create_topic(stubs, "Doomed")
     held = BackgroundPull(stubs, "Doomed", 0, suspend_timeout_ms=20_000)
-    wait_until(lambda: broker.broker.notifier.waiting() == 1)
+    eventually(lambda: broker.broker.notifier.waiting() == 1, what="the pull to be held")
     stubs.admin.DeleteTopic(admin_pb2.DeleteTopicRequest(topic="Doomed"))
     with pytest.raises(grpc.RpcError) as info:
         held.result(timeout_s=2)
@@ -403,6 +407,12 @@ def update_offsets(stubs, group: str, *offsets, increase_only: bool = True):
         consumer_group=group, offsets=items, increase_only=increase_only
     )
     return stubs.offsets.UpdateConsumerOffsets(request).results
+
+
+def persisted_offsets(store_dir) -> dict:
+    """The offsets in the store's ``config/consumerOffset.json`` ({} while it is not there)."""
+    path = store_dir / "config" / "consumerOffset.json"
+    return decode_offset_table(path.read_text()) if path.exists() else {}
 
 
 def query_offsets(stubs, group: str, *queues) -> list:
@@ -768,7 +778,10 @@ def test_acknowledged_messages_survive_sigkill_in_sync_mode(broker_factory, conn
         queue_id = send(stubs, "Crash", *bodies).queue.queue_id
         acked[queue_id].extend(bodies)
     update_offsets(stubs, "G", (mq("Crash", 0), 5))
-    time.sleep(0.3)  # several persist intervals
+    eventually(
+        lambda: persisted_offsets(broker.store_dir).get(("Crash", "G")) == {0: 5},
+        what="the commit to reach consumerOffset.json",
+    )
     broker.kill()
 
     broker.restart()

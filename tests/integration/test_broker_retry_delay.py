@@ -288,7 +288,8 @@ def test_pending_delayed_messages_survive_a_restart_exactly_once(tmp_path, conne
     # stopped before the late ones were due
     saved = json.loads((store_dir / "config" / "delayOffset.json").read_text())
     assert saved["offsetTable"]["1"] == 2 and saved["offsetTable"]["5"] == 0
-    time.sleep(0.35)  # they fall due while the broker is down
+    # they fall due while the broker is down: level 5 counts from the send, before the stop
+    time.sleep(LEVELS_MS[4] / 1000)
 
     with broker_on(store_dir, connect) as broker:
         records = broker.pull_until("TopicA", 0, 5)

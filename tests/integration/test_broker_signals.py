@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/task").is_dir(), reason="needs Linux /proc to find the threads"
@@ -70,10 +70,14 @@ def test_a_sigterm_while_the_broker_starts_closes_its_store_cleanly(tmp_path):
     )
     try:
         process = broker.start_process("--flush", "SYNC")
-        deadline = time.monotonic() + 30
-        while " open: commit log " not in broker.log_text():  # the store has just opened
-            assert process.poll() is None and time.monotonic() < deadline, broker.log_tail()
-            time.sleep(0.002)
+
+        def store_opened() -> bool:
+            if process.poll() is not None:
+                pytest.fail(f"the broker exited while starting:\n{broker.log_tail()}")
+            return " open: commit log " in broker.log_text()
+
+        # polled often: the signal must come while the broker is still starting
+        eventually(store_opened, what="the store to open", timeout=30, interval=0.002)
         process.send_signal(signal.SIGTERM)
         assert_closed_cleanly(broker, broker.wait_exit(STOP_S))
     finally:

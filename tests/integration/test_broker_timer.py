@@ -16,12 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from broker_harness import (
-    TEST_STORE_FLAGS,
-    BrokerProcess,
-    start_in_process_broker,
-    wait_until,
-)
+from broker_harness import TEST_STORE_FLAGS, BrokerProcess, start_in_process_broker
 
 from rmq_spark.broker.timer import JOURNAL_FILE, PROGRESS_FILE
 from rmq_spark.broker.timer_progress import parse_done
@@ -41,6 +36,7 @@ from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import TIMER_TOPIC
 from rmq_spark.offsets.journal import read_journal
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
+from tests.eventually import eventually
 
 #: how late a delivery may be (RocketMQ's timer precision is about 1 s)
 LATE_MS = 1000
@@ -86,7 +82,7 @@ def test_delivery_at_half_a_second_two_seconds_and_in_the_past(broker):
     assert (half.topic, two.topic) == (TIMER_TOPIC, TIMER_TOPIC)
     assert past.topic == "TopicA"  # not in the future: stored in its topic at once
     assert [r.body for r in records_of(broker.store)] == [b"past"]
-    wait_until(lambda: len(records_of(broker.store)) == 3, timeout_s=5)
+    eventually(lambda: len(records_of(broker.store)) == 3, what="both timers to fire")
 
     past_rec, half_rec, two_rec = records_of(broker.store)
     assert [r.body for r in (past_rec, half_rec, two_rec)] == [b"past", b"half", b"two"]
@@ -105,7 +101,7 @@ def test_many_messages_with_shuffled_times_arrive_in_time_order(broker):
         schedule(broker, [f"m{i}".encode()], start + offset)
     schedule(broker, [b"batch-a", b"batch-b"], start + 1000 + 5)  # one batch, one time
 
-    wait_until(lambda: len(records_of(broker.store)) == 62, timeout_s=10)
+    eventually(lambda: len(records_of(broker.store)) == 62, what="all 62 deliveries")
     records = records_of(broker.store)
     times = [deliver_at(r) for r in records]
     assert times == sorted(times)
@@ -133,7 +129,7 @@ def test_delivered_copy_keeps_the_message_and_drops_the_bookkeeping(broker):
     assert (parked_props[REAL_TOPIC], parked_props[REAL_QID]) == ("TopicA", "0")
     assert parked_props[TIMER_DELIVER_MS] == str(at)
 
-    wait_until(lambda: len(records_of(broker.store)) == 2, timeout_s=5)
+    eventually(lambda: len(records_of(broker.store)) == 2, what="the batch's delivery")
     x, y = records_of(broker.store)
     assert (x.body, y.body) == (b"x", b"y")
     assert (x.born_host, x.born_timestamp, y.born_timestamp) == ("10.1.2.3:4567", 111, 222)
@@ -163,7 +159,7 @@ def test_clean_stop_keeps_pending_messages_and_delivers_each_once(tmp_path):
     schedule(local.broker, [b"early"], start + 200)
     for i, offset in enumerate((1500, 1200, 1800)):
         schedule(local.broker, [f"late{i}".encode()], start + offset)
-    wait_until(lambda: len(records_of(local.broker.store)) == 1, timeout_s=5)
+    eventually(lambda: len(records_of(local.broker.store)) == 1, what="the early delivery")
     local.stop()
     config_dir = store_dir / "config"
     assert (config_dir / PROGRESS_FILE).exists()
@@ -172,7 +168,7 @@ def test_clean_stop_keeps_pending_messages_and_delivers_each_once(tmp_path):
     time.sleep(max(0, start + 2000 - now_ms()) / 1000)  # all fall due while it is down
     local = start_in_process_broker(store_dir)
     try:
-        wait_until(lambda: len(records_of(local.broker.store)) == 4, timeout_s=5)
+        eventually(lambda: len(records_of(local.broker.store)) == 4, what="the late deliveries")
         time.sleep(0.5)
         bodies = [r.body for r in records_of(local.broker.store)]
         assert bodies == [b"early", b"late1", b"late0", b"late2"]
@@ -221,11 +217,11 @@ def test_sigkilled_broker_delivers_everything_once_after_restart(tmp_path, conne
         _, endpoint, scheduled_at = line.split()
         scheduled_at = int(scheduled_at)
         stubs = connect(endpoint)
-        wait_until(lambda: len(pull_all(stubs)) == 2, timeout_s=5)
+        eventually(lambda: len(pull_all(stubs)) == 2, what="the early ones", interval=0.01)
         # Delivered and journaled: a kill between storing a delivered batch and its journal
         # record redelivers that batch (the documented at-least-once window), and a busy
         # machine can stretch that window long enough for the kill below to land in it.
-        wait_until(lambda: journaled_offsets(store_dir) == 2, timeout_s=5)
+        eventually(lambda: journaled_offsets(store_dir) == 2, what="their journal", interval=0.01)
         assert now_ms() < scheduled_at + 2800, "too slow to kill before the late ones fell due"
         helper.send_signal(signal.SIGKILL)  # with l0..l4 pending
         helper.wait(10)
@@ -240,7 +236,7 @@ def test_sigkilled_broker_delivers_everything_once_after_restart(tmp_path, conne
     expected = [b"e0", b"e1", b"l1", b"l2", b"l4", b"l0", b"l3"]
     try:
         stubs = connect(broker.start().endpoint)
-        wait_until(lambda: len(pull_all(stubs)) >= len(expected), timeout_s=10)
+        eventually(lambda: len(pull_all(stubs)) >= len(expected), what="every delivery")
         time.sleep(0.5)
         assert pull_all(stubs) == expected  # late, in time order, and none twice
 

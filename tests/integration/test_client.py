@@ -36,6 +36,7 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.structs import MessageQueue, PullStatus
+from tests.eventually import eventually
 
 FAST_RETRY = RetryPolicy(attempts=2, backoff_ms=20, max_backoff_ms=50)
 TOPIC = "ClientTopic"
@@ -223,9 +224,7 @@ def test_send_async_futures_and_callbacks(producer):
     futures = [producer.send_async(TOPIC, b"a%d" % i, callback=callback) for i in range(40)]
     results = [f.result(timeout=10) for f in futures]
     assert len({(r.message_queue, r.queue_offset) for r in results}) == 40
-    deadline = time.monotonic() + 5
-    while len(done) < 40 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: len(done) >= 40, what="every callback")
     assert sorted(done) == sorted(r.msg_id for r in results)
     failing = producer.send_async("NoSuchTopic", b"x")
     with pytest.raises(NotFoundError, match="NoSuchTopic"):

@@ -8,9 +8,6 @@ SIGBUS.
 
 from __future__ import annotations
 
-import contextlib
-import time
-
 import grpc
 import pytest
 from broker_harness import BrokerProcess
@@ -19,6 +16,7 @@ from small_fs import SmallFilesystem
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
+from tests.eventually import eventually
 
 FS_BYTES = 4 << 20
 SEGMENT_BYTES = 256 << 10
@@ -89,13 +87,16 @@ def test_a_broker_restarted_on_a_full_disk_serves_reads_and_refuses_sends_until_
         assert f"needs {NEEDED:,} bytes free" in details and str(small_fs.path) in details
 
         small_fs.free()
-        deadline = time.monotonic() + 10
-        while True:  # housekeeping (every 100 ms here) turns writes back on
-            with contextlib.suppress(grpc.RpcError):
+
+        def taken() -> bool:
+            try:
                 send(stubs, b"after")
-                break
-            assert time.monotonic() < deadline, "sends were not taken again after space came back"
-            time.sleep(0.05)
+            except grpc.RpcError as refused:
+                raise AssertionError(f"still refused: {refused}") from None
+            return True
+
+        # housekeeping (every 100 ms here) turns writes back on
+        eventually(taken, what="sends to be taken again after space came back")
         assert bodies_stored(stubs) == [*before, b"after"]
         broker.stop()
         broker.start()  # and a clean restart keeps it all

@@ -23,7 +23,8 @@ from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteErro
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
 from rmq_spark.structs import MessageQueue
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess, wait_until
+from tests.eventually import eventually
+from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 
 CLI = [sys.executable, "-m", "rmq_spark.cli"]
 TOPIC, OTHER = "KeyOrders", "KeyOther"
@@ -66,8 +67,14 @@ def sent(brokers, endpoints):
         time.sleep(2.1)  # the index keeps store times to the second
         results["late"] = producer.send(TOPIC, "late", keys="timed", queue=a)
     with Admin(endpoints) as admin:  # indexed a moment after being stored
-        wait_until(lambda: len(bodies(admin.query_messages(TOPIC, "timed"))) == 2, 10)
-        wait_until(lambda: bodies(admin.query_messages(OTHER, "order-1")) == ["x1"], 10)
+        eventually(
+            lambda: len(bodies(admin.query_messages(TOPIC, "timed"))) == 2,
+            what="both timed messages indexed",
+        )
+        eventually(
+            lambda: bodies(admin.query_messages(OTHER, "order-1")) == ["x1"],
+            what="the other topic's message indexed",
+        )
     return results
 
 

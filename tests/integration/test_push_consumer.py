@@ -18,7 +18,6 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -36,6 +35,7 @@ from rmq_spark.client.push import (
 from rmq_spark.codec.properties import ORIGIN_MESSAGE_ID, RETRY_TOPIC, UNIQ_KEY
 from rmq_spark.errors import PermissionDeniedError
 from rmq_spark.structs import MessageQueue
+from tests.eventually import eventually
 
 #: short delay levels: a retry (level 3 + reconsumeTimes, lowered to the highest) waits 300 ms
 DELAY_LEVELS = "100ms 200ms 300ms"
@@ -44,18 +44,6 @@ WAIT_S = 20.0
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def wait_for(predicate: Callable[[], object], what: str, timeout_s: float = WAIT_S):
-    """Poll ``predicate`` until it is truthy (returned) or fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @dataclass(frozen=True)
@@ -230,18 +218,19 @@ def consumers(broker):
     for consumer in made:
         consumer.shutdown()
     for consumer in made:
-        wait_for(
+        eventually(
             lambda c=consumer: not push_threads(c.group),
-            f"the threads of group {consumer.group!r} to end",
-            timeout_s=10,
+            what=f"the threads of group {consumer.group!r} to end",
+            timeout=10,
         )
 
 
 def wait_owned(consumer: PushConsumer, topic: str, count: int) -> None:
     """Until the consumer holds ``count`` queues of ``topic`` (start offsets are fixed)."""
-    wait_for(
+    eventually(
         lambda: len([mq for mq in consumer.assignment() if mq.topic == topic]) == count,
-        f"{consumer.client_id} to own {count} queues of {topic}",
+        what=f"{consumer.client_id} to own {count} queues of {topic}",
+        timeout=WAIT_S,
     )
 
 
@@ -268,7 +257,7 @@ def test_every_message_is_delivered_once_and_offsets_reach_the_end(
     recorder = Recorder()
     consumer = consumers(group, topic, recorder, consume_message_batch_max_size=3)
     send(200)
-    wait_for(lambda: recorder.count() >= 400, "400 deliveries")
+    eventually(lambda: recorder.count() >= 400, what="400 deliveries", timeout=WAIT_S)
     consumer.shutdown()
 
     got = recorder.snapshot()
@@ -309,12 +298,15 @@ def test_tag_filter_delivers_only_subscribed_tags_and_offsets_pass_the_rest(
 
     recorder = Recorder()
     consumer = consumers(group, topic, recorder, "TagA || TagB")
-    wait_for(lambda: recorder.count() >= len(wanted), f"{len(wanted)} deliveries")
+    eventually(
+        lambda: recorder.count() >= len(wanted), what=f"{len(wanted)} deliveries", timeout=WAIT_S
+    )
     ends = max_offsets(broker.endpoint, topic)
     assert set(ends.values()) == {35}
-    wait_for(
+    eventually(
         lambda: committed(broker.endpoint, group, topic) == ends,
-        "the committed offsets to pass the filtered tail",
+        what="the committed offsets to pass the filtered tail",
+        timeout=WAIT_S,
     )
     consumer.shutdown()
 
@@ -342,7 +334,11 @@ def test_consume_from_where_applies_only_without_a_committed_offset(
 
     old = send("old", 6)
     stamp = max(r.store_timestamp_ms for r in old) + 1
-    wait_for(lambda: time.time() * 1000 > stamp + 5, "the clock to pass the timestamp")
+    eventually(
+        lambda: time.time() * 1000 > stamp + 5,
+        what="the clock to pass the timestamp",
+        timeout=WAIT_S,
+    )
 
     last, first = Recorder(), Recorder()
     c_last = consumers("FromLast", topic, last, consume_from="LAST_OFFSET")
@@ -355,9 +351,9 @@ def test_consume_from_where_applies_only_without_a_committed_offset(
     consumers("FromStamp", topic, stamped, consume_from="TIMESTAMP", consume_timestamp_ms=stamp)
     new_bodies = sorted(f"new-{i}".encode() for i in range(6))
     old_bodies = sorted(f"old-{i}".encode() for i in range(6))
-    wait_for(lambda: last.count() >= 6, "LAST_OFFSET deliveries")
-    wait_for(lambda: first.count() >= 12, "FIRST_OFFSET deliveries")
-    wait_for(lambda: stamped.count() >= 6, "TIMESTAMP deliveries")
+    eventually(lambda: last.count() >= 6, what="LAST_OFFSET deliveries", timeout=WAIT_S)
+    eventually(lambda: first.count() >= 12, what="FIRST_OFFSET deliveries", timeout=WAIT_S)
+    eventually(lambda: stamped.count() >= 6, what="TIMESTAMP deliveries", timeout=WAIT_S)
     c_last.shutdown()
     c_first.shutdown()
     assert sorted(last.bodies()) == new_bodies
@@ -370,14 +366,19 @@ def test_consume_from_where_applies_only_without_a_committed_offset(
     first_again, last_again = Recorder(), Recorder()
     consumers("FromFirst", topic, first_again, consume_from="LAST_OFFSET")
     consumers("FromLast", topic, last_again, consume_from="FIRST_OFFSET")
-    wait_for(lambda: first_again.count() >= 4, "restarted FromFirst deliveries")
-    wait_for(lambda: last_again.count() >= 4, "restarted FromLast deliveries")
+    eventually(
+        lambda: first_again.count() >= 4, what="restarted FromFirst deliveries", timeout=WAIT_S
+    )
+    eventually(
+        lambda: last_again.count() >= 4, what="restarted FromLast deliveries", timeout=WAIT_S
+    )
     # a redelivery of old messages would have arrived with or before the later ones
-    wait_for(
+    eventually(
         lambda: (
             committed(broker.endpoint, "FromLast", topic) == max_offsets(broker.endpoint, topic)
         ),
-        "FromLast to commit the end",
+        what="FromLast to commit the end",
+        timeout=WAIT_S,
     )
     assert sorted(first_again.bodies()) == later_bodies
     assert sorted(last_again.bodies()) == later_bodies
@@ -408,16 +409,19 @@ def test_a_failing_message_is_retried_with_growing_reconsume_times_then_dead_let
 
     recorder = Recorder(decide)
     consumer = consumers(group, topic, recorder, max_reconsume_times=3)
-    wait_for(lambda: consumer.stats().get("dead_lettered") == 1, "the DLQ send-back")
-    wait_for(lambda: recorder.count() >= 13, "all deliveries")
+    eventually(
+        lambda: consumer.stats().get("dead_lettered") == 1, what="the DLQ send-back", timeout=WAIT_S
+    )
+    eventually(lambda: recorder.count() >= 13, what="all deliveries", timeout=WAIT_S)
     retry_topic, dlq_topic = f"%RETRY%{group}", f"%DLQ%{group}"
-    wait_for(
+    eventually(
         lambda: (
             committed(broker.endpoint, group, topic) == max_offsets(broker.endpoint, topic)
             and committed(broker.endpoint, group, retry_topic)
             == max_offsets(broker.endpoint, retry_topic)
         ),
-        "the offsets of the topic and the retry topic to reach the end",
+        what="the offsets of the topic and the retry topic to reach the end",
+        timeout=WAIT_S,
     )
     consumer.shutdown()
 
@@ -498,14 +502,16 @@ def test_ack_index_decides_which_messages_of_a_batch_are_retried(
     )
     first_batches = [[f"ack-{i}".encode() for i in range(s, s + 4)] for s in (0, 4)]
     expected_retries = sorted(b for batch in first_batches for b in batch[retried])
-    wait_for(
+    eventually(
         lambda: recorder.count() >= 8 + len(expected_retries),
-        f"{8 + len(expected_retries)} deliveries",
+        what=f"{8 + len(expected_retries)} deliveries",
+        timeout=WAIT_S,
     )
     retry = f"%RETRY%{group}"
-    wait_for(
+    eventually(
         lambda: committed(broker.endpoint, group, retry) == max_offsets(broker.endpoint, retry),
-        "the retried messages to be consumed",
+        what="the retried messages to be consumed",
+        timeout=WAIT_S,
     )
     consumer.shutdown()
 
@@ -550,13 +556,18 @@ def test_a_listener_that_raises_or_returns_none_gets_the_messages_again(
     recorder = Recorder(decide)
     caplog.set_level(logging.ERROR, logger="rmq_spark.client.push")
     consumer = consumers(group, topic, recorder)
-    wait_for(lambda: recorder.count() >= 6, "the first deliveries and the retries")
+    eventually(
+        lambda: recorder.count() >= 6, what="the first deliveries and the retries", timeout=WAIT_S
+    )
     producer.send(topic, b"after")
-    wait_for(lambda: recorder.of(b"after"), "a message sent after the failures")
+    eventually(
+        lambda: recorder.of(b"after"), what="a message sent after the failures", timeout=WAIT_S
+    )
     retry = f"%RETRY%{group}"
-    wait_for(
+    eventually(
         lambda: committed(broker.endpoint, group, retry) == max_offsets(broker.endpoint, retry),
-        "the retried messages to be consumed",
+        what="the retried messages to be consumed",
+        timeout=WAIT_S,
     )
     consumer.shutdown()
 
@@ -617,12 +628,15 @@ def test_when_the_broker_refuses_the_send_back_the_message_is_retried_locally(
     consumer = consumers(group, topic, recorder, endpoint=ro.endpoint, send_back_retry_delay_ms=300)
     mq = MessageQueue(topic, "broker-ro", 0)
     try:
-        wait_for(third_attempt.is_set, "the third delivery of the failing message")
-        wait_for(lambda: recorder.count() >= 7, "the other messages")
+        eventually(
+            third_attempt.is_set, what="the third delivery of the failing message", timeout=WAIT_S
+        )
+        eventually(lambda: recorder.count() >= 7, what="the other messages", timeout=WAIT_S)
         # offsets 0, 1 done, 2 in flight, 3, 4 done: the committed offset stops at 2
-        wait_for(
+        eventually(
             lambda: committed(ro.endpoint, group, topic).get(mq) == 2,
-            "the offset of the messages before the failing one to be committed",
+            what="the offset of the messages before the failing one to be committed",
+            timeout=WAIT_S,
         )
         seen = [committed(ro.endpoint, group, topic)[mq]]
         deadline = time.monotonic() + 3 * consumer.config.persist_interval_ms / 1000
@@ -632,9 +646,10 @@ def test_when_the_broker_refuses_the_send_back_the_message_is_retried_locally(
         assert set(seen) == {2}
     finally:
         release.set()
-    wait_for(
+    eventually(
         lambda: committed(ro.endpoint, group, topic).get(mq) == 5,
-        "the offset to reach the end once the message succeeded",
+        what="the offset to reach the end once the message succeeded",
+        timeout=WAIT_S,
     )
     consumer.shutdown()
 
@@ -708,7 +723,7 @@ def test_orderly_suspend_retries_the_same_message_and_keeps_queue_order(
 
     recorder = OrderlyRecorder(decide)
     consumer = consumers(group, topic, recorder, orderly=True, suspend_current_queue_time_ms=100)
-    wait_for(lambda: len(recorder.succeeded()) >= 50, "50 successful calls")
+    eventually(lambda: len(recorder.succeeded()) >= 50, what="50 successful calls", timeout=WAIT_S)
     consumer.shutdown()
 
     calls = recorder.snapshot()
@@ -746,10 +761,13 @@ def test_orderly_message_that_always_fails_goes_to_the_dlq_and_the_queue_moves_o
         suspend_current_queue_time_ms=100,
         max_reconsume_times=2,
     )
-    wait_for(lambda: len(recorder.succeeded()) >= 9, "the other nine messages")
-    wait_for(
+    eventually(
+        lambda: len(recorder.succeeded()) >= 9, what="the other nine messages", timeout=WAIT_S
+    )
+    eventually(
         lambda: committed(broker.endpoint, group, topic) == max_offsets(broker.endpoint, topic),
-        "the offset to pass the dead-lettered message",
+        what="the offset to pass the dead-lettered message",
+        timeout=WAIT_S,
     )
     consumer.shutdown()
 
@@ -816,7 +834,11 @@ def test_broadcasting_members_each_get_everything_and_resume_from_their_file(
     first = send("b1", 20)
     one, two = Recorder(), Recorder()
     c1, c2 = member("bc-1", one), member("bc-2", two)
-    wait_for(lambda: one.count() >= 20 and two.count() >= 20, "both members to get 20")
+    eventually(
+        lambda: one.count() >= 20 and two.count() >= 20,
+        what="both members to get 20",
+        timeout=WAIT_S,
+    )
     c1.shutdown()
     c2.shutdown()
     assert sorted(one.bodies()) == sorted(first)
@@ -829,7 +851,11 @@ def test_broadcasting_members_each_get_everything_and_resume_from_their_file(
     second = send("b2", 6)
     again = Recorder()
     c1b = member("bc-1", again)
-    wait_for(lambda: again.count() >= 6, "the restarted member to get the new messages")
+    eventually(
+        lambda: again.count() >= 6,
+        what="the restarted member to get the new messages",
+        timeout=WAIT_S,
+    )
     c1b.shutdown()
     assert sorted(again.bodies()) == sorted(second)
     assert file_offsets(tmp_path, "bc-1", group, topic) == {0: 26}
@@ -842,7 +868,11 @@ def test_broadcasting_members_each_get_everything_and_resume_from_their_file(
     resumed = Recorder()
     caplog.set_level(logging.WARNING, logger="rmq_spark.store")
     c1c = member("bc-1", resumed)
-    wait_for(lambda: resumed.count() >= 30 - resume_at, f"{30 - resume_at} deliveries")
+    eventually(
+        lambda: resumed.count() >= 30 - resume_at,
+        what=f"{30 - resume_at} deliveries",
+        timeout=WAIT_S,
+    )
     c1c.shutdown()
     assert sorted(resumed.bodies()) == sorted(every[resume_at:])
     assert any("using the backup" in r.getMessage() for r in caplog.records)
@@ -860,12 +890,12 @@ def test_broadcasting_shutdown_keeps_the_offsets_of_every_queue(
         producer.send_batch(topic, [f"b2q-{q}-{i}".encode() for i in range(5)], queue=q)
     first = Recorder()
     c1 = broadcast_member(consumers, tmp_path, group, topic, "bq-1", first)
-    wait_for(lambda: first.count() >= 10, "10 deliveries")
+    eventually(lambda: first.count() >= 10, what="10 deliveries", timeout=WAIT_S)
     c1.shutdown()
     producer.send(topic, b"b2q-new", queue=0)
     again = Recorder()
     c2 = broadcast_member(consumers, tmp_path, group, topic, "bq-1", again)
-    wait_for(lambda: again.count() >= 1, "the new message")
+    eventually(lambda: again.count() >= 1, what="the new message", timeout=WAIT_S)
     c2.shutdown()
     assert again.bodies() == [b"b2q-new"], "redelivered after a clean restart"
     assert file_offsets(tmp_path, "bq-1", group, topic) == {0: 6, 1: 5}
@@ -897,10 +927,18 @@ def test_a_committed_offset_past_the_end_is_reported_and_nothing_is_skipped(
     caplog.set_level(logging.ERROR, logger="rmq_spark.client.push")
     recorder = Recorder()
     consumer = consumers(group, topic, recorder)
-    wait_for(lambda: consumer.stats().get("offset_illegal") == 1, "the OFFSET_ILLEGAL answer")
+    eventually(
+        lambda: consumer.stats().get("offset_illegal") == 1,
+        what="the OFFSET_ILLEGAL answer",
+        timeout=WAIT_S,
+    )
     new = [f"il-new-{i}".encode() for i in range(3)]
     producer.send_batch(topic, new, queue=0)
-    wait_for(lambda: recorder.count() >= 8, "the stored messages and those sent after")
+    eventually(
+        lambda: recorder.count() >= 8,
+        what="the stored messages and those sent after",
+        timeout=WAIT_S,
+    )
     consumer.shutdown()
 
     old = [f"il-old-{i}".encode() for i in range(5)]
@@ -922,17 +960,27 @@ def test_the_corrected_offset_reaches_the_broker_and_a_restart_skips_nothing(
     mq = start_past_the_end(broker, producer, admin, topic, group)
     recorder = Recorder()
     consumer = consumers(group, topic, recorder)
-    wait_for(lambda: consumer.stats().get("offset_illegal") == 1, "the OFFSET_ILLEGAL answer")
+    eventually(
+        lambda: consumer.stats().get("offset_illegal") == 1,
+        what="the OFFSET_ILLEGAL answer",
+        timeout=WAIT_S,
+    )
     producer.send_batch(topic, [f"il-a-{i}".encode() for i in range(3)], queue=0)
-    wait_for(lambda: recorder.count() >= 8, "the 5 stored and 3 new messages")
+    eventually(
+        lambda: recorder.count() >= 8, what="the 5 stored and 3 new messages", timeout=WAIT_S
+    )
     consumer.shutdown()
     assert committed(broker.endpoint, group, topic) == {mq: 8}
     later = [f"il-b-{i}".encode() for i in range(50)]
     producer.send_batch(topic, later, queue=0)
     again = Recorder()
     consumer = consumers(group, topic, again)
-    wait_for(lambda: again.count() >= 8, "deliveries after the restart")
-    wait_for(lambda: committed(broker.endpoint, group, topic) == {mq: 58}, "the offset to reach 58")
+    eventually(lambda: again.count() >= 8, what="deliveries after the restart", timeout=WAIT_S)
+    eventually(
+        lambda: committed(broker.endpoint, group, topic) == {mq: 58},
+        what="the offset to reach 58",
+        timeout=WAIT_S,
+    )
     consumer.shutdown()
     assert sorted(again.bodies()) == sorted(later), f"{50 - again.count()} messages skipped"
 
@@ -951,11 +999,18 @@ def test_a_subscription_changed_while_running_delivers_the_new_tags(
     consumer = consumers(group, topic, recorder, "TagA")
     wait_owned(consumer, topic, 2)
     producer.send_batch(topic, [(b"a-1", "TagA"), (b"b-1", "TagB")], queue=0)
-    wait_for(lambda: recorder.count() >= 1, "the TagA message")
+    eventually(lambda: recorder.count() >= 1, what="the TagA message", timeout=WAIT_S)
     consumer.subscribe(topic, "TagB")
-    time.sleep(0.5)  # the new expression is used from the next pull on
+    # The new expression goes with the pulls sent from now on. A pull sent just before carries
+    # the old one (TagA: the broker would skip b-2 for it) and the broker holds it for up to
+    # long_poll_ms; wait that long again on top, for the request and its answer to travel.
+    time.sleep(2 * consumer.config.long_poll_ms / 1000)
     producer.send_batch(topic, [(b"a-2", "TagA"), (b"b-2", "TagB")], queue=1)
-    wait_for(lambda: b"b-2" in recorder.bodies(), "the TagB message sent after the change")
+    eventually(
+        lambda: b"b-2" in recorder.bodies(),
+        what="the TagB message sent after the change",
+        timeout=WAIT_S,
+    )
     consumer.shutdown()
     assert sorted(recorder.bodies()) == [b"a-1", b"b-2"]
 
@@ -972,11 +1027,15 @@ def test_a_recreated_topic_restarts_from_its_new_beginning_without_loss(
     producer.send_batch(topic, [f"old-{i}".encode() for i in range(20)], queue=0)
     first = Recorder()
     consumer = consumers(group, topic, first)
-    wait_for(lambda: first.count() >= 20, "the 20 old messages")
+    eventually(lambda: first.count() >= 20, what="the 20 old messages", timeout=WAIT_S)
     admin.delete_topic(topic)
     admin.create_topic(topic, queues=1)
     producer.send_batch(topic, [f"new-{i}".encode() for i in range(5)], queue=0)
-    wait_for(lambda: consumer.stats().get("offset_illegal", 0) >= 1, "OFFSET_ILLEGAL")
+    eventually(
+        lambda: consumer.stats().get("offset_illegal", 0) >= 1,
+        what="OFFSET_ILLEGAL",
+        timeout=WAIT_S,
+    )
     consumer.shutdown()
     producer.send_batch(topic, [f"later-{i}".encode() for i in range(10)], queue=0)
     (ended_at,) = committed(broker.endpoint, group, topic).values()
@@ -984,9 +1043,10 @@ def test_a_recreated_topic_restarts_from_its_new_beginning_without_loss(
     second = Recorder()
     consumers(group, topic, second)
     wanted = {f"new-{i}".encode() for i in range(5)} | {f"later-{i}".encode() for i in range(10)}
-    wait_for(
+    eventually(
         lambda: wanted <= set(first.bodies() + second.bodies()),
-        "the 15 messages of the recreated topic",
+        what="the 15 messages of the recreated topic",
+        timeout=WAIT_S,
     )
     # what came after the jump, over both runs: nothing lost, nothing twice
     after_jump = [b for b in first.bodies() + second.bodies() if not b.startswith(b"old-")]
@@ -1008,7 +1068,7 @@ def test_shutdown_called_from_the_listener_finishes_cleanly(broker, producer, ad
 
     recorder = Recorder(decide)
     holder["consumer"] = consumers(group, topic, recorder)
-    wait_for(lambda: not push_threads(group), "the consumer to stop by itself", timeout_s=20)
+    eventually(lambda: not push_threads(group), what="the consumer to stop by itself", timeout=20)
     assert recorder.bodies() == [b"stop"]
     assert committed(broker.endpoint, group, topic) == max_offsets(broker.endpoint, topic)
 
@@ -1041,7 +1101,7 @@ def test_a_slow_listener_gets_the_batches_of_one_pull_on_several_threads(
         return ConsumeStatus.CONSUME_SUCCESS
 
     consumer = consumers(group, topic, slow, consume_thread_count=4)
-    wait_for(lambda: len(seen) >= 8, "8 deliveries")
+    eventually(lambda: len(seen) >= 8, what="8 deliveries", timeout=WAIT_S)
     consumer.shutdown()
     assert sorted(seen) == list(range(8))
     assert peak > 1

@@ -13,16 +13,17 @@ import itertools
 import threading
 import time
 
-import pytest
-
 from rmq_spark.client import Admin, Producer
 from rmq_spark.client.push import (
     OrderlyStatus,
     PushConsumer,
     PushConsumerConfig,
 )
+from tests.eventually import eventually
 
 TOPIC, GROUP, QUEUES = "OrderlyMoves", "OrderlyMovesGroup", 4
+#: how long each stage may take (rebalances and lease hand-overs on a loaded machine)
+WAIT_S = 60.0
 
 
 class Journal:
@@ -71,15 +72,6 @@ def owned(consumer: PushConsumer) -> int:
     return sum(mq.topic == TOPIC for mq in consumer.assignment())
 
 
-def wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
-
-
 def test_orderly_queues_keep_their_order_through_rebalance_and_failures(broker_factory):
     broker = broker_factory("broker-a")
     Admin(broker.endpoint).create_topic(TOPIC, queues=QUEUES)
@@ -117,21 +109,31 @@ def test_orderly_queues_keep_their_order_through_rebalance_and_failures(broker_f
     a = member("a")
     b = None
     try:
-        wait_for(lambda: all(len(v) >= 20 for v in journal.per_queue().values()), "a consuming")
+        eventually(
+            lambda: all(len(v) >= 20 for v in journal.per_queue().values()),
+            what="a consuming",
+            timeout=WAIT_S,
+        )
         b = member("b")
-        wait_for(lambda: owned(a) == 2 and owned(b) == 2, "the queues split between a and b")
+        eventually(
+            lambda: owned(a) == 2 and owned(b) == 2,
+            what="the queues split between a and b",
+            timeout=WAIT_S,
+        )
         counts = {q: len(v) for q, v in journal.per_queue().items()}
-        wait_for(
+        eventually(
             lambda: all(len(v) >= counts[q] + 20 for q, v in journal.per_queue().items()),
-            "both members consuming",
+            what="both members consuming",
+            timeout=WAIT_S,
         )
         a.shutdown()  # graceful: b takes every queue
-        wait_for(lambda: owned(b) == QUEUES, "b owning every queue")
+        eventually(lambda: owned(b) == QUEUES, what="b owning every queue", timeout=WAIT_S)
         stop.set()
         producer.join(10)
-        wait_for(
+        eventually(
             lambda: [len(v) for v in journal.per_queue().values()] == sent,
-            "every sent message consumed",
+            what="every sent message consumed",
+            timeout=WAIT_S,
         )
     finally:
         stop.set()

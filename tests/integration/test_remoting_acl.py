@@ -16,7 +16,8 @@ from rmq_spark.errors import PermissionDeniedError
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
 from rmq_spark.structs import MessageQueue
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess, wait_until
+from tests.eventually import eventually
+from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 
 SECRETS = {
     "root": "root-secret",
@@ -133,8 +134,9 @@ def test_finding_messages_by_key_needs_sub_on_the_topic(broker):
     with client(broker, "app") as app:
         sent = app.send(MQ, [b"keyed"], [{"KEYS": "acl-key"}])
     with client(broker, "reader") as reader:  # Sub on orders
-        wait_until(lambda: bool(reader.query_messages("orders", "acl-key")), 10)
-        [(batch, name)] = reader.query_messages("orders", "acl-key")
+        [(batch, name)] = eventually(
+            lambda: reader.query_messages("orders", "acl-key"), what="the key in the index"
+        )
     assert (batch.column("body").to_pylist(), name) == ([b"keyed"], "broker-a")
     assert batch.column("msgId").to_pylist() == sent.offset_msg_ids
     assert _query(broker, "app", "orders").code == ResponseCode.SUCCESS  # All includes Sub

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from rmq_spark.client import Admin
+from tests.eventually import eventually
 from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess, read_queue
 
 NODE_DIR = Path(__file__).parent.parent / "node"
@@ -155,12 +156,19 @@ class Consumer:
         return set(assignments[-1]["queueIds"]) if assignments else set()
 
     def wait_for(self, predicate, timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                self.kill()
-                pytest.fail(f"consumer {self.name}: no {what} in time; {self.report()}")
-            time.sleep(0.02)
+        """Until ``predicate()`` is true; fails with the consumer's report when it is not
+        within ``timeout_s``, or at once when the consumer exits."""
+
+        def check():
+            if self.process.poll() is not None:
+                pytest.fail(f"consumer {self.name} exited before {what}; {self.report()}")
+            return predicate()
+
+        try:
+            eventually(check, what=f"{what} from consumer {self.name}", timeout=timeout_s)
+        except AssertionError as timed_out:
+            self.kill()  # its stderr is whole once it ended
+            pytest.fail(f"{timed_out}; {self.report()}")
 
     def finish(self, stop: bool = False, timeout_s: float = 45) -> None:
         """Wait for its exit (after a STOP line if ``stop``); fails unless it closed cleanly."""
@@ -271,15 +279,15 @@ def per_queue(sent: list[dict]) -> dict[int, int]:
 def wait_committed(broker: BrokerProcess, group: str, topic: str, want: dict[int, int]) -> None:
     """Until the group's committed offsets (as ``rocketlite offsets GROUP`` shows them) are
     ``want`` by queue id. UPDATE_CONSUMER_OFFSET is one-way, so allow the broker a moment."""
-    deadline = time.monotonic() + 5
     with Admin(broker.endpoint) as admin:
-        while True:
-            offsets = {mq.queue_id: o for mq, o in admin.consumer_offsets(group, topic).items()}
-            if offsets == want or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+
+        def committed() -> bool:
+            offsets = admin.consumer_offsets(group, topic)
+            assert {mq.queue_id: o for mq, o in offsets.items()} == want
+            return True
+
+        eventually(committed, what=f"the committed offsets of {group} on {topic}", timeout=5)
         progress = {p.message_queue.queue_id: p.lag for p in admin.consumer_progress(group, topic)}
-    assert offsets == want, f"committed offsets of {group} on {topic}"
     assert progress == dict.fromkeys(range(QUEUES), 0), "lag per queue"
 
 

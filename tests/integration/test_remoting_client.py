@@ -14,6 +14,7 @@ from rmq_spark.client.remoting import RemotingClient, RemotingProducer
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import NotFoundError
 from rmq_spark.structs import MessageQueue, PullStatus
+from tests.eventually import eventually
 from tests.integration import rocketmq_harness
 from tests.integration.broker_harness import BrokerProcess
 
@@ -155,14 +156,15 @@ def test_the_producer_sends_to_a_topic_made_on_first_use(name_server):
     with RemotingProducer(name_server) as producer:
         first = producer.send(topic, Message("made by its first message"))
     with RemotingClient(name_server) as client:
-        deadline = time.monotonic() + 30
-        while True:  # RocketMQ registers a new topic with its name server within seconds
+
+        def routed():
             try:
-                route = client.route(topic)
-                break
-            except NotFoundError:
-                assert time.monotonic() < deadline, "the topic never got a route"
-                time.sleep(0.5)
+                return client.route(topic)
+            except NotFoundError as missing:
+                raise AssertionError(str(missing)) from None
+
+        # RocketMQ registers a new topic with its name server within seconds
+        route = eventually(routed, what="the topic's route", timeout=30, interval=0.5)
         assert first.message_queue in route.readable
         rows = client.pull(first.message_queue, first.queue_offset).records().to_pylist()
     assert [r["body"] for r in rows] == [b"made by its first message"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 from rmq_spark.broker.remoting import service
 from rmq_spark.remoting.codes import RequestCode
 from rmq_spark.remoting.frame import Command, encode
-from tests.integration.broker_harness import start_in_process_broker, wait_until
+from tests.eventually import eventually
+from tests.integration.broker_harness import start_in_process_broker
 
 
 def _heartbeat(client_id: str) -> bytes:
@@ -35,12 +35,18 @@ def test_a_silent_connection_is_closed_and_its_member_leaves(tmp_path, monkeypat
         silent.sendall(_heartbeat("silent@1"))
         talking.sendall(_heartbeat("talking@1"))
         registry = local.broker.consumers
-        wait_until(lambda: registry.members("idle-g") == ["silent@1", "talking@1"])
+        eventually(
+            lambda: registry.members("idle-g") == ["silent@1", "talking@1"],
+            what="both members to join",
+        )
         silent.recv(65536)  # its heartbeat's answer
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
+
+        def talk_and_look() -> bool:
             talking.sendall(_heartbeat("talking@1"))  # keeps it alive
-            time.sleep(0.3)
+            return registry.members("idle-g") == ["talking@1"]
+
+        # a heartbeat every 0.3 s, well inside the 1 s idle time, until the silent one left
+        eventually(talk_and_look, what="the silent member to leave", interval=0.3)
         silent.settimeout(2)
         assert silent.recv(65536) == b""  # closed by the broker
         assert registry.members("idle-g") == ["talking@1"]

@@ -21,8 +21,9 @@ import pytest
 from rmq_spark.client import Admin, Producer
 from rmq_spark.client.push import ConsumeStatus, PushConsumer, PushConsumerConfig
 from rmq_spark.structs import MessageQueue
+from tests.eventually import eventually
 from tests.integration import rocketmq_harness
-from tests.integration.broker_harness import BrokerProcess, read_queue, wait_until
+from tests.integration.broker_harness import BrokerProcess, read_queue
 
 ROCKETMQ_HOME = os.environ.get("ROCKETMQ_HOME", "")
 PROBE = Path(__file__).parent.parent / "java" / "RemotingProbe.java"
@@ -313,7 +314,11 @@ def test_java_and_python_members_of_one_group_share_the_queues(broker, java):
         args = ("push", broker.remoting_address, topic, group, "40", "25", "concurrent")
         java_member = java.start(*args)  # type: ignore[attr-defined]
         assert java_member.stdout.readline().strip() == "STARTED"
-        time.sleep(3)  # both members rebalanced: each owns half of the queues
+        # both members rebalanced: the Python one gave the Java one half of the queues
+        eventually(
+            lambda: sum(mq.topic == topic for mq in python_member.assignment()) == 2,
+            what="the Python member to own 2 of the 4 queues",
+        )
         java("produce", broker.remoting_address, topic, "40", "sync")
         out, _ = java_member.communicate(timeout=60)
     finally:
@@ -364,7 +369,7 @@ def test_mqadmin_and_the_java_client_find_messages_by_key(broker, java, tmp_path
             found = rocketlite.query_messages(topic, key)
             return {o for batch, _ in found for o in batch.column("commitLogOffset").to_pylist()}
 
-        wait_until(lambda: len(offsets("key-1")) == 2, 10)
+        eventually(lambda: len(offsets("key-1")) == 2, what="both key-1 messages indexed")
         expected = {key: offsets(key) for key in ("key-1", "key-2", "py-key")}
         for uniq in (ours.msg_id, java_sent[2][3]):
             expected[uniq] = offsets(uniq)

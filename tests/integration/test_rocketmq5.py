@@ -23,14 +23,9 @@ from rocketmq.v5.exception import IllegalArgumentException
 
 from rmq_spark.client import Admin
 from rmq_spark.client import Producer as RocketliteProducer
+from tests.eventually import eventually
 from tests.integration.broker_harness import read_queue
-from tests.integration.rocketmq5_harness import (
-    Code,
-    RawV2,
-    config,
-    running,
-    wait_for,
-)
+from tests.integration.rocketmq5_harness import Code, RawV2, config, running
 
 BROKER = "broker-v2"
 
@@ -224,7 +219,7 @@ def test_fifo_messages_of_a_group_are_consumed_in_order_by_the_official_push_con
             producer.send(make_message("v2-fifo", f"{i}".encode(), group=f"user-{i % 3}"))
             for i in range(30)
         ]
-        wait_for(lambda: len(listener.seen) >= 30, 30, "30 FIFO messages consumed")
+        eventually(lambda: len(listener.seen) >= 30, what="30 FIFO messages consumed", timeout=30)
     for group in ("user-0", "user-1", "user-2"):
         numbers = [int(body) for g, body, _ in listener.seen if g == group]
         assert numbers == sorted(numbers) and len(numbers) == 10, (group, numbers)
@@ -243,8 +238,10 @@ def test_push_consumer_failure_is_redelivered_with_its_attempt(broker):
     with running(consumer):
         with running(Producer(config(broker.endpoint), ("v2-normal",))) as producer:
             producer.send(make_message("v2-normal", b"flaky", tag="F"))
-        wait_for(
-            lambda: any(body == b"flaky" for _, body, _ in listener.seen), 30, "flaky consumed"
+        eventually(
+            lambda: any(body == b"flaky" for _, body, _ in listener.seen),
+            what="flaky consumed",
+            timeout=30,
         )
     attempts = [a for _, body, a in listener.seen if body == b"flaky"]
     assert attempts == [2], attempts  # failed once, then consumed at the second delivery

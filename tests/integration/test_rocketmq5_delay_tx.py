@@ -19,6 +19,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from rmq_spark.client import Admin
+from tests.eventually import eventually
 from tests.integration.broker_harness import free_port
 from tests.integration.rocketmq5_harness import Code, RawV2, config, running
 
@@ -143,9 +144,7 @@ def test_transactions_commit_rollback_and_orphans_resolved_by_the_check(broker_f
     # of the topic is asked
     checker = Checker(TransactionResolution.COMMIT)
     with running(Producer(config(broker.endpoint), ("v2-tx",), checker)):
-        deadline = time.monotonic() + 15
-        while not checker.asked and time.monotonic() < deadline:
-            time.sleep(0.1)
+        eventually(lambda: checker.asked, what="the new producer to be asked", timeout=15)
         assert checker.asked == [b"orphan"]
         got = receive_all(broker.endpoint, "g-tx", "v2-tx", 2, timeout_s=10)
     assert sorted(body for body, _, _ in got) == [b"committed", b"orphan"]

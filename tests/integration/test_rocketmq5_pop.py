@@ -11,8 +11,9 @@ from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsu
 
 from rmq_spark.client import Admin
 from rmq_spark.client import Producer as RocketliteProducer
+from tests.eventually import eventually
 from tests.integration.broker_harness import free_port, read_queue
-from tests.integration.rocketmq5_harness import Code, RawV2, config, running, wait_for
+from tests.integration.rocketmq5_harness import Code, RawV2, config, running
 
 
 def test_in_flight_state_survives_sigkill_and_clean_stop(broker_factory):
@@ -150,15 +151,15 @@ def test_three_official_push_consumers_share_a_group_under_load(broker_factory):
                 producer.send_batch(
                     "pop-share", [f"{i}".encode() for i in range(start, start + 100)]
                 )
-        wait_for(lambda: len(counter) >= total, 60, f"{total} messages consumed")
+        eventually(lambda: len(counter) >= total, what=f"{total} messages consumed", timeout=60)
     assert set(counter) == {f"{i}".encode() for i in range(total)}  # nothing lost
     duplicates = sum(n - 1 for n in counter.values())
     # a message is delivered twice only when its 60 s auto-renewed invisibility ran out or
     # its consumer left: neither happens here
     assert duplicates == 0, duplicates
     with Admin(broker.endpoint) as admin:
-        wait_for(
+        eventually(
             lambda: sum(p.lag for p in admin.consumer_progress("g-share", "pop-share")) == 0,
-            10,
-            "the group's committed offsets reach the end",
+            what="the group's committed offsets reach the end",
+            timeout=10,
         )

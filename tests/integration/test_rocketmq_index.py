@@ -18,7 +18,6 @@ import mmap
 import shutil
 import struct
 import subprocess
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from rmq_spark.store.index_file import (
     index_key_hashes,
 )
 from rmq_spark.structs import MessageQueue
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.skipif(
     not rocketmq_harness.available(),
@@ -117,7 +117,11 @@ def apache_store(tmp_path_factory) -> ApacheStore:
                 else:
                     bodies = [f"m{i}".encode() for i in batch]
                     uniq_keys += client.send(queues[start % len(queues)], bodies, props).msg_ids
-        time.sleep(1)  # RocketMQ indexes a moment after it stores
+            # RocketMQ indexes a moment after it stores, in commit-log order: once the last
+            # message is found by its key, every message is in the index
+            eventually(
+                lambda: client.query_messages(TOPIC, uniq_keys[-1]), what="the last key indexed"
+            )
     finally:
         cluster.stop(keep_store=True)
     store = root / "store"

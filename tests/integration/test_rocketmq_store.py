@@ -7,7 +7,6 @@ are kept. Needs ``ROCKETMQ_HOME`` (see the README, "Testing against Apache Rocke
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import rocketmq_harness
@@ -15,6 +14,7 @@ from broker_harness import BrokerProcess, read_queue
 
 from rmq_spark.client import Admin
 from rmq_spark.client.remoting import RemotingClient
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.skipif(
     not rocketmq_harness.available(),
@@ -77,13 +77,14 @@ def test_rocketlite_delivers_the_delayed_messages_apache_rocketmq_left_pending(t
 
     broker = BrokerProcess("broker-a", store, tmp_path / "rocketlite.log", []).start()
     try:
-        deadline = time.monotonic() + 60
-        while True:
+
+        def delivered() -> list[bytes]:
             rows = read_queue(broker.endpoint, "DelayedByApache", 0, "broker-a")
             later = sorted(r["body"] for r in rows if r["body"].startswith(b"later-"))
-            if len(later) >= 20 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+            assert len(later) >= 20, f"{len(later)} of 20 delivered"
+            return later
+
+        later = eventually(delivered, what="the delayed messages", timeout=60, interval=0.5)
     finally:
         broker.stop()
     assert later == sorted(f"later-{i}".encode() for i in range(20))

@@ -21,6 +21,7 @@ from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec import record as rec
 from rmq_spark.store.checkpoint import read_store_checkpoints, rocketmq_recovery_start
 from rmq_spark.structs import MessageQueue, PullStatus
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.skipif(
     not rocketmq_harness.available(),
@@ -174,16 +175,21 @@ def test_apache_rocketmq_delivers_the_delayed_messages_rocketlite_left_pending(t
     try:
         with RemotingClient(cluster.name_server) as client:
             mq = MessageQueue("Delayed", "broker-a", 0)
-            deadline = time.monotonic() + 60
-            while client.max_offset(mq) < 20:
-                assert time.monotonic() < deadline, "RocketMQ never delivered them"
-                time.sleep(0.5)
+            eventually(
+                lambda: client.max_offset(mq) >= 20,
+                what="RocketMQ to deliver the delayed messages",
+                timeout=60,
+                interval=0.5,
+            )
             answer = client.pull(mq, 0, max_messages=32)
             bodies = sorted(r.body for r in rec.iter_records(answer.data))
             retry = MessageQueue(f"%RETRY%{GROUP}", "broker-a", 0)
-            while client.max_offset(retry) < 5:
-                assert time.monotonic() < deadline, "RocketMQ never delivered the retries"
-                time.sleep(0.5)
+            eventually(
+                lambda: client.max_offset(retry) >= 5,
+                what="RocketMQ to deliver the retries",
+                timeout=60,
+                interval=0.5,
+            )
             answer = client.pull(retry, 0, max_messages=32)
             retried = sorted(r.body for r in rec.iter_records(answer.data))
     finally:

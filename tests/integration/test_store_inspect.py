@@ -9,16 +9,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import rocketmq_harness
-from broker_harness import wait_until
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.store.offline import StoreView
 from rmq_spark.structs import MessageQueue
+from tests.eventually import eventually
 from tests.store_files import snapshot
 
 INSPECT = [sys.executable, "-m", "rmq_spark.cli", "store", "inspect"]
@@ -63,7 +62,10 @@ def test_a_store_a_rocketlite_broker_wrote_live_and_stopped(broker_factory):
         queues = {MessageQueue("Inspected", "broker-a", q): 2 for q in counts if q != 2}
         admin.commit_offsets("inspect-group", queues)
         later = MessageQueue("Later", "broker-a", 0)  # the delayed message, once delivered
-        wait_until(lambda: admin.query_offsets([later])[later].max_offset == 1, 10)
+        eventually(
+            lambda: admin.query_offsets([later])[later].max_offset == 1,
+            what="the delayed message to be delivered",
+        )
 
     live = report_of(broker.store_dir)
     assert live["live"] and "rocketlite" in live["lockHolder"]
@@ -112,11 +114,16 @@ def test_a_store_apache_rocketmq_wrote_live_and_stopped(tmp_path):
             for mq in queues:
                 client.commit_offset(group, mq, 3)
         expected = {q: (0, len(b), len(b)) for q, b in sent.items()}
+
+        def every_entry_in_the_consume_queues() -> dict:
+            live = report_of(store)
+            assert ranges(live, topic) == expected
+            return live
+
         # RocketMQ writes consume-queue entries a moment after the commit log
-        deadline = time.monotonic() + 10
-        while (live := report_of(store)) and ranges(live, topic) != expected:
-            assert time.monotonic() < deadline, ranges(live, topic)
-            time.sleep(0.2)
+        live = eventually(
+            every_entry_in_the_consume_queues, what="the consume queues", interval=0.2
+        )
         assert live["live"] and "POSIX" in live["lockHolder"]
     finally:
         cluster.stop(keep_store=True)  # a clean shutdown writes consumerOffset.json

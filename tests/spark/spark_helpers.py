@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from rmq_spark.client import Admin, Producer
 
 #: (brokerName, queueId, queueOffset) -> body: what a test sent, or what a sink holds
@@ -177,16 +179,61 @@ def start_collecting(
     return query, collected
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, query=None) -> None:
-    """Poll ``condition`` until true; fail naming ``what`` (and the query's error)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        if query is not None and not query.isActive:
-            raise AssertionError(f"the query stopped while waiting for {what}: {query.exception()}")
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+def unless_stopped(query, check: Callable[[], object]) -> Callable[[], object]:
+    """``check`` for :func:`tests.eventually.eventually` that ends the wait at once, with the
+    query's error, when ``check`` is not met and the streaming ``query`` has stopped."""
+    return _unless(
+        lambda: None if query.isActive else f"the query stopped: {query.exception()}", check
+    )
+
+
+def unless_exited(process, log: Path, check: Callable[[], object]) -> Callable[[], object]:
+    """``check`` for :func:`tests.eventually.eventually` that ends the wait at once, with the
+    tail of ``log``, when ``check`` is not met and ``process`` (a Popen) has exited. A wait
+    that times out reports the tail of ``log`` too."""
+
+    def why() -> str | None:
+        if process.poll() is None:
+            return None
+        return f"the process exited ({process.returncode}):\n{log_tail(log)}"
+
+    def met() -> object:
+        value = check()
+        if not value:
+            raise NotYet(log)
+        return value
+
+    return _unless(why, met)
+
+
+class NotYet(AssertionError):
+    """A check not met yet; its message, the tail of ``log``, is read only when shown (a
+    wait shows the last one when it times out)."""
+
+    def __init__(self, log: Path) -> None:
+        super().__init__()
+        self.log = log
+
+    def __str__(self) -> str:
+        return f"not yet; the tail of {self.log}:\n{log_tail(self.log)}"
+
+
+def _unless(why_hopeless: Callable[[], str | None], check: Callable[[], object]):
+    """``check``, failing the test at once when it is not met and ``why_hopeless()`` names
+    a reason that waiting longer cannot help."""
+
+    def checked() -> object:
+        try:
+            value = check()
+        except AssertionError:
+            if (why := why_hopeless()) is not None:
+                pytest.fail(why)
+            raise
+        if not value and (why := why_hopeless()) is not None:
+            pytest.fail(why)
+        return value
+
+    return checked
 
 
 def start_job(script: Path, args: list[str], log: Path):

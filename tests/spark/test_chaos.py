@@ -34,10 +34,11 @@ import pytest
 from broker_harness import TEST_STORE_FLAGS, BrokerProcess, free_port
 from chaos_harness import OffsetWatch, ProducerLoad, PushLoad
 from small_fs import SmallFilesystem
-from spark_helpers import create_topic, start_collecting, stream, wait_for
+from spark_helpers import create_topic, start_collecting, stream, unless_stopped
 
 from rmq_spark.store.faults import FSYNC_FAIL_AFTER
 from rmq_spark.store.verify import verify_store
+from tests.eventually import eventually
 
 KILLS = int(os.environ.get("ROCKETLITE_CHAOS_KILLS", "3"))
 SEED = int(os.environ.get("ROCKETLITE_CHAOS_SEED", "7"))
@@ -97,11 +98,15 @@ class Chaos:
         """Fill the disk until a send is refused, for at least a second; then free it."""
         refused, start = self.refused(), time.monotonic()
         self.disk.fill()
-        wait_for(lambda: self.refused() > refused, 30, "a send refused on the full disk")
+        eventually(
+            lambda: self.refused() > refused, what="a send refused on the full disk", timeout=30
+        )
         time.sleep(max(0.0, start + 1.0 - time.monotonic()))
         self.disk.free()
         acked = self.acked()
-        wait_for(lambda: self.acked() > acked, 30, "sends taken again after space came back")
+        eventually(
+            lambda: self.acked() > acked, what="sends taken again after space came back", timeout=30
+        )
 
     def fail_sync(self) -> None:
         """Restart in SYNC mode with a commit-log sync that fails; the broker stops itself."""
@@ -164,13 +169,16 @@ def run_chaos(spark, broker, disk, topic, tmp_path, rng):
     unknown = set().union(*(p.unknown for p in producers))
     assert len(acked) > 100, f"too little got through: {[p.errors for p in producers]}"
     try:
-        wait_for(
-            lambda: acked.keys() <= {bytes(r.body) for r in collected.rows},
-            120,
-            "every acked message in the Spark query",
-            query,
+        eventually(
+            unless_stopped(query, lambda: acked.keys() <= {bytes(r.body) for r in collected.rows}),
+            what="every acked message in the Spark query",
+            timeout=120,
         )
-        wait_for(lambda: acked.keys() <= push.seen.keys(), 120, "the push group's deliveries")
+        eventually(
+            lambda: acked.keys() <= push.seen.keys(),
+            what="the push group's deliveries",
+            timeout=120,
+        )
         time.sleep(1.0)  # let the last commits land before the final look
     finally:
         query.stop()

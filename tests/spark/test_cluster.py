@@ -10,14 +10,15 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pyspark
 import pytest
 from broker_harness import free_port
-from spark_helpers import create_topic, produce
+from spark_helpers import create_topic, produce, unless_exited
+
+from tests.eventually import eventually
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 JOB = Path(__file__).with_name("cluster_job.py")
@@ -39,13 +40,17 @@ class Daemon:
             )
 
     def wait_for(self, pattern: str, timeout_s: float = 90) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if re.search(pattern, self.log.read_text(errors="replace")):
-                return
-            assert self.process.poll() is None, self.log.read_text(errors="replace")[-3000:]
-            time.sleep(0.3)
-        raise AssertionError(f"{pattern!r} not in {self.log}:\n{self.log.read_text()[-3000:]}")
+        """Until ``pattern`` is in its log; fails at once if the JVM exits."""
+        eventually(
+            unless_exited(
+                self.process,
+                self.log,
+                lambda: re.search(pattern, self.log.read_text("utf-8", "replace")),
+            ),
+            what=f"{pattern!r} in {self.log}",
+            timeout=timeout_s,
+            interval=0.3,
+        )
 
     def stop(self) -> None:
         if self.process.poll() is None:

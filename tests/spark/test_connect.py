@@ -10,14 +10,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyspark
 import pytest
 from broker_harness import free_port
 from sink_helpers import bodies
-from spark_helpers import create_topic, produce
+from spark_helpers import create_topic, produce, unless_exited
+
+from tests.eventually import eventually
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 CONNECT_JAR = next((Path(pyspark.__file__).parent / "jars").glob("spark-connect_*.jar"))
@@ -53,10 +54,16 @@ def test_connect_client_reads_through_the_server(broker, topic, tmp_path):
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while "Spark Connect server started" not in log.read_text(errors="replace"):
-            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.3)
+        eventually(
+            unless_exited(
+                server,
+                log,
+                lambda: "Spark Connect server started" in log.read_text("utf-8", "replace"),
+            ),
+            what="the Spark Connect server to start",
+            timeout=120,
+            interval=0.3,
+        )
         client_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         done = subprocess.run(
             [sys.executable, str(CLIENT), f"sc://127.0.0.1:{port}", broker.endpoint, topic,

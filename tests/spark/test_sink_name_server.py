@@ -4,8 +4,6 @@ once: into the rocketlite broker's remoting port (always), and into Apache Rocke
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from broker_harness import BrokerProcess
 from sink_helpers import bodies
@@ -13,6 +11,7 @@ from spark_helpers import create_topic
 
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.errors import NotFoundError
+from tests.eventually import eventually
 
 
 def _write(df, name_server: str, topic: str, **options: str) -> None:
@@ -53,14 +52,14 @@ def test_writes_into_apache_rocketmq(spark, apache):
     topic = "SparkIntoApache"
     _write(_rows(spark, 200), apache.name_server, topic)  # the topic is made on first send
     with RemotingClient(apache.name_server) as client:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def routed() -> list:
             try:
-                queues = client.route(topic).readable
-                break
-            except NotFoundError:
-                assert time.monotonic() < deadline, "the topic never showed up in its route"
-                time.sleep(1)
+                return client.route(topic).readable
+            except NotFoundError as missing:
+                raise AssertionError(str(missing)) from None
+
+        queues = eventually(routed, what="the topic in its route", timeout=30, interval=1)
         found = []
         for mq in queues:
             offset = 0

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from sink_helpers import read_all
-from spark_helpers import create_topic, log_tail, start_job, stream
+from spark_helpers import create_topic, log_tail, start_job, stream, unless_exited
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.structs import MessageQueue
+from tests.eventually import eventually
 
 JOB = Path(__file__).with_name("sink_copy_job.py")
 HALF_TOPIC = "RMQ_SYS_SINK_HALF_TOPIC"
@@ -98,12 +99,12 @@ def _commits(checkpoint: Path) -> int:
 
 def _wait_for_commit(job: subprocess.Popen, checkpoint: Path, log: Path) -> None:
     """Until the running job commits one more micro-batch."""
-    deadline = time.monotonic() + 120
     done = _commits(checkpoint)
-    while _commits(checkpoint) <= done:
-        assert job.poll() is None, f"the job exited early:\n{log_tail(log)}"
-        assert time.monotonic() < deadline, f"no batch committed:\n{log_tail(log)}"
-        time.sleep(0.05)
+    eventually(
+        unless_exited(job, log, lambda: _commits(checkpoint) > done),
+        what=f"one more committed batch (after {done})",
+        timeout=120,
+    )
 
 
 def _kill_python_workers(session: int) -> int:

@@ -23,6 +23,7 @@ from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import QueueRange
 from rmq_spark.source.read import RocketlitePartition, read_partition
 from rmq_spark.structs import MessageQueue
+from tests.eventually import eventually
 
 SMALL_SEGMENTS = {"commitlog_segment_bytes": 64 << 10, "consumequeue_entries_per_file": 256}
 
@@ -104,7 +105,7 @@ def test_a_broker_restart_does_not_fail_a_read(broker_factory, topic):
 
 @pytest.mark.slow
 def test_a_stream_survives_a_broker_restart(spark, broker_factory, topic, tmp_path):
-    from spark_helpers import start_collecting, wait_for
+    from spark_helpers import start_collecting, unless_stopped
 
     broker = broker_factory("broker-s", "--port", str(free_port()))
     create_topic(broker.endpoint, topic, queues=2)
@@ -115,13 +116,19 @@ def test_a_stream_survives_a_broker_restart(spark, broker_factory, topic, tmp_pa
     )  # fmt: skip
     query, collected = start_collecting(df, tmp_path / "checkpoint")
     try:
-        wait_for(lambda: len(collected.rows) >= 40, 60, "the first messages", query)
+        eventually(
+            unless_stopped(query, lambda: len(collected.rows) >= 40),
+            what="the first messages",
+            timeout=60,
+        )
         broker.stop()
         time.sleep(2.0)  # triggers run while the broker is down
         broker.start()
         sent.update(produce(broker.endpoint, topic, 10, prefix="after"))
-        wait_for(
-            lambda: len(collected.rows) >= 60, 60, "the messages sent after the restart", query
+        eventually(
+            unless_stopped(query, lambda: len(collected.rows) >= 60),
+            what="the messages sent after the restart",
+            timeout=60,
         )
         assert query.isActive and query.exception() is None
     finally:
@@ -136,7 +143,7 @@ def test_a_stream_with_default_options_rides_through_broker_kills(
     """SIGKILL the broker while the query reads a backlog, three times, each outage about
     4 s, and restart it on the same port: with the default retry options the query keeps
     running, resumes soon after each restart, and every message arrives exactly once."""
-    from spark_helpers import start_collecting, wait_for
+    from spark_helpers import start_collecting, unless_stopped
 
     broker = broker_factory("broker-k", "--port", str(free_port()))
     create_topic(broker.endpoint, topic, queues=2)
@@ -149,16 +156,28 @@ def test_a_stream_with_default_options_rides_through_broker_kills(
     query, collected = start_collecting(df, tmp_path / "checkpoint", interval="1 second")
     try:
         for kill in range(3):
-            wait_for(lambda k=kill: len(collected.rows) > 500 * k, 90, f"rows before kill {kill}")
+            eventually(
+                lambda k=kill: len(collected.rows) > 500 * k,
+                what=f"rows before kill {kill}",
+                timeout=90,
+            )
             broker.kill()
             time.sleep(4.0)
             broker.start()
             back = time.monotonic()
             before = len(collected.rows)
             sent.update(produce(broker.endpoint, topic, 20, prefix=f"after-kill-{kill}"))
-            wait_for(lambda b=before: len(collected.rows) > b, 60, "rows after the restart", query)
+            eventually(
+                unless_stopped(query, lambda b=before: len(collected.rows) > b),
+                what="rows after the restart",
+                timeout=60,
+            )
             assert time.monotonic() - back < 15, "the query took too long to resume"
-        wait_for(lambda: len(collected.rows) >= len(sent), 120, "every message", query)
+        eventually(
+            unless_stopped(query, lambda: len(collected.rows) >= len(sent)),
+            what="every message",
+            timeout=120,
+        )
         assert query.isActive and query.exception() is None
     finally:
         query.stop()

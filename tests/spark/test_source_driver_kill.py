@@ -18,13 +18,15 @@ from pathlib import Path
 import pytest
 from spark_helpers import (
     create_topic,
-    log_tail,
     produce,
     rows_of,
     run_available_now,
     start_job,
     stream,
+    unless_exited,
 )
+
+from tests.eventually import eventually
 
 JOB = Path(__file__).with_name("driver_kill_job.py")
 
@@ -58,13 +60,12 @@ def test_driver_killed_mid_stream_restarts_exactly_once(spark, broker, topic, tm
     job = start_job(JOB, args, log)
     try:
         producer.start()
-        deadline = time.monotonic() + 120
-        in_flight = None
-        while in_flight is None:
-            assert job.poll() is None, f"the job exited early:\n{log_tail(log)}"
-            assert time.monotonic() < deadline, f"no batch in flight in time:\n{log_tail(log)}"
-            time.sleep(0.02)
-            in_flight = _batch_in_flight(checkpoint, at_least=2)
+        in_flight = eventually(
+            unless_exited(job, log, lambda: _batch_in_flight(checkpoint, at_least=2)),
+            what="a batch in flight (planned, not committed)",
+            timeout=120,
+            interval=0.02,
+        )
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
     finally:

@@ -6,11 +6,11 @@ other options give."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from rmq_spark.client import Admin, Producer
+from tests.eventually import eventually
 
 
 def send_keyed(endpoint: str, topic: str, n: int = 300) -> dict[int, str]:
@@ -26,10 +26,7 @@ def send_keyed(endpoint: str, topic: str, n: int = 300) -> dict[int, str]:
             )
             ids[i] = sent.msg_id
     with Admin(endpoint) as admin:  # the index is built a moment behind the writes
-        deadline = time.monotonic() + 10
-        while not admin.query_messages(topic, f"u{n - 1}"):
-            assert time.monotonic() < deadline, "the last key never reached the index"
-            time.sleep(0.1)
+        eventually(lambda: admin.query_messages(topic, f"u{n - 1}"), what="the last key indexed")
     return ids
 
 

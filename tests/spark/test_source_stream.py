@@ -15,12 +15,13 @@ from spark_helpers import (
     run_available_now,
     start_collecting,
     stream,
-    wait_for,
+    unless_stopped,
 )
 
 from rmq_spark.cli import main as cli_main
 from rmq_spark.client import Admin, Producer
 from rmq_spark.structs import MessageQueue
+from tests.eventually import eventually
 
 
 def test_available_now_reads_exactly_resumes_from_checkpoint_and_commits(
@@ -65,12 +66,22 @@ def test_the_usage_in_the_issue_reads_new_messages_and_shows_group_progress(
     )
     query, collected = start_collecting(df, tmp_path / "checkpoint")
     try:
-        wait_for(lambda: query.lastProgress is not None, 60, "the first trigger", query)
+        eventually(
+            unless_stopped(query, lambda: query.lastProgress is not None),
+            what="the first trigger",
+            timeout=60,
+        )
         sent = produce(broker.endpoint, topic, 3, prefix="after")
-        wait_for(lambda: len(collected.rows) >= 6, 60, "the new messages", query)
+        eventually(
+            unless_stopped(query, lambda: len(collected.rows) >= 6),
+            what="the new messages",
+            timeout=60,
+        )
         # The progress is committed at the next trigger (once the batch is done).
         committed = lambda: set(group_offsets(broker.endpoint, "etl", topic).values())  # noqa: E731
-        wait_for(lambda: committed() == {8}, 30, "the group's commit", query)
+        eventually(
+            unless_stopped(query, lambda: committed() == {8}), what="the group's commit", timeout=30
+        )
     finally:
         query.stop()
     assert collected.messages == sent
@@ -132,7 +143,11 @@ def test_min_messages_per_trigger_waits_up_to_the_max_delay(spark, broker, topic
         df, tmp_path / "checkpoint", "200 milliseconds", Collected(next_step)
     )
     try:
-        wait_for(lambda: len(collected.sizes) >= 3, 60, "three batches", query)
+        eventually(
+            unless_stopped(query, lambda: len(collected.sizes) >= 3),
+            what="three batches",
+            timeout=60,
+        )
     finally:
         query.stop()
     assert collected.sizes == [12, 3, 10]
@@ -201,14 +216,22 @@ def test_topic_pattern_picks_up_new_topics_and_queues(spark, broker, topic, tmp_
     df = stream(spark, broker.endpoint, topicPattern=f"{topic}-.*", startingOffsets="earliest")
     query, collected = start_collecting(df, tmp_path / "checkpoint")
     try:
-        wait_for(lambda: len(collected.rows) >= 5, 60, "the first topic's messages", query)
+        eventually(
+            unless_stopped(query, lambda: len(collected.rows) >= 5),
+            what="the first topic's messages",
+            timeout=60,
+        )
         create_topic(broker.endpoint, second, queues=2)  # a new topic ...
         new_topic = produce(broker.endpoint, second, 3, prefix="y")
         with Admin(broker.endpoint) as admin:  # ... and a new queue of the first one
             admin.update_topic(first, queues=2)
         new_queue = produce(broker.endpoint, first, {1: 4}, prefix="x1")
         total = len(sent) + len(new_topic) + len(new_queue)
-        wait_for(lambda: len(collected.rows) >= total, 60, "the new topic and queue", query)
+        eventually(
+            unless_stopped(query, lambda: len(collected.rows) >= total),
+            what="the new topic and queue",
+            timeout=60,
+        )
     finally:
         query.stop()
     by_topic = {(row.topic, row.queueId, row.queueOffset) for row in collected.rows}
@@ -269,7 +292,9 @@ def test_lag_listener_reports_how_far_behind_each_batch_is(spark, broker, topic,
         batches = len(run_available_now(df, tmp_path / "checkpoint").batches)
         # Listener events arrive asynchronously, also after the query has ended: wait for one
         # per batch that had data.
-        wait_for(lambda: len(seen) >= batches, 30, f"lag reports of {batches} batches")
+        eventually(
+            lambda: len(seen) >= batches, what=f"lag reports of {batches} batches", timeout=30
+        )
     finally:
         spark.streams.removeListener(listener)
     assert seen, "no lag was reported"

@@ -22,6 +22,7 @@ from rmq_spark.errors import (
 from rmq_spark.store import MessageStore, StoreConfig, message_store
 from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import PullStatus
+from tests.eventually import eventually
 
 
 def bodies(prefix: str, n: int, size: int = 0) -> list[bytes]:
@@ -467,10 +468,8 @@ def test_the_index_is_built_in_the_background_and_rolls_to_new_files(store_facto
     store.topics.create("orders", queues=1)
     for batch in range(10):
         store.append("orders", 0, bodies(f"b{batch}", 5), keyed(f"b{batch}", 5))
-    deadline = time.monotonic() + 10
-    while not bodies_found(store, "orders", "b9-4"):  # no catch_up: the thread indexes
-        assert time.monotonic() < deadline, "the index thread never indexed the last batch"
-        time.sleep(0.05)
+    # no catch_up: the thread indexes
+    eventually(lambda: bodies_found(store, "orders", "b9-4"), what="the last batch indexed")
     assert len(store.index.files) == 4  # 150 keys
     assert all(bodies_found(store, "orders", f"b{b}-2") == [f"b{b}-2".encode()] for b in range(10))
 

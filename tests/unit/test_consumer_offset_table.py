@@ -6,7 +6,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from rmq_spark.errors import InvalidArgumentError, InvalidNameError, StoreError
 from rmq_spark.offsets import broker_table
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
 from rmq_spark.offsets.json_codec import decode_offset_table
+from tests.eventually import eventually
 
 # Long enough that the background thread never writes during a test unless asked to.
 QUIET_MS = 600_000
@@ -26,15 +27,6 @@ def table(tmp_path: Path) -> Iterator[ConsumerOffsetTable]:
     offsets = ConsumerOffsetTable.open(tmp_path, persist_interval_ms=QUIET_MS)
     yield offsets
     offsets.close()
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def _file_table(path: Path) -> dict | None:
@@ -108,9 +100,9 @@ def test_changes_are_persisted_periodically_without_close(tmp_path: Path) -> Non
     try:
         path = offsets.path
         offsets.commit("G", "T", {0: 5})
-        assert _wait_for(lambda: _file_table(path) == {("T", "G"): {0: 5}}, timeout_s=2)
+        eventually(lambda: _file_table(path) == {("T", "G"): {0: 5}}, what="offset 5 on disk")
         offsets.commit("G", "T", {0: 6})
-        assert _wait_for(lambda: _file_table(path) == {("T", "G"): {0: 6}}, timeout_s=2)
+        eventually(lambda: _file_table(path) == {("T", "G"): {0: 6}}, what="offset 6 on disk")
     finally:
         offsets.close()
 
@@ -146,7 +138,10 @@ def test_a_failed_background_persist_is_logged_and_retried(
     try:
         with caplog.at_level(logging.ERROR, logger="rmq_spark.store"):
             offsets.commit("G", "T", {0: 9})
-            assert _wait_for(lambda: _file_table(offsets.path) == {("T", "G"): {0: 9}})
+            eventually(
+                lambda: _file_table(offsets.path) == {("T", "G"): {0: 9}},
+                what="the retried persist",
+            )
         assert "No space left on device" in caplog.text
     finally:
         offsets.close()

@@ -21,6 +21,7 @@ from rmq_spark.durable_json import (
     write_json_atomic,
 )
 from rmq_spark.errors import StoreError
+from tests.eventually import eventually
 
 
 def _require_version(obj: object) -> None:
@@ -247,10 +248,8 @@ def test_killed_writer_always_leaves_a_readable_main_file(tmp_path: Path) -> Non
     path = tmp_path / "t.json"
     for attempt in range(5):
         child = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)])
-        deadline = time.monotonic() + 10
-        while not backup_path(path).exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.01 * attempt)
+        eventually(backup_path(path).exists, what="the first backup", interval=0.01)
+        time.sleep(0.01 * attempt)  # kill at a different point of the write loop each time
         child.send_signal(signal.SIGKILL)
         child.wait()
         obj, source = read_json_with_backup(path)
