@@ -9,39 +9,7 @@ import time
 import pytest
 
 from rmq_spark.broker.groups import ConsumerRegistry, MembershipEvent
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.ms
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
-
-
-class Stream:
-    """Drives a watch stream (an asynchronous generator) from synchronous test code, on one
-    event loop per test, as the broker's loop drives it."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, registry, group: str, cid: str) -> None:
-        self.loop = loop
-        self.generator = registry.watch(group, cid)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> MembershipEvent:
-        try:
-            return self.loop.run_until_complete(asyncio.wait_for(anext(self.generator), 5))
-        except StopAsyncIteration:
-            raise StopIteration from None
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.generator.aclose())
-
+from tests.unit.membership_fakes import FakeClock, Stream
 
 TIMEOUT_MS = 10_000
 

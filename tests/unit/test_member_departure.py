@@ -15,35 +15,11 @@ import pytest
 from rmq_spark.broker.groups import ConsumerRegistry, MembershipEvent, ends_leases
 from rmq_spark.broker.locks import Lease, QueueLockManager, leases_of
 from rmq_spark.structs import MessageQueue
+from tests.unit.membership_fakes import FakeClock, Stream
 
 GRACE_MS = 1000
 TIMEOUT_MS = 10_000
 Q0, Q1, Q2 = (MessageQueue("TopicA", "broker-a", i) for i in range(3))
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.ms
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
-
-
-class Stream:
-    """A watch stream (an asynchronous generator) driven from synchronous test code."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, registry, group: str, cid: str) -> None:
-        self.loop = loop
-        self.generator = registry.watch(group, cid)
-
-    def __next__(self) -> MembershipEvent:
-        return self.loop.run_until_complete(asyncio.wait_for(anext(self.generator), 5))
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.generator.aclose())
 
 
 @pytest.fixture
