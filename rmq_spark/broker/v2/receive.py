@@ -300,13 +300,14 @@ class PopService:
             self._commit(key, state, before)
         self._broker.notifier.notify(topic, handle.queue_id)
 
-    def release_client(self, client_id: str) -> int:
-        """A client left: its auto-renewed messages come back to the group soon."""
+    def release_client(self, client_id: str, delay_ms: int = RELEASE_DELAY_MS) -> int:
+        """A client left: its auto-renewed messages come back to the group ``delay_ms``
+        from now."""
         released = 0
         now = now_ms()
         for key in self._pops.queue_keys():
             with self._pops.queue(key, lambda: 0) as state:
-                count = state.release_client(client_id, now, RELEASE_DELAY_MS)
+                count = state.release_client(client_id, now, delay_ms)
                 if count:
                     released += count
                     self._pops.record_snapshot(key, state)

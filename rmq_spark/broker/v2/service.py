@@ -54,6 +54,8 @@ log = logging.getLogger("rmq_spark.broker")
 
 _STREAM_END = object()
 _BAD_SETTINGS = object()
+#: the grace timer fires this much late, so the registry's millisecond clock has the grace over
+_GRACE_SLACK_S = 0.02
 
 
 #: a queue's permission (:func:`~rmq_spark.broker.admin.queue_perm`) as v2 announces it
@@ -77,12 +79,21 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         self._producing = Producing(broker, workers)
         self._consuming = Consuming(broker, workers, self.pop)
         broker.transaction_checks.add_asker(self._ask_about_transaction)
+        #: grace timers of clients whose last Telemetry stream closed, and their releases
+        self._departures: set[asyncio.TimerHandle | asyncio.Task] = set()
+        self._stopping = False
 
     def close(self) -> None:
         self.pops.close()
 
     async def stop(self) -> None:
-        """Nothing to stop here: the broker stops its transaction checks itself."""
+        """Stop watching for departed clients (streams closed by the shutdown are no
+        departure: after a restart every client's messages are due at their recorded time).
+        The broker stops its transaction checks itself."""
+        self._stopping = True
+        for pending in list(self._departures):
+            pending.cancel()
+        self._departures.clear()
 
     def _ask_about_transaction(self, transaction_id: str, record, topic: str) -> bool:
         """Ask a live RocketMQ 5 producer of ``topic`` about an orphaned transaction, over
@@ -179,7 +190,37 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                 yield item
         finally:
             reader.cancel()
-            self.clients.stream_closed(client_id, outbox)
+            if self.clients.stream_closed(client_id, outbox) and not self._stopping:
+                self._watch_departure(client_id)
+
+    def _watch_departure(self, client_id: str) -> None:
+        """The client closed its last Telemetry stream: when the grace is over and it has
+        neither reopened one nor been heard from (a crash, a lost connection), its
+        auto-renewed messages come back to its group at once, and receives waiting for them
+        wake up. A client that said it was leaving released them then and is left alone."""
+        loop = asyncio.get_running_loop()
+
+        def grace_over() -> None:
+            self._departures.discard(timer)
+            if self._stopping or not self.clients.departed(client_id):
+                return
+            task = loop.create_task(self._release_departed(client_id))
+            self._departures.add(task)
+            task.add_done_callback(self._departures.discard)
+
+        timer = loop.call_later(self.clients.grace_ms / 1000 + _GRACE_SLACK_S, grace_over)
+        self._departures.add(timer)
+
+    async def _release_departed(self, client_id: str) -> None:
+        released = await self._workers.run(self.pop.release_client, client_id, 0)
+        if released:
+            log.info(
+                "client %s is gone (its Telemetry stream closed %d ms ago); %d of its "
+                "messages come back",
+                client_id,
+                self.clients.grace_ms,
+                released,
+            )
 
     def _settings(self, client_id: str, client: pb.Settings) -> pb.Settings | None:
         kind = client.WhichOneof("pub_sub")
