@@ -167,7 +167,7 @@ def test_exactly_once_through_task_failure_and_driver_kills(broker_factory, topi
     source, target = topic, topic + "-out"
     create_topic(broker.endpoint, source, queues=4)
     create_topic(broker.endpoint, target, queues=3)
-    sent = produce_keyed(broker.endpoint, source, 3000)
+    sent = produce_keyed(broker.endpoint, source, 1600)
     checkpoint, marker, log = (
         tmp_path / "checkpoint",
         tmp_path / "failed-once",
