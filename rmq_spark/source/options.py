@@ -5,7 +5,9 @@ matched the same way (``startingoffsets`` is ``startingOffsets``). The names and
 follow Spark's Kafka source where one exists, with RocketMQ words (``maxMessagesPerTrigger``
 for ``maxOffsetsPerTrigger``). Every problem raises
 :class:`~rmq_spark.errors.InvalidArgumentError` naming the option, the bad value and what is
-allowed; unknown options are rejected with the closest valid names.
+allowed; unknown options are rejected with the closest valid names. The position options
+(``startingOffsets`` and the other starting and ending options) are read by
+:mod:`rmq_spark.source.position_options`; :class:`SourceOptions` holds what they give.
 
 >>> opts = SourceOptions.parse({"endpoints": "127.0.0.1:10911", "topic": "orders"},
 ...                            streaming=True)
@@ -19,7 +21,6 @@ import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
 from rmq_spark.codec.subscription import Subscription, parse_subscription
 from rmq_spark.errors import InvalidArgumentError
@@ -30,7 +31,6 @@ from rmq_spark.names import (
     validate_topic,
 )
 from rmq_spark.offsets.json_codec import MAX_OFFSET
-from rmq_spark.offsets.spark import parse_offsets_json, parse_timestamps_json
 from rmq_spark.source.connect_options import (
     Credentials,
     FileReads,
@@ -43,11 +43,12 @@ from rmq_spark.source.connect_options import (
 )
 from rmq_spark.source.option_checks import check_combinations
 from rmq_spark.source.option_values import RawOptions, bad
-from rmq_spark.structs import MessageQueue
-
-StartKind = Literal["earliest", "latest", "group", "offsets", "timestamp", "byTimestamp"]
-GroupFallback = Literal["earliest", "latest", "timestamp"]
-EndKind = Literal["latest", "offsets", "timestamp"]
+from rmq_spark.source.position_options import (
+    EndingPosition,
+    StartingPosition,
+    ending_position,
+    starting_position,
+)
 
 #: canonical option names; Spark lower-cases keys, so they are matched ignoring case
 OPTION_NAMES: tuple[str, ...] = (
@@ -145,40 +146,6 @@ _MAX_INT = 2**31 - 1
 #: queues unread (their offsets still advance) or read twice.
 PARTITIONING_STRATEGIES = ("avg", "avgByCircle", "consistentHash")
 
-_JSON_SHAPE = "{topic: {brokerName: {queueId: value}}}"
-
-
-@dataclass(frozen=True)
-class StartingPosition:
-    """Where a query without a checkpoint starts reading each queue.
-
-    - ``earliest`` / ``latest``: every queue's first / next-to-be-written offset.
-    - ``group``: the group's committed offset; queues without one use ``group_fallback``
-      (``timestamp`` then uses ``timestamp_ms``), as RocketMQ's ConsumeFromWhere does.
-    - ``offsets``: ``offsets`` per queue, where -2 means earliest and -1 latest.
-    - ``timestamp``: the first message stored at or after ``timestamp_ms`` in every queue.
-    - ``byTimestamp``: ``offsets`` holds that timestamp per queue.
-
-    Queues that ``offsets`` does not name start at earliest, as queues discovered while a
-    query runs do, so nothing written to them is skipped.
-    """
-
-    kind: StartKind
-    offsets: dict[MessageQueue, int] | None = None
-    timestamp_ms: int | None = None
-    group_fallback: GroupFallback | None = None
-
-
-@dataclass(frozen=True)
-class EndingPosition:
-    """Where a batch query stops (exclusive): ``latest`` when the query is planned, per-queue
-    ``offsets`` (-1 means latest; queues not named end at latest), or the first message
-    stored at or after ``timestamp_ms``."""
-
-    kind: EndKind
-    offsets: dict[MessageQueue, int] | None = None
-    timestamp_ms: int | None = None
-
 
 @dataclass(frozen=True)
 class SourceOptions:
@@ -265,8 +232,8 @@ class SourceOptions:
             topic_pattern=pattern,
             group=group,
             subscription=_sub_expression(raw),
-            starting=_starting(raw, group),
-            ending=_ending(raw) if not streaming else None,
+            starting=starting_position(raw, group),
+            ending=ending_position(raw) if not streaming else None,
             max_messages_per_trigger=raw.count("maxMessagesPerTrigger", MAX_OFFSET),
             max_bytes_per_trigger=raw.size_bytes("maxBytesPerTrigger"),
             min_messages_per_trigger=raw.count("minMessagesPerTrigger", MAX_OFFSET),
@@ -395,112 +362,6 @@ def _sub_expression(raw: RawOptions) -> Subscription:
         raise bad("subExpression", text, str(exc)) from None
 
 
-def _starting(raw: RawOptions, group: str | None) -> StartingPosition:
-    by_timestamp = raw.get("startingOffsetsByTimestamp")
-    timestamp = raw.timestamp_ms("startingTimestamp")
-    text = raw.get("startingOffsets")
-    keyword = text.strip().lower() if text is not None else None
-    if raw.has("groupFallback") and keyword != "group":
-        raise InvalidArgumentError(
-            "option groupFallback only applies with startingOffsets=group; remove it or set "
-            "startingOffsets to group"
-        )
-    if by_timestamp is not None:
-        others = [n for n in ("startingOffsets", "startingTimestamp") if raw.has(n)]
-        if others:
-            raise InvalidArgumentError(
-                f"option startingOffsetsByTimestamp cannot be combined with {others[0]}; "
-                "give one way to choose the starting position"
-            )
-        offsets = parse_timestamps_json(by_timestamp, "startingOffsetsByTimestamp")
-        _check_not_empty("startingOffsetsByTimestamp", by_timestamp, offsets)
-        return StartingPosition("byTimestamp", offsets=offsets)
-    if keyword == "group":
-        return _starting_from_group(raw, group, timestamp)
-    if timestamp is not None:
-        if text is not None:
-            raise InvalidArgumentError(
-                f"option startingTimestamp cannot be combined with startingOffsets={text!r} "
-                "(only with startingOffsets=group, as the fallback for queues the group has "
-                "not committed); remove one of them"
-            )
-        return StartingPosition("timestamp", timestamp_ms=timestamp)
-    if keyword is None:
-        keyword = "latest" if raw.streaming else "earliest"
-    if keyword in ("earliest", "latest"):
-        if keyword == "latest" and not raw.streaming:
-            raise bad(
-                "startingOffsets",
-                text,
-                "a batch query cannot start at latest (it would read nothing); use earliest, "
-                "group, JSON offsets or startingTimestamp",
-            )
-        return StartingPosition(keyword)  # type: ignore[arg-type]
-    assert text is not None
-    if not text.lstrip().startswith("{"):
-        raise bad(
-            "startingOffsets",
-            text,
-            f"expected earliest, latest, group or JSON offsets {_JSON_SHAPE} "
-            "(-2 = earliest, -1 = latest)",
-        )
-    offsets = parse_offsets_json(text, "startingOffsets", allow_latest=raw.streaming)
-    _check_not_empty("startingOffsets", text, offsets)
-    return StartingPosition("offsets", offsets=offsets)
-
-
-def _starting_from_group(
-    raw: RawOptions, group: str | None, timestamp: int | None
-) -> StartingPosition:
-    if group is None:
-        raise InvalidArgumentError(
-            "option startingOffsets=group needs the option group (the consumer group whose "
-            "committed offsets to start from)"
-        )
-    text = raw.get("groupFallback")
-    if text is None:
-        # A timestamp given next to "group" can only mean the fallback.
-        fallback = "timestamp" if timestamp is not None else _mode_default(raw)
-    else:
-        fallback = text.strip().lower()
-        if fallback not in ("earliest", "latest", "timestamp"):
-            raise bad("groupFallback", text, "expected earliest, latest or timestamp")
-    if fallback == "timestamp" and timestamp is None:
-        raise InvalidArgumentError(
-            "option groupFallback=timestamp needs the option startingTimestamp (epoch ms)"
-        )
-    if fallback != "timestamp" and timestamp is not None:
-        raise InvalidArgumentError(
-            f"option startingTimestamp is unused with groupFallback={fallback}; remove it or "
-            "set groupFallback=timestamp"
-        )
-    if fallback == "latest" and not raw.streaming:
-        raise bad("groupFallback", text, "a batch query cannot fall back to latest")
-    return StartingPosition("group", timestamp_ms=timestamp, group_fallback=fallback)  # type: ignore[arg-type]
-
-
-def _mode_default(raw: RawOptions) -> str:
-    return "latest" if raw.streaming else "earliest"
-
-
-def _ending(raw: RawOptions) -> EndingPosition:
-    text = raw.get("endingOffsets")
-    timestamp = raw.timestamp_ms("endingTimestamp")
-    if timestamp is not None:
-        if text is not None:
-            raise InvalidArgumentError(
-                "options endingOffsets and endingTimestamp cannot be combined; give one"
-            )
-        return EndingPosition("timestamp", timestamp_ms=timestamp)
-    if text is None or text.strip().lower() == "latest":
-        return EndingPosition("latest")
-    if not text.lstrip().startswith("{"):
-        raise bad("endingOffsets", text, f"expected latest or JSON offsets {_JSON_SHAPE}")
-    offsets = parse_offsets_json(text, "endingOffsets", allow_earliest=False)
-    _check_not_empty("endingOffsets", text, offsets)
-    return EndingPosition("offsets", offsets=offsets)
-
-
 def _commit_offsets(raw: RawOptions, group: str | None) -> bool:
     commit = raw.flag("commitOffsets", group is not None and raw.streaming)
     if commit and group is None:
@@ -536,11 +397,6 @@ def _check_mode(raw: RawOptions) -> None:
         else:
             where = "streaming queries (spark.readStream); this is a batch query (spark.read)"
         raise InvalidArgumentError(f"option {wrong_mode[0]} only applies to {where}; remove it")
-
-
-def _check_not_empty(name: str, text: str, offsets: dict[MessageQueue, int]) -> None:
-    if not offsets:
-        raise bad(name, text, f"names no queue; expected {_JSON_SHAPE}")
 
 
 def _message_key(raw: RawOptions) -> str | None:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from rmq_spark.client.offsets import QueueOffsets
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.offsets.spark import EARLIEST, LATEST, DataLoss, Offsets
-from rmq_spark.source.options import EndingPosition, StartingPosition
 from rmq_spark.source.planning import Ranges
+from rmq_spark.source.position_options import EndingPosition, StartingPosition
 from rmq_spark.structs import MessageQueue
 
 log = logging.getLogger("rmq_spark.source")

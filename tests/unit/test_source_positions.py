@@ -8,7 +8,7 @@ import pytest
 from rmq_spark.client.offsets import QueueOffsets
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.offsets.spark import DataLoss
-from rmq_spark.source.options import EndingPosition, StartingPosition
+from rmq_spark.source.position_options import EndingPosition, StartingPosition
 from rmq_spark.source.positions import (
     batch_ranges,
     ending_offsets,
