@@ -1,6 +1,8 @@
-"""The Spark sink's transactions without I/O: names, the marks a staged record carries, and
-the decision of :func:`plan_end` (what ending a batch commits, rolls back and records).
-:mod:`rmq_spark.broker.sink_transactions` does the I/O.
+"""The Spark sink's transactions without I/O: names, the marks a staged record carries, the
+decision of :func:`plan_end` (what ending a batch commits, rolls back and records), and the
+expiry of abandoned transactions (:func:`expired`).
+:mod:`rmq_spark.broker.sink_transactions` (and :mod:`rmq_spark.broker.sink_sends`, for the rows
+of one send) does the I/O.
 
 A sink (one streaming query, or one batch job) writes each micro-batch as transactions: a
 Spark task's rows on one broker are one transaction, staged invisibly by one or more sends
@@ -92,6 +94,13 @@ def parse_marks(fields: Mapping[str, str]) -> StageMark | None:
         )
     except (KeyError, ValueError):
         return None
+
+
+def expired(oldest_ms: Mapping[str, int], *, now_ms: int, timeout_ms: int) -> list[str]:
+    """The transactions to roll back for age: those whose oldest send (``oldest_ms`` maps a
+    pending transaction to the time its first send was stored) is more than ``timeout_ms``
+    old, in the mapping's order."""
+    return [txn for txn, at_ms in oldest_ms.items() if now_ms - at_ms > timeout_ms]
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """The Spark sink's transactions, kept by the broker: staged sends and the batch ends that
-make them visible once (the rules are in :mod:`rmq_spark.broker.sink_state`).
+make them visible once (the rules are in :mod:`rmq_spark.broker.sink_state`; a staged send's
+rows are held, read back and copied by :mod:`rmq_spark.broker.sink_sends`).
 
 * :meth:`SinkTransactions.stage` appends a send's messages to ``RMQ_SYS_SINK_HALF_TOPIC``
   (queue 0) with the prepared sys flag and marks naming the sink, transaction, send number,
@@ -26,25 +27,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
+from rmq_spark.broker import sink_sends as sends
 from rmq_spark.broker import sink_state as ss
 from rmq_spark.clock import now_ms
 from rmq_spark.codec import record as rec
-from rmq_spark.codec.arrow_decode import decode_records, record_parts
-from rmq_spark.codec.batch_encode import (
-    EncodedBatch,
-    encode_unstamped,
-    prepare_batch,
-    set_prepared_offset,
-)
-from rmq_spark.codec.byte_column import ByteColumn
-from rmq_spark.codec.tag_column import hash_codes
+from rmq_spark.codec.arrow_decode import decode_records
+from rmq_spark.codec.batch_encode import set_prepared_offset
 from rmq_spark.durable_json import read_json_with_backup, write_json_atomic
 from rmq_spark.errors import (
     InvalidArgumentError,
@@ -52,61 +42,12 @@ from rmq_spark.errors import (
     StoreError,
     UnavailableError,
 )
-from rmq_spark.names import SCHEDULE_TOPIC, validate_sink_id
-from rmq_spark.structs import PullStatus
+from rmq_spark.names import validate_sink_id
 
 log = logging.getLogger("rmq_spark.broker.sinks")
 
 #: sinks remembered (their last committed batch); the oldest are forgotten past this
 MAX_SINKS = 10_000
-_READ_COUNT = 4_096
-_READ_BYTES = 64 << 20
-
-
-@dataclass
-class Staged:
-    """The messages of one staged send as the commit writes them."""
-
-    bodies: ByteColumn
-    properties: ByteColumn
-    tags: Any  # a sequence of tag values, one per message
-    born_timestamps: np.ndarray | int
-    flags: np.ndarray | int
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.bodies.data) + len(self.properties.data)
-
-
-@dataclass
-class Ready:
-    """A staged send's records laid out for their real queue, waiting for their offsets."""
-
-    records: EncodedBatch
-    tag_codes: np.ndarray
-
-    @property
-    def nbytes(self) -> int:
-        return self.records.nbytes
-
-
-@dataclass
-class Block:
-    """One staged send: ``count`` records from ``half_first`` in the staging queue."""
-
-    sink_id: str
-    transaction_id: str
-    sequence: int
-    half_first: int
-    count: int
-    marker: int  # commit-log offset of the first staged record: the copies' PREPARED_TX_OFFSET
-    topic: str
-    queue_id: int
-    delay: int
-    marks_len: int
-    born_host: str
-    staged_at_ms: int
-    held: Staged | Ready | None = None
 
 
 class SinkTransactions:
@@ -117,7 +58,7 @@ class SinkTransactions:
         self.memory_bytes = memory_bytes
         self._lock = threading.Lock()  # the maps below
         self._end_lock = threading.Lock()  # one batch end (or recovery) at a time
-        self._blocks: dict[str, list[Block]] = {}  # transaction id -> its sends
+        self._blocks: dict[str, list[sends.Block]] = {}  # transaction id -> its sends
         self._staging: set[tuple[str, int]] = set()  # sends being appended now
         self._sinks: dict[str, ss.SinkRecord] = {}
         #: ended transactions with records at or above the floor: id -> [outcome, end]
@@ -164,12 +105,14 @@ class SinkTransactions:
             self._ensure_topic()
             count = len(batch.bodies)
             marks = ss.stage_marks(sink_id, txn, seq, topic, queue_id, batch.delay_level, count)
-            held, crcs, codes = self._final_form(topic, queue_id, batch, born_host)
+            held, crcs, codes = sends.final_form(
+                self.store.config.store_host, topic, queue_id, batch, born_host
+            )
             result = self.store.append(
                 ss.HALF_TOPIC,
                 0,
                 batch.bodies,
-                _marked_first(batch.properties, marks),
+                sends.marked_first(batch.properties, marks),
                 born_host=born_host,
                 born_timestamps=batch.born_timestamps,
                 flags=batch.flags,
@@ -178,9 +121,9 @@ class SinkTransactions:
                 tag_codes=codes,
             )
             marker = int(result.physical_offsets[0])
-            if isinstance(held, Ready):
+            if isinstance(held, sends.Ready):
                 set_prepared_offset(held.records, marker)
-            block = Block(
+            block = sends.Block(
                 sink_id=sink_id,
                 transaction_id=txn,
                 sequence=seq,
@@ -203,31 +146,6 @@ class SinkTransactions:
         finally:
             with self._lock:
                 self._staging.discard(key)
-
-    def _final_form(
-        self, topic: str, queue_id: int, batch, born_host: str
-    ) -> tuple[Staged | Ready, np.ndarray | None, np.ndarray]:
-        """What the commit will write, made now: the records laid out for their queue (or,
-        for a delayed send, its columns), with the bodies' CRCs and tag codes that the
-        staged copy shares."""
-        codes = hash_codes(batch.tags)
-        if batch.delay_level:
-            staged = Staged(
-                batch.bodies, batch.properties, batch.tags, batch.born_timestamps, batch.flags
-            )
-            return staged, None, codes
-        final = prepare_batch(
-            topic,
-            queue_id,
-            batch.bodies,
-            batch.properties,
-            born_host=born_host,
-            store_host=self.store.config.store_host,
-            born_timestamps=batch.born_timestamps,
-            flags=batch.flags,
-            sysflag=rec.TRANSACTION_COMMIT_TYPE,
-        )
-        return Ready(encode_unstamped(final), codes), final.headers["body_crc"], codes
 
     def end(
         self, sink_id: str, batch_id: int, commit: bool, decision: ss.Decision
@@ -271,7 +189,7 @@ class SinkTransactions:
             # Refuse before anything changes: a topic gone, staged rows deleted by retention.
             for topic in sorted({b.topic for b in blocks}):
                 self.broker.topic_for_write(topic)
-            self._check_still_staged(blocks)
+            sends.check_still_staged(self.store, blocks)
             committing = [self._commit_entry(b) for b in blocks]
             with self._lock:
                 for txn in plan.commit:
@@ -284,7 +202,7 @@ class SinkTransactions:
             if committing:
                 self._save()  # the decision is durable before any row is visible
             for block in blocks:
-                self._copy(block, 0)
+                sends.write_copies(self.broker, block, 0)
             with self._lock:
                 self._committing = None
                 for txn in plan.commit + plan.rollback:
@@ -297,19 +215,6 @@ class SinkTransactions:
                 log.info("sink %s: rolled back %d transactions", sink_id, len(plan.rollback))
             return plan, sum(b.count for b in blocks), last
 
-    def _check_still_staged(self, blocks: list[Block]) -> None:
-        to_read = [b for b in blocks if b.held is None]
-        if not to_read:
-            return
-        first = self.store.min_offset(ss.HALF_TOPIC, 0)
-        lost = next((b for b in to_read if b.half_first < first), None)
-        if lost is not None:
-            raise StoreError(
-                f"staged messages of transaction {lost.transaction_id!r} were deleted by the "
-                f"store's retention before the commit; the batch must be written again (keep "
-                "--sink-transaction-timeout-ms below the retention time)"
-            )
-
     def pending(self) -> dict[str, int]:
         """Pending transaction id -> messages staged (for tests and status)."""
         with self._lock:
@@ -317,76 +222,15 @@ class SinkTransactions:
 
     # -- commit ----------------------------------------------------------------------------
 
-    def _landing(self, block: Block) -> tuple[str, int]:
-        if block.delay:
-            return SCHEDULE_TOPIC, self.broker.delays.clamp_level(block.delay) - 1
-        return block.topic, block.queue_id
-
-    def _commit_entry(self, block: Block) -> dict:
-        topic, queue_id = self._landing(block)
+    def _commit_entry(self, block: sends.Block) -> dict:
+        topic, queue_id = sends.landing(self.broker, block)
         return {
             "txn": block.transaction_id,
             "seq": block.sequence,
             "marker": block.marker,
             "count": block.count,
-            "floor": self._queue_end(topic, queue_id),
+            "floor": sends.queue_end(self.store, topic, queue_id),
         }
-
-    def _copy(self, block: Block, skip: int) -> None:
-        held = block.held
-        if isinstance(held, Ready) and not skip:
-            self.broker.put_encoded(block.topic, block.queue_id, held.records, held.tag_codes)
-            return
-        staged = held if isinstance(held, Staged) else self._read_back(block)
-        if skip:
-            staged = _sliced(staged, skip)
-        fields = {
-            "born_host": block.born_host,
-            "born_timestamps": staged.born_timestamps,
-            "flags": staged.flags,
-            "sysflag": rec.TRANSACTION_COMMIT_TYPE,
-            "prepared_tx_offset": block.marker,
-        }
-        if block.delay:
-            self.broker.delays.submit(
-                block.topic,
-                block.queue_id,
-                staged.bodies,
-                staged.properties,
-                staged.tags,
-                block.delay,
-                **fields,
-            )
-        else:
-            self.broker.put_messages(
-                block.topic, block.queue_id, staged.bodies, staged.properties, staged.tags, **fields
-            )
-
-    def _read_back(self, block: Block) -> Staged:
-        parts = []
-        offset, remaining = block.half_first, block.count
-        while remaining:
-            got = self.store.get_messages(
-                ss.HALF_TOPIC, 0, offset, max_count=min(remaining, _READ_COUNT),
-                max_bytes=_READ_BYTES,
-            )  # fmt: skip
-            if got.status != PullStatus.FOUND or not got.count:
-                raise StoreError(
-                    f"staged messages of transaction {block.transaction_id!r} from offset "
-                    f"{offset} of {ss.HALF_TOPIC} are gone (deleted by retention?); the "
-                    "transaction cannot be committed"
-                )
-            parts.append(record_parts(got.data, got.record_starts(), got.sizes))
-            offset += got.count
-            remaining -= got.count
-        props = ByteColumn.from_arrow(pa.concat_arrays([p.properties for p in parts]))
-        return Staged(
-            bodies=ByteColumn.from_arrow(pa.concat_arrays([p.body for p in parts])),
-            properties=_unmarked_first(props, block.marks_len),
-            tags=pa.concat_arrays([p.tags for p in parts]).to_pylist(),
-            born_timestamps=np.concatenate([p.born_timestamp for p in parts]),
-            flags=np.concatenate([p.flag for p in parts]),
-        )
 
     def _finish_committing(self) -> None:
         """Write what a commit cut short by a crash or a failed write did not write."""
@@ -402,8 +246,8 @@ class SinkTransactions:
                     f"a commit in progress names send {entry['seq']} of transaction "
                     f"{entry['txn']!r}, which is not in {ss.HALF_TOPIC} any more"
                 )
-            topic, queue_id = self._landing(block)
-            done = self._copies_since(topic, queue_id, entry["floor"], block.marker)
+            topic, queue_id = sends.landing(self.broker, block)
+            done = sends.copies_since(self.store, topic, queue_id, entry["floor"], block.marker)
             if done < block.count:
                 log.warning(
                     "finishing a commit cut short: %d of %d messages of transaction %s",
@@ -411,28 +255,13 @@ class SinkTransactions:
                     block.count,
                     block.transaction_id,
                 )
-                self._copy(block, done)
+                sends.write_copies(self.broker, block, done)
         with self._lock:
             for entry in self._committing["entries"]:
                 self._drop(entry["txn"])
             self._committing = None
             self._advance_floor()
         self._save()
-
-    def _copies_since(self, topic: str, queue_id: int, floor: int, marker: int) -> int:
-        found, offset = 0, floor
-        end = self._queue_end(topic, queue_id)
-        while offset < end:
-            got = self.store.get_messages(
-                topic, queue_id, offset, max_count=_READ_COUNT, max_bytes=_READ_BYTES
-            )
-            if not got.count:
-                break
-            for start in got.record_starts():
-                record = rec.decode_record(got.data, int(start), check_crc=False)
-                found += record.prepared_tx_offset == marker
-            offset = got.next_begin_offset
-        return found
 
     # -- state -----------------------------------------------------------------------------
 
@@ -451,16 +280,13 @@ class SinkTransactions:
         if firsts:
             self._floor = min(firsts)
         else:
-            self._floor = self._queue_end(ss.HALF_TOPIC, 0)
+            self._floor = sends.queue_end(self.store, ss.HALF_TOPIC, 0)
         self._resolved = {t: v for t, v in self._resolved.items() if v[1] > self._floor}
 
     def _expire(self, now: int) -> bool:
         with self._lock:
-            old = [
-                txn
-                for txn, blocks in self._blocks.items()
-                if now - min(b.staged_at_ms for b in blocks) > self.timeout_ms
-            ]
+            oldest = {t: min(b.staged_at_ms for b in blocks) for t, blocks in self._blocks.items()}
+            old = ss.expired(oldest, now_ms=now, timeout_ms=self.timeout_ms)
             for txn in old:
                 self._resolve(txn, "ROLLBACK")
                 self._drop(txn)
@@ -471,11 +297,6 @@ class SinkTransactions:
                 self.timeout_ms,
             )
         return bool(old)
-
-    def _queue_end(self, topic: str, queue_id: int) -> int:
-        if self.store.topics.find(topic) is None:
-            return 0
-        return self.store.max_offset(topic, queue_id)
 
     def _ensure_topic(self) -> None:
         if self.store.topics.find(ss.HALF_TOPIC) is None:
@@ -522,7 +343,7 @@ class SinkTransactions:
         committing = {e["txn"] for e in (self._committing or {}).get("entries", [])}
         offset = max(self._floor, self.store.min_offset(ss.HALF_TOPIC, 0))
         end = self.store.max_offset(ss.HALF_TOPIC, 0)
-        found: dict[tuple[str, int], Block] = {}
+        found: dict[tuple[str, int], sends.Block] = {}
         while offset < end:  # one read per staged send: its first record has the marks
             got = self.store.get_messages(ss.HALF_TOPIC, 0, offset, max_count=1)
             if not got.count:
@@ -538,7 +359,7 @@ class SinkTransactions:
             key = (mark.transaction_id, mark.sequence)
             ended = mark.transaction_id in self._resolved
             if key not in found and (not ended or mark.transaction_id in committing):
-                found[key] = Block(
+                found[key] = sends.Block(
                     sink_id=mark.sink_id,
                     transaction_id=mark.transaction_id,
                     sequence=mark.sequence,
@@ -553,36 +374,9 @@ class SinkTransactions:
                     staged_at_ms=row["storeTimestamp"],
                 )
             offset += max(count, 1)
-        blocks: dict[str, list[Block]] = defaultdict(list)
+        blocks: dict[str, list[sends.Block]] = defaultdict(list)
         for block in found.values():
             blocks[block.transaction_id].append(block)
         self._blocks = dict(blocks)
         if self._blocks:
             log.info("sink transactions: %d pending after restart", len(self._blocks))
-
-
-def _sliced(staged: Staged, skip: int) -> Staged:
-    def part(values):
-        return values if isinstance(values, int) else values[skip:]
-
-    return Staged(
-        bodies=ByteColumn.from_arrow(staged.bodies.to_arrow().slice(skip)),
-        properties=ByteColumn.from_arrow(staged.properties.to_arrow().slice(skip)),
-        tags=list(staged.tags)[skip:],
-        born_timestamps=part(staged.born_timestamps),
-        flags=part(staged.flags),
-    )
-
-
-def _marked_first(properties: ByteColumn, marks: bytes) -> ByteColumn:
-    """``properties`` with ``marks`` after the first item's own."""
-    first_end = int(properties.ends[0])
-    data = properties.data
-    return ByteColumn(data[:first_end] + marks + data[first_end:], properties.ends + len(marks))
-
-
-def _unmarked_first(properties: ByteColumn, marks_len: int) -> ByteColumn:
-    """``properties`` without the last ``marks_len`` bytes of the first item."""
-    first_end = int(properties.ends[0])
-    data = properties.data
-    return ByteColumn(data[: first_end - marks_len] + data[first_end:], properties.ends - marks_len)

@@ -144,3 +144,17 @@ def test_stage_marks_round_trip():
 def test_sink_record_json_round_trip():
     rec = ss.SinkRecord(7, {A: [("t", 3)], B: []}, NOW)
     assert ss.SinkRecord.from_json(rec.to_json()) == rec
+
+
+@pytest.mark.parametrize(
+    "oldest, expected",
+    [
+        ({}, []),
+        ({"young": NOW - 1_000}, []),
+        ({"at-the-limit": NOW - 60_000}, []),
+        ({"just-past": NOW - 60_001}, ["just-past"]),
+        ({"b-old": NOW - 90_000, "young": NOW, "a-old": NOW - 61_000}, ["b-old", "a-old"]),
+    ],
+)
+def test_transactions_older_than_the_timeout_expire(oldest, expected):
+    assert ss.expired(oldest, now_ms=NOW, timeout_ms=60_000) == expected
