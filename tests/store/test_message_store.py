@@ -19,7 +19,7 @@ from rmq_spark.errors import (
     StoreError,
     StoreLockedError,
 )
-from rmq_spark.store import MessageStore, StoreConfig, message_store
+from rmq_spark.store import MessageStore, StoreConfig, writer
 from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import PullStatus
 from tests.eventually import eventually
@@ -144,7 +144,7 @@ def test_count_and_byte_limits(store_factory):
 
 def test_offset_by_store_timestamp(store_factory, monkeypatch):
     clock = iter([1_000, 2_000, 3_000, 4_000])
-    monkeypatch.setattr(message_store, "now_ms", lambda: next(clock))
+    monkeypatch.setattr(writer, "now_ms", lambda: next(clock))
     store = store_factory()
     store.topics.create("t", queues=1)
     for i in range(4):
