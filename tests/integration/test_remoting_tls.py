@@ -46,7 +46,9 @@ def _fast(**tls) -> ClientConfig:
 
 
 def test_a_tls_client_sends_and_pulls(tls_broker, pki):
-    config = _fast(tls=True, tls_ca_file=str(pki.ca))
+    # the default timeouts and retries: a busy machine may take over 3 s for the handshake
+    # and the first answer, and nothing here needs to fail fast
+    config = ClientConfig(tls=True, tls_ca_file=str(pki.ca))
     with RemotingClient(tls_broker.remoting_address, config) as client:
         mq = MessageQueue("TlsTopic", "broker-a", 1)
         sent = client.send(mq, [b"over tls"], [{"TAGS": "Secure"}])
