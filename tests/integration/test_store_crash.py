@@ -185,7 +185,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_message_and_tears_nothi
     one in five comes within 30 ms of OPENING, during or just after recovery.
     """
     seed = int(os.environ.get("RMQ_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
-    iterations = int(os.environ.get("RMQ_CRASH_ITERATIONS", "25"))
+    iterations = int(os.environ.get("RMQ_CRASH_ITERATIONS", "15"))
     print(f"crash loop: RMQ_CRASH_SEED={seed} RMQ_CRASH_ITERATIONS={iterations}")
     rng = random.Random(seed)
     store_dir = tmp_path / "store"
