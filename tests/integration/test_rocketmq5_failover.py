@@ -368,3 +368,44 @@ def test_a_client_that_reopens_its_stream_within_the_grace_keeps_its_messages(se
     finally:
         channel.close()
         raw.close()
+
+
+def test_messages_a_leaving_client_gives_back_reach_a_receive_already_waiting(setup):
+    broker, _ = setup
+    topic, group = "v2-goodbye", "g-v2-goodbye"
+    with Admin(broker.endpoint) as admin:
+        admin.create_topic(topic, queues=1)
+    raw = RawV2(broker.endpoint)
+    channel = grpc.insecure_channel(broker.endpoint)
+    stub = service_pb2_grpc.MessagingServiceStub(channel)
+    client_id = f"leaving@{uuid.uuid4().hex[:8]}"
+    try:
+        raw.send(topic, b"given back")
+        stream = Telemetry(stub, client_id, group, topic)
+        assert len(receive_auto_renewed(stub, client_id, group, topic)) == 1
+        results: list[tuple[list, float]] = []
+
+        def wait_long() -> None:  # a receive that would wait 10 s for a message
+            started = time.monotonic()
+            _, messages = raw.receive(group, topic, wait_s=10)
+            results.append((messages, time.monotonic() - started))
+
+        receiver = threading.Thread(target=wait_long)
+        receiver.start()
+        time.sleep(0.3)  # the receive is waiting
+        answer = stub.NotifyClientTermination(
+            spb.NotifyClientTerminationRequest(group=pb.Resource(name=group)),
+            metadata=(("x-mq-client-id", client_id),),
+            timeout=5,
+        )
+        assert answer.status.code == Code.OK
+        stream.close()
+        receiver.join(15)
+        ((messages, waited),) = results
+        # visible a second after the goodbye (acks sent on the way out may still arrive),
+        # and handed to the receive waiting then, not at the end of its 10 s long poll
+        assert [m.body for m in messages] == [b"given back"]
+        assert waited < 3, waited
+    finally:
+        channel.close()
+        raw.close()

@@ -14,7 +14,7 @@ import itertools
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rmq_spark.broker.core import Broker
@@ -300,20 +300,30 @@ class PopService:
             self._commit(key, state, before)
         self._broker.notifier.notify(topic, handle.queue_id)
 
-    def release_client(self, client_id: str, delay_ms: int = RELEASE_DELAY_MS) -> int:
+    def release_client(
+        self, client_id: str, delay_ms: int = RELEASE_DELAY_MS
+    ) -> dict[tuple[str, int], int]:
         """A client left: its auto-renewed messages come back to the group ``delay_ms``
-        from now."""
-        released = 0
+        from now. Returns how many per queue (topic, queue id); receives waiting on those
+        queues are woken now, and must be woken again when ``delay_ms`` is over
+        (:meth:`wake`)."""
+        released: dict[tuple[str, int], int] = {}
         now = now_ms()
         for key in self._pops.queue_keys():
             with self._pops.queue(key, lambda: 0) as state:
                 count = state.release_client(client_id, now, delay_ms)
                 if count:
-                    released += count
                     self._pops.record_snapshot(key, state)
             if count:
-                self._broker.notifier.notify(key[1], key[2])
+                queue = (key[1], key[2])
+                released[queue] = released.get(queue, 0) + count
+                self._broker.notifier.notify(*queue)
         return released
+
+    def wake(self, queues: Iterable[tuple[str, int]]) -> None:
+        """Wake the receives waiting on ``queues`` (messages there became visible)."""
+        for topic, queue_id in queues:
+            self._broker.notifier.notify(topic, queue_id)
 
 
 def _token() -> int:

@@ -34,7 +34,7 @@ from rmq_spark.broker.v2.consume import Consuming
 from rmq_spark.broker.v2.offsets_api import OffsetsApi
 from rmq_spark.broker.v2.pop_store import PopStore
 from rmq_spark.broker.v2.produce import Producing
-from rmq_spark.broker.v2.receive import PopService
+from rmq_spark.broker.v2.receive import RELEASE_DELAY_MS, PopService
 from rmq_spark.broker.v2.requests import (
     accepted_types,
     answered,
@@ -153,7 +153,20 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         released = await self._workers.run(self.pop.release_client, client_id)
         self.clients.remove(client_id)
         if released:
-            log.info("client %s left; %d of its messages come back", client_id, released)
+            log.info(
+                "client %s left; %d of its messages come back", client_id, sum(released.values())
+            )
+            # they become visible after RELEASE_DELAY_MS (acks the client sent as it left
+            # may still arrive): wake the receives waiting on their queues then
+            queues = list(released)
+
+            def visible() -> None:
+                self._departures.discard(timer)
+                self.pop.wake(queues)
+
+            delay_s = RELEASE_DELAY_MS / 1000 + _GRACE_SLACK_S
+            timer = asyncio.get_running_loop().call_later(delay_s, visible)
+            self._departures.add(timer)
         return spb.NotifyClientTerminationResponse(status=status())
 
     async def Telemetry(self, request_iterator, context):
@@ -212,7 +225,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         self._departures.add(timer)
 
     async def _release_departed(self, client_id: str) -> None:
-        released = await self._workers.run(self.pop.release_client, client_id, 0)
+        released = sum((await self._workers.run(self.pop.release_client, client_id, 0)).values())
         if released:
             log.info(
                 "client %s is gone (its Telemetry stream closed %d ms ago); %d of its "
