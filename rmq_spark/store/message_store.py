@@ -25,6 +25,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
 
@@ -216,6 +217,15 @@ class MessageStore:
 
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(q for t, q in self._queues if t == topic)
+
+    def consume_queues(self) -> dict[tuple[str, int], ConsumeQueue]:
+        """Every consume queue by (topic, queue id), as of now (a copy of the map)."""
+        return dict(self._queues)
+
+    def writes_paused(self) -> AbstractContextManager:
+        """``with store.writes_paused():`` no append runs inside the block, so what the
+        caller reads there is one consistent picture of the store (used by verify)."""
+        return self._write_lock
 
     # -- writing ---------------------------------------------------------------------------
 

@@ -157,7 +157,7 @@ def _digit_files(directory: Path) -> list[Path]:
 
 
 def _verify_open(store: MessageStore) -> VerifyReport:
-    with store._write_lock:  # a consistent snapshot: no append runs while we look
+    with store.writes_paused():  # a consistent snapshot: no append runs while we look
         report = VerifyReport(str(store.config.store_dir))
         by_queue = _scan_commitlog(store, report)
         _check_queues(store, by_queue, report)
@@ -305,7 +305,7 @@ def _check_record(
 def _check_queues(
     store: MessageStore, by_queue: dict[tuple[str, int], _Records], report: VerifyReport
 ) -> None:
-    queues = dict(store._queues)
+    queues = store.consume_queues()
     report.queues = len(queues)
     owners: dict[int, tuple[str, int, int]] = {}
 

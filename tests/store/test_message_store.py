@@ -366,7 +366,7 @@ def test_schedule_topic_entries_hold_the_delivery_time(store_factory, tmp_path):
     store = store_factory(schedule_delays_ms=(1_000, 5_000))
     store.topics.create(topic, queues=2)
     result = store.append(topic, 1, bodies("later", 3), tags=["A"] * 3, delivery_delay_ms=5_000)
-    entries = store._queue(topic, 1).entries(0, 3)
+    entries = store.consume_queues()[(topic, 1)].entries(0, 3)
     assert entries["tag_code"].tolist() == [result.store_timestamp + 5_000] * 3
     assert verify_store(store).ok
     store.close()
@@ -375,7 +375,7 @@ def test_schedule_topic_entries_hold_the_delivery_time(store_factory, tmp_path):
     for path in (tmp_path / "store" / "consumequeue" / topic).rglob("0*"):
         path.unlink()
     reopened = store_factory(schedule_delays_ms=(1_000, 5_000))
-    again = reopened._queue(topic, 1).entries(0, 3)
+    again = reopened.consume_queues()[(topic, 1)].entries(0, 3)
     assert again["tag_code"].tolist() == [result.store_timestamp + 5_000] * 3
 
 
