@@ -333,79 +333,74 @@ def receive_auto_renewed(stub, client_id: str, group: str, topic: str):
     return [f.message for f in frames if f.HasField("message")]
 
 
-def test_a_client_that_reopens_its_stream_within_the_grace_keeps_its_messages(setup):
+@pytest.fixture
+def raw_clients(setup):
+    """A topic of one queue, a raw client (RawV2) and a bare stub of the v2 service."""
     broker, _ = setup
-    topic, group = "v2-reconnect", "g-v2-reconnect"
     with Admin(broker.endpoint) as admin:
-        admin.create_topic(topic, queues=1)
+        admin.create_topic("v2-raw", queues=1)
     raw = RawV2(broker.endpoint)
     channel = grpc.insecure_channel(broker.endpoint)
-    stub = service_pb2_grpc.MessagingServiceStub(channel)
+    yield "v2-raw", raw, service_pb2_grpc.MessagingServiceStub(channel)
+    channel.close()
+    raw.close()
+
+
+def test_a_client_that_reopens_its_stream_within_the_grace_keeps_its_messages(raw_clients):
+    topic, raw, stub = raw_clients
+    group = "g-v2-reconnect"
     client_id = f"reconnecting@{uuid.uuid4().hex[:8]}"
-    try:
-        for i in range(3):
-            raw.send(topic, f"r{i}".encode())
-        stream = Telemetry(stub, client_id, group, topic)
-        held = receive_auto_renewed(stub, client_id, group, topic)
-        assert len(held) == 3
-        stream.close()
-        time.sleep(0.3)  # a reconnect, well within the 1 s grace
-        stream = Telemetry(stub, client_id, group, topic)
-        time.sleep(2)  # the grace of the first stream is long over
-        status, messages = raw.receive(group, topic, wait_s=1)
-        assert status.code == Code.MESSAGE_NOT_FOUND and not messages
-        for m in held[:2]:  # its receipt handles still work
-            assert raw.ack(group, topic, m.system_properties.receipt_handle).status.code == Code.OK
+    for i in range(3):
+        raw.send(topic, f"r{i}".encode())
+    stream = Telemetry(stub, client_id, group, topic)
+    held = receive_auto_renewed(stub, client_id, group, topic)
+    assert len(held) == 3
+    stream.close()
+    time.sleep(0.3)  # a reconnect, well within the 1 s grace
+    stream = Telemetry(stub, client_id, group, topic)
+    time.sleep(2)  # the grace of the first stream is long over
+    status, messages = raw.receive(group, topic, wait_s=1)
+    assert status.code == Code.MESSAGE_NOT_FOUND and not messages
+    for m in held[:2]:  # its receipt handles still work
+        assert raw.ack(group, topic, m.system_properties.receipt_handle).status.code == Code.OK
 
-        # it closes its stream and stays away: the one it still holds comes back to a
-        # receive already waiting, about a grace later
-        stream.close()
-        started = time.monotonic()
-        status, messages = raw.receive(group, topic, wait_s=5)
-        waited = time.monotonic() - started
-        assert [m.body for m in messages] == [held[2].body]
-        assert 0.9 < waited < 2.5, waited
-    finally:
-        channel.close()
-        raw.close()
+    # it closes its stream and stays away: the one it still holds comes back to a
+    # receive already waiting, about a grace later
+    stream.close()
+    started = time.monotonic()
+    status, messages = raw.receive(group, topic, wait_s=5)
+    waited = time.monotonic() - started
+    assert [m.body for m in messages] == [held[2].body]
+    assert 0.9 < waited < 2.5, waited
 
 
-def test_messages_a_leaving_client_gives_back_reach_a_receive_already_waiting(setup):
-    broker, _ = setup
-    topic, group = "v2-goodbye", "g-v2-goodbye"
-    with Admin(broker.endpoint) as admin:
-        admin.create_topic(topic, queues=1)
-    raw = RawV2(broker.endpoint)
-    channel = grpc.insecure_channel(broker.endpoint)
-    stub = service_pb2_grpc.MessagingServiceStub(channel)
+def test_messages_a_leaving_client_gives_back_reach_a_receive_already_waiting(raw_clients):
+    topic, raw, stub = raw_clients
+    group = "g-v2-goodbye"
     client_id = f"leaving@{uuid.uuid4().hex[:8]}"
-    try:
-        raw.send(topic, b"given back")
-        stream = Telemetry(stub, client_id, group, topic)
-        assert len(receive_auto_renewed(stub, client_id, group, topic)) == 1
-        results: list[tuple[list, float]] = []
+    raw.send(topic, b"given back")
+    stream = Telemetry(stub, client_id, group, topic)
+    assert len(receive_auto_renewed(stub, client_id, group, topic)) == 1
+    results: list[tuple[list, float]] = []
 
-        def wait_long() -> None:  # a receive that would wait 10 s for a message
-            started = time.monotonic()
-            _, messages = raw.receive(group, topic, wait_s=10)
-            results.append((messages, time.monotonic() - started))
+    def wait_long() -> None:  # a receive that would wait 10 s for a message
+        started = time.monotonic()
+        _, messages = raw.receive(group, topic, wait_s=10)
+        results.append((messages, time.monotonic() - started))
 
-        receiver = threading.Thread(target=wait_long)
-        receiver.start()
-        time.sleep(0.3)  # the receive is waiting
-        answer = stub.NotifyClientTermination(
-            spb.NotifyClientTerminationRequest(group=pb.Resource(name=group)),
-            metadata=(("x-mq-client-id", client_id),),
-            timeout=5,
-        )
-        assert answer.status.code == Code.OK
-        stream.close()
-        receiver.join(15)
-        ((messages, waited),) = results
-        # visible a second after the goodbye (acks sent on the way out may still arrive),
-        # and handed to the receive waiting then, not at the end of its 10 s long poll
-        assert [m.body for m in messages] == [b"given back"]
-        assert waited < 3, waited
-    finally:
-        channel.close()
-        raw.close()
+    receiver = threading.Thread(target=wait_long)
+    receiver.start()
+    time.sleep(0.3)  # the receive is waiting
+    answer = stub.NotifyClientTermination(
+        spb.NotifyClientTerminationRequest(group=pb.Resource(name=group)),
+        metadata=(("x-mq-client-id", client_id),),
+        timeout=5,
+    )
+    assert answer.status.code == Code.OK
+    stream.close()
+    receiver.join(15)
+    ((messages, waited),) = results
+    # visible a second after the goodbye (acks sent on the way out may still arrive),
+    # and handed to the receive waiting then, not at the end of its 10 s long poll
+    assert [m.body for m in messages] == [b"given back"]
+    assert waited < 3, waited
