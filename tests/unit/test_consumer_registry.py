@@ -15,6 +15,18 @@ TIMEOUT_MS = 10_000
 
 
 @pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture
 def watch(loop):
     def open_stream(registry, group: str, cid: str = "") -> Stream:
         return Stream(loop, registry, group, cid)

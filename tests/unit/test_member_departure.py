@@ -15,11 +15,23 @@ import pytest
 from rmq_spark.broker.groups import ConsumerRegistry, MembershipEvent, ends_leases
 from rmq_spark.broker.locks import Lease, QueueLockManager, leases_of
 from rmq_spark.structs import MessageQueue
-from tests.unit.membership_fakes import Stream
+from tests.unit.membership_fakes import FakeClock, Stream
 
 GRACE_MS = 1000
 TIMEOUT_MS = 10_000
 Q0, Q1, Q2 = (MessageQueue("TopicA", "broker-a", i) for i in range(3))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
 
 
 @pytest.fixture

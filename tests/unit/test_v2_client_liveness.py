@@ -12,6 +12,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rmq_spark.broker.groups import RECONNECT_GRACE_MS
 from rmq_spark.broker.v2.clients import CLIENT_TIMEOUT_MS, ClientRegistry, client_alive
+from tests.unit.membership_fakes import FakeClock
 
 GRACE = 1_000
 TIMEOUT = 60_000
@@ -46,6 +47,11 @@ def test_the_registry_uses_the_v1_reconnect_grace_and_a_60_s_timeout():
     registry = ClientRegistry()
     assert registry.grace_ms == RECONNECT_GRACE_MS == 1_000
     assert CLIENT_TIMEOUT_MS == 60_000
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
