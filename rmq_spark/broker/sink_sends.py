@@ -9,12 +9,13 @@ the copies a commit writes to the real queue, and the reads that count or fetch 
   to its delay level's schedule queue, with the commit sys flag and the staged record's
   commit-log offset as PREPARED_TX_OFFSET. Rows not held in memory are read back from
   ``RMQ_SYS_SINK_HALF_TOPIC`` (:func:`read_back`), the marks stripped from the first.
-* :func:`copies_since` counts the copies of a send already in a queue, so a commit cut short
+* :func:`copies_since` counts the copies of sends already in a queue, so a commit cut short
   writes only the missing ones.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,10 +199,15 @@ def read_back(store, block: Block) -> Staged:
     )
 
 
-def copies_since(store, topic: str, queue_id: int, floor: int, marker: int) -> int:
-    """How many records from offset ``floor`` of the queue have ``marker`` as their
-    PREPARED_TX_OFFSET: the copies of one staged send a commit already wrote."""
-    found, offset = 0, floor
+def copies_since(
+    store, topic: str, queue_id: int, floor: int, markers: Collection[int]
+) -> dict[int, int]:
+    """Per marker of ``markers``, how many records from offset ``floor`` of the queue have
+    it as their PREPARED_TX_OFFSET: the copies of those staged sends a commit already
+    wrote. One pass over the queue for all of them."""
+    wanted = set(markers)
+    found = dict.fromkeys(wanted, 0)
+    offset = floor
     end = queue_end(store, topic, queue_id)
     while offset < end:
         got = store.get_messages(
@@ -210,8 +216,9 @@ def copies_since(store, topic: str, queue_id: int, floor: int, marker: int) -> i
         if not got.count:
             break
         for start in got.record_starts():
-            record = rec.decode_record(got.data, int(start), check_crc=False)
-            found += record.prepared_tx_offset == marker
+            marker = rec.decode_record(got.data, int(start), check_crc=False).prepared_tx_offset
+            if marker in wanted:
+                found[marker] += 1
         offset = got.next_begin_offset
     return found
 

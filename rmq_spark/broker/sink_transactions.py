@@ -236,6 +236,7 @@ class SinkTransactions:
         """Write what a commit cut short by a crash or a failed write did not write."""
         if self._committing is None:
             return
+        todo: list[tuple[sends.Block, tuple[str, int], int]] = []
         for entry in self._committing["entries"]:
             block = next(
                 (b for b in self._blocks.get(entry["txn"], ()) if b.sequence == entry["seq"]),
@@ -246,8 +247,16 @@ class SinkTransactions:
                     f"a commit in progress names send {entry['seq']} of transaction "
                     f"{entry['txn']!r}, which is not in {ss.HALF_TOPIC} any more"
                 )
-            topic, queue_id = sends.landing(self.broker, block)
-            done = sends.copies_since(self.store, topic, queue_id, entry["floor"], block.marker)
+            todo.append((block, sends.landing(self.broker, block), entry["floor"]))
+        # the copies already written, counted in one pass per queue (a marker is one
+        # staged send's: copies of other sends, and those written below, do not count)
+        done_by_marker: dict[int, int] = {}
+        for queue in {landing for _, landing, _ in todo}:
+            floor = min(f for _, landing, f in todo if landing == queue)
+            markers = [b.marker for b, landing, _ in todo if landing == queue]
+            done_by_marker.update(sends.copies_since(self.store, *queue, floor, markers))
+        for block, _, _ in todo:
+            done = done_by_marker[block.marker]
             if done < block.count:
                 log.warning(
                     "finishing a commit cut short: %d of %d messages of transaction %s",
