@@ -29,8 +29,16 @@ from rmq_spark.codec.properties import (
     encode_properties,
 )
 from rmq_spark.codec.record import Record, decode_record, offset_msg_id, parse_offset_msg_id
-from rmq_spark.errors import InvalidArgumentError, NotFoundError
-from rmq_spark.names import dlq_topic, retry_topic, validate_group, validate_topic
+from rmq_spark.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from rmq_spark.names import (
+    DLQ_PREFIX,
+    RETRY_PREFIX,
+    dlq_topic,
+    is_broker_topic,
+    retry_topic,
+    validate_group,
+    validate_topic,
+)
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
 
 if TYPE_CHECKING:
@@ -95,6 +103,58 @@ def plan_send_back(
     return SendBackPlan(retry_topic(group), False, level, reconsume_times, props)
 
 
+def check_send_back_source(record_topic: str, group: str, original_topic: str) -> None:
+    """Refuse a send-back whose stored record is not one ``group`` may give back.
+
+    The access check authorizes ``group`` and a subscription to ``original_topic``; the
+    record at the position the consumer names is what gets copied into the group's retry
+    or dead-letter topic, where the group reads it. So the record's topic must be the
+    group's own retry topic, or ``original_topic`` itself (when one is named), and never a
+    topic the broker keeps for itself or a dead-letter queue (a copy would hand their
+    records to a consumer). PermissionDeniedError for those; InvalidArgumentError when the
+    record belongs to another topic than the one named.
+
+    >>> check_send_back_source("%RETRY%G", "G", "")
+    >>> check_send_back_source("TopicA", "G", "TopicA")
+    >>> check_send_back_source("Secret", "G", "")
+    Traceback (most recent call last):
+    ...
+    rmq_spark.errors.InvalidArgumentError: the message at that position belongs to topic \
+'Secret', not to the group's retry topic '%RETRY%G' (no original_topic was named); send \
+back a message this group received, naming the topic it subscribed to
+    """
+    own_retry = retry_topic(group)
+    for topic in dict.fromkeys((record_topic, original_topic)):
+        if not topic or topic == own_retry:
+            continue
+        if is_broker_topic(topic):
+            raise PermissionDeniedError(
+                f"topic {topic!r} is the broker's own; its messages cannot be sent back"
+            )
+        if topic.startswith(DLQ_PREFIX):
+            raise PermissionDeniedError(
+                f"topic {topic!r} is a dead-letter queue; its messages cannot be sent back"
+            )
+        if topic.startswith(RETRY_PREFIX):
+            raise PermissionDeniedError(
+                f"topic {topic!r} is another group's retry topic; group {group!r} may send "
+                f"back messages of {own_retry!r} only"
+            )
+    if record_topic == own_retry or (original_topic and record_topic == original_topic):
+        return
+    if original_topic:
+        raise InvalidArgumentError(
+            f"the message at that position belongs to topic {record_topic!r}, not to "
+            f"original_topic {original_topic!r} or {own_retry!r}; send back "
+            "a message this group received from that topic"
+        )
+    raise InvalidArgumentError(
+        f"the message at that position belongs to topic {record_topic!r}, not to the "
+        f"group's retry topic {own_retry!r} (no original_topic was named); send back a "
+        "message this group received, naming the topic it subscribed to"
+    )
+
+
 def send_back(broker: Broker, request, context=None) -> messaging_pb2.ConsumerSendBackResponse:
     """Serve ConsumerSendBack: write the copy to ``%RETRY%`` (delayed) or ``%DLQ%``."""
     group = validate_group(request.consumer_group)
@@ -103,13 +163,9 @@ def send_back(broker: Broker, request, context=None) -> messaging_pb2.ConsumerSe
     if request.original_topic:
         validate_topic(request.original_topic, allow_system=True)
     record, msg_id = find_record(broker, request.message)
-    if request.original_topic and record.topic not in (request.original_topic, retry_topic(group)):
-        # Access to a group and its topic must not reach records of other topics.
-        raise InvalidArgumentError(
-            f"the message at that position belongs to topic {record.topic!r}, not to "
-            f"original_topic {request.original_topic!r} or {retry_topic(group)!r}; send back "
-            "a message this group received from that topic"
-        )
+    # The access check authorized the group and original_topic: the copied record must be
+    # one of theirs.
+    check_send_back_source(record.topic, group, request.original_topic)
     plan = plan_send_back(
         record,
         group=group,
@@ -146,7 +202,7 @@ def write_send_back(broker: Broker, record: Record, plan: SendBackPlan) -> tuple
     }
     args = ([record.body], [encode_properties(plan.properties)], [plan.properties.get(TAGS)])
     if plan.dead_lettered:
-        return broker.put_messages(plan.topic, 0, *args, **fields), level
+        return broker.put_messages(plan.topic, 0, *args, own=True, **fields), level
     return broker.delays.submit(plan.topic, 0, *args, level, **fields), level
 
 
