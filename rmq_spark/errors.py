@@ -48,6 +48,11 @@ class PermissionDeniedError(RocketliteError):
     grpc_code = "PERMISSION_DENIED"
 
 
+class ReservedTopicError(PermissionDeniedError):
+    """A client named a topic the broker keeps for itself (its transaction, delay, timer
+    and staging topics, or a dead-letter queue) where only the broker may write."""
+
+
 class UnauthenticatedError(RocketliteError):
     """The broker requires signed requests and could not authenticate this one (no, wrong or
     stale credentials: see ClientConfig.access_key / secret_key)."""

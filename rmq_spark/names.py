@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from rmq_spark.errors import InvalidArgumentError, InvalidNameError, shown
+from rmq_spark.errors import InvalidArgumentError, InvalidNameError, ReservedTopicError, shown
 
 _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
@@ -18,6 +18,32 @@ SYSTEM_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX)
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: where RocketMQ 5 timer (delay) messages wait until their delivery time (RocketMQ's name)
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+#: transactional messages waiting for their producer's commit or rollback (RocketMQ's name)
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+#: one record per commit, rollback or check of a half message (RocketMQ's name)
+TRANS_OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+#: half messages discarded after too many unanswered checks (RocketMQ's name)
+TRANS_CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: rows a Spark sink staged, until its batch ends
+SINK_HALF_TOPIC = "RMQ_SYS_SINK_HALF_TOPIC"
+
+#: The topics the broker keeps for itself. It acts on what they hold (delivers delayed and
+#: timer messages, commits half messages, applies ops), so a record there must be one the
+#: broker wrote: no client may send to them, on any protocol. RocketMQ refuses sends to the
+#: same topics (its NOT_ALLOWED_SEND_TOPIC_SET) and reserves the ``rmq_sys_`` prefix for
+#: the ones it adds, so every name under that prefix is the broker's too. RocketMQ's trace
+#: topic (RMQ_SYS_TRACE_TOPIC) is not among them: clients write their traces there.
+BROKER_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TIMER_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_TOPIC,
+        TRANS_CHECK_MAX_TOPIC,
+        SINK_HALF_TOPIC,
+    }
+)
+BROKER_TOPIC_PREFIX = "rmq_sys_"
 
 
 def _check(kind: str, name: object, max_length: int) -> str:
@@ -47,6 +73,34 @@ def validate_topic(name: object, *, allow_system: bool = False) -> str:
         raise InvalidNameError(
             f"topic name {topic!r} uses a reserved prefix ({', '.join(SYSTEM_PREFIXES)}); "
             "pick another name"
+        )
+    return topic
+
+
+def is_broker_topic(topic: str) -> bool:
+    """True for a topic the broker keeps for itself (see BROKER_TOPICS).
+
+    >>> is_broker_topic("RMQ_SYS_TRANS_HALF_TOPIC"), is_broker_topic("rmq_sys_anything")
+    (True, True)
+    >>> is_broker_topic("RMQ_SYS_TRACE_TOPIC"), is_broker_topic("orders")
+    (False, False)
+    """
+    return topic in BROKER_TOPICS or topic.startswith(BROKER_TOPIC_PREFIX)
+
+
+def check_sendable(topic: str) -> str:
+    """``topic`` if a client may send to it; ReservedTopicError naming it for the
+    broker's own topics and dead-letter queues (a retry topic is its group's: the caller
+    checks the group)."""
+    if is_broker_topic(topic):
+        raise ReservedTopicError(
+            f"topic {topic!r} is the broker's own (it holds records the broker acts on); "
+            "send to a topic of yours"
+        )
+    if topic.startswith(DLQ_PREFIX):
+        raise ReservedTopicError(
+            f"topic {topic!r} is a dead-letter queue, the broker's own: only the broker "
+            "writes there; send to a topic of yours"
         )
     return topic
 

@@ -24,6 +24,7 @@ from rmq_spark.broker.transactions import TransactionService
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.batch_encode import EncodedBatch
 from rmq_spark.errors import NotFoundError, PermissionDeniedError
+from rmq_spark.names import check_sendable
 from rmq_spark.store import AppendResult, MessageStore
 from rmq_spark.store.topics import TopicConfig
 
@@ -103,8 +104,13 @@ class Broker:
     def writable(self) -> bool:
         return bool(self.config.broker_perm & 2)
 
-    def topic_for_write(self, topic: str) -> TopicConfig:
-        """The topic's config, auto-creating it when the broker allows; checks permissions."""
+    def topic_for_write(self, topic: str, *, own: bool = False) -> TopicConfig:
+        """The topic's config, auto-creating it when the broker allows; checks permissions.
+        Every client's write names its topic here, so the broker's own topics are refused
+        here (ReservedTopicError) for every protocol; the broker's own writers into them
+        pass ``own=True``."""
+        if not own:
+            check_sendable(topic)
         if not self.writable:
             raise PermissionDeniedError(
                 f"broker {self.name} is read-only (perm {self.config.broker_perm}); "
@@ -130,8 +136,26 @@ class Broker:
         tags: Sequence[str | None],
         **fields,
     ) -> AppendResult:
-        """The single write path: append to the store, then wake long-polling pulls."""
+        """The single write path: append to the store, then wake long-polling pulls. The
+        broker's own topics are refused (see topic_for_write)."""
         self.topic_for_write(topic)
+        return self._put(topic, queue_id, bodies, properties, tags, **fields)
+
+    def put_own(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes],
+        tags: Sequence[str | None],
+        **fields,
+    ) -> AppendResult:
+        """:meth:`put_messages` for the broker's writes into its own topics (delayed and
+        timer messages waiting for their time)."""
+        self.topic_for_write(topic, own=True)
+        return self._put(topic, queue_id, bodies, properties, tags, **fields)
+
+    def _put(self, topic, queue_id, bodies, properties, tags, **fields) -> AppendResult:
         result = self.store.append(topic, queue_id, bodies, properties, tags=tags, **fields)
         self.notifier.notify(topic, queue_id)
         return result

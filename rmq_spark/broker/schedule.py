@@ -44,6 +44,7 @@ from rmq_spark.errors import (
     CorruptDataError,
     InvalidArgumentError,
     NotFoundError,
+    ReservedTopicError,
     RocketliteError,
 )
 from rmq_spark.names import SCHEDULE_TOPIC
@@ -175,7 +176,7 @@ class DelayScheduler:
         marks = encode_properties({DELAY: str(level), REAL_TOPIC: topic, REAL_QID: str(queue_id)})
         marked = [with_marks(blob, marks, _SCHEDULE_MARKS) for blob in properties]
         # The entries hold the delivery time (store time + the level's delay), as RocketMQ's.
-        result = self._broker.put_messages(
+        result = self._broker.put_own(
             SCHEDULE_TOPIC,
             level - 1,
             bodies,
@@ -411,7 +412,7 @@ def put_due(broker: Broker, batch: Sequence[Due]) -> RocketliteError | None:
             reconsume_times=[d.record.reconsume_times for d in batch],
             sysflag=first.record.sysflag,
         )
-    except (NotFoundError, InvalidArgumentError) as exc:
+    except (NotFoundError, InvalidArgumentError, ReservedTopicError) as exc:
         log.error(
             "dropping %d delayed message(s) for %s queue %d: %s",
             len(batch),

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 
 from rmq_spark.codec import properties as props
 from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.names import SINK_HALF_TOPIC
 
 #: the staging queue: every sink's pending rows, queue 0
-HALF_TOPIC = "RMQ_SYS_SINK_HALF_TOPIC"
+HALF_TOPIC = SINK_HALF_TOPIC
 
 SINK_ID = "SINK_ID"
 SINK_TXN = "SINK_TXN"

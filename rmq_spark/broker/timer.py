@@ -185,7 +185,7 @@ class TimerService:
             {REAL_TOPIC: topic, REAL_QID: str(queue_id), TIMER_DELIVER_MS: str(deliver_at_ms)}
         )
         marked = [with_marks(blob, marks, _TIMER_MARKS) for blob in properties]
-        result = self._broker.put_messages(TIMER_TOPIC, TIMER_QUEUE, bodies, marked, tags, **fields)
+        result = self._broker.put_own(TIMER_TOPIC, TIMER_QUEUE, bodies, marked, tags, **fields)
         first = result.first_queue_offset
         with self._lock:
             for offset in range(first, first + result.count):

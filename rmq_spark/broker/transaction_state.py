@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from rmq_spark.codec import properties as props
 from rmq_spark.codec.record import Record
 from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.names import TRANS_CHECK_MAX_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_TOPIC
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+HALF_TOPIC = TRANS_HALF_TOPIC
+OP_TOPIC = TRANS_OP_TOPIC
+CHECK_MAX_TOPIC = TRANS_CHECK_MAX_TOPIC
 
 TRAN_MSG = "TRAN_MSG"
 #: the client-given orphaned-transaction recovery duration, in whole seconds (RocketMQ's name)
@@ -35,6 +36,8 @@ CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 #: how many checks were sent, on the copy handed to a producer (RocketMQ's name)
 CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 TX_ID = "TX_ID"
+#: the producer group of a transactional message (RocketMQ's name)
+PRODUCER_GROUP = "PGROUP"
 TX_OUTCOME = "TX_OUTCOME"
 TX_REAL_FLOOR = "TX_REAL_FLOOR"
 
@@ -61,6 +64,8 @@ class HalfState:
     real_topic: str
     real_queue_id: int
     check_after_ms: int | None = None  # client-given (capped); None: the service default
+    #: the producer group that began it (its PGROUP property; RocketMQ 5 clients send none)
+    producer_group: str | None = None
     checks: int = 0
     last_check_ms: int | None = None
 
@@ -113,6 +118,48 @@ def half_properties(
     if check_after_ms is not None:
         fields[CHECK_IMMUNITY] = str(math.ceil(capped_check_after(check_after_ms) / 1000))
     return props.encode_properties(fields)
+
+
+def check_end(
+    half: HalfState,
+    *,
+    producer_group: str | None,
+    commit_log_offset: int | None,
+    half_queue_offset: int | None,
+    topic: str | None,
+) -> None:
+    """RocketMQ's rule for ending a transaction: the request names the half message it ends
+    by its producer group and its positions, and each value given must be the half
+    message's (InvalidArgumentError names the one that is not). A half message without a
+    producer group (a RocketMQ 5 client's) is ended by id alone.
+
+    >>> half = HalfState("tx", 3, 900, 0, "T", 0, producer_group="pg")
+    >>> check_end(half, producer_group="pg", commit_log_offset=900, half_queue_offset=3,
+    ...           topic=None)
+    >>> check_end(half, producer_group="pg", commit_log_offset=901, half_queue_offset=None,
+    ...           topic=None)
+    Traceback (most recent call last):
+    ...
+    rmq_spark.errors.InvalidArgumentError: transaction 'tx': commitLogOffset 901 is not ...
+    """
+    txid = half.transaction_id
+    if half.producer_group is not None and producer_group != half.producer_group:
+        raise InvalidArgumentError(
+            f"transaction {txid!r} was begun by producer group {half.producer_group!r}, "
+            f"not {producer_group!r}"
+        )
+    for name, given, actual in (
+        ("commitLogOffset", commit_log_offset, half.physical_offset),
+        ("tranStateTableOffset", half_queue_offset, half.queue_offset),
+    ):
+        if given is not None and given != actual:
+            raise InvalidArgumentError(
+                f"transaction {txid!r}: {name} {given} is not its half message's ({actual})"
+            )
+    if topic is not None and topic != half.real_topic:
+        raise InvalidArgumentError(
+            f"transaction {txid!r} belongs to topic {half.real_topic!r}, not {topic!r}"
+        )
 
 
 def capped_check_after(check_after_ms: int) -> int:
@@ -168,6 +215,7 @@ def half_state(record: Record) -> HalfState | None:
         real_topic=topic,
         real_queue_id=int(qid),
         check_after_ms=None if check_after is None else min(check_after, MAX_CHECK_AFTER_MS),
+        producer_group=fields.get(PRODUCER_GROUP) or None,
     )
 
 

@@ -136,16 +136,39 @@ class TransactionService:
                 check_after_ms=(
                     None if check_after_ms is None else ts.capped_check_after(check_after_ms)
                 ),
+                producer_group=props.decode_properties(half_props).get(ts.PRODUCER_GROUP),
             )
             self._resolved.pop(transaction_id, None)
         return result
 
-    def end(self, transaction_id: str, commit: bool, *, topic: str | None = None) -> bool:
-        """Commit or roll back a pending transaction. True when this call resolved it; False
-        when it was already resolved (nothing is written again). NotFoundError when the id
-        is unknown; InvalidArgumentError when ``topic`` is not the transaction's topic."""
+    def half(self, transaction_id: str) -> ts.HalfState | None:
+        """The half message of a transaction not ended yet (or committed and its copy still
+        owed), or None. Who may end it is decided on this (its real topic, its producer
+        group); :meth:`end` with ``expect`` then ends that half message and no other."""
         with self._lock:
             retry = self._unwritten.get(transaction_id)
+            return retry[0] if retry is not None else self._pending.get(transaction_id)
+
+    def end(
+        self,
+        transaction_id: str,
+        commit: bool,
+        *,
+        topic: str | None = None,
+        expect: ts.HalfState | None = None,
+    ) -> bool:
+        """Commit or roll back a pending transaction. True when this call resolved it; False
+        when it was already resolved (nothing is written again). NotFoundError when the id
+        is unknown; InvalidArgumentError when ``topic`` is not the transaction's topic, or
+        the pending half message is not ``expect`` (the one the caller was authorized for:
+        the id was ended and begun again in between)."""
+        with self._lock:
+            retry = self._unwritten.get(transaction_id)
+            current = retry[0] if retry is not None else self._pending.get(transaction_id)
+            if expect is not None and current is not None and current is not expect:
+                raise InvalidArgumentError(
+                    f"transaction {transaction_id!r} changed while it was being ended; end it again"
+                )
             if retry is not None:
                 self._check_topic(retry[0], topic)
                 if not commit:
