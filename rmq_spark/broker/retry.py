@@ -202,7 +202,7 @@ def write_send_back(broker: Broker, record: Record, plan: SendBackPlan) -> tuple
     }
     args = ([record.body], [encode_properties(plan.properties)], [plan.properties.get(TAGS)])
     if plan.dead_lettered:
-        return broker.put_messages(plan.topic, 0, *args, own=True, **fields), level
+        return broker.put_own(plan.topic, 0, *args, **fields), level
     return broker.delays.submit(plan.topic, 0, *args, level, **fields), level
 
 
