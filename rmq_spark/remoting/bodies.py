@@ -14,10 +14,46 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
+from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.remoting.frame import is_text
 from rmq_spark.structs import MessageQueue
 
 #: MixAll.MASTER_ID: the key of a broker's master address in brokerAddrs
 MASTER_ID = "0"
+
+
+def json_object(body: bytes | bytearray | memoryview, what: str) -> dict:
+    """A request's JSON object body (a heartbeat's, a lock request's), read once.
+    InvalidArgumentError when it is not JSON, not an object, or holds a string that is not
+    valid Unicode text (invalid UTF-8, or a lone surrogate escape), naming where."""
+    try:
+        data = json.loads(bytes(body).decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgumentError(f"the {what} body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidArgumentError(f"the {what} body is not a JSON object")
+    where = _bad_text(data, what)
+    if where is not None:
+        raise InvalidArgumentError(f"{where} is not valid Unicode text")
+    return data
+
+
+def _bad_text(value: object, where: str) -> str | None:
+    """The path of the first string in ``value`` that is not valid text, or None."""
+    pending = [(value, where)]
+    while pending:
+        item, path = pending.pop()
+        if isinstance(item, str):
+            if not is_text(item):
+                return path
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if not is_text(key):
+                    return f"a key of {path}"
+                pending.append((inner, f"{path}.{key}"))
+        elif isinstance(item, list):
+            pending.extend((inner, f"{path}[{i}]") for i, inner in enumerate(item))
+    return None
 
 
 def dumps(value: object) -> str:

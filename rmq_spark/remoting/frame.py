@@ -60,6 +60,9 @@ class Command:
     language: str = "JAVA"
     version: int = 0
     serialize_type: int = SERIALIZE_JSON
+    #: the first header field whose text is not valid Unicode (invalid UTF-8, or a lone
+    #: surrogate written as a JSON escape), or None; such a request is refused naming it
+    bad_text: str | None = None
 
     @property
     def is_response(self) -> bool:
@@ -111,7 +114,11 @@ def encode_parts(command: Command) -> tuple[bytes, Buffer]:
             header["remark"] = command.remark
         header["serializeTypeCurrentRPC"] = "JSON"
         header["version"] = command.version
-        data = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False)
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate: JSON's \u escape carries it
+            data = json.dumps(header, separators=(",", ":")).encode()
     body = command.body
     return _HEAD.pack(4 + len(data) + len(body), len(data)) + data, body
 
@@ -167,8 +174,10 @@ def decode(frame: bytes | bytearray, *, copy_body: bool = True) -> Command:
 
 def _decode_json_header(header: bytes) -> Command:
     try:
-        data = json.loads(header)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # Bytes that are not UTF-8 become lone surrogates here, as \ud800 escapes do in
+        # json.loads: both are caught below by field, so the refusal can name it.
+        data = json.loads(header.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError) as exc:
         raise FrameError(f"header is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise FrameError("header is JSON but not an object")
@@ -180,7 +189,7 @@ def _decode_json_header(header: bytes) -> Command:
     if isinstance(language, int) and 0 <= language < len(LANGUAGES):
         language = LANGUAGES[language]
     remark = data.get("remark")
-    return Command(
+    command = Command(
         code=code,
         ext={str(k): as_text(v) for k, v in ext.items() if v is not None},
         opaque=_whole(data.get("opaque", 0), "opaque"),
@@ -190,6 +199,39 @@ def _decode_json_header(header: bytes) -> Command:
         version=_whole(data.get("version", 0), "version"),
         serialize_type=SERIALIZE_JSON,
     )
+    command.bad_text = bad_text_field(command)
+    return command
+
+
+def is_text(value: str) -> bool:
+    """True when ``value`` is valid Unicode text (no lone surrogate), as UTF-8 can carry.
+
+    >>> is_text("caf\u00e9"), is_text("\ud800")
+    (True, False)
+    """
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def bad_text_field(command: Command) -> str | None:
+    """The name of the first header field of ``command`` that is not valid text: an
+    ``extFields`` key or value (named by its key, shown escaped when the key itself is
+    bad), the remark or the language; None when all are text."""
+    for key, value in command.ext.items():
+        if not is_text(key):
+            return ascii(key)
+        if not is_text(value):
+            return key
+    if command.remark is not None and not is_text(command.remark):
+        return "remark"
+    if not is_text(command.language):
+        return "language"
+    return None
 
 
 def _decode_binary_header(header: bytes) -> Command:
@@ -207,7 +249,7 @@ def _decode_binary_header(header: bytes) -> Command:
         ext = _binary_ext(header, pos, pos + ext_len)
     except struct.error:
         raise FrameError("binary header is cut short") from None
-    return Command(
+    command = Command(
         code=code,
         ext=ext,
         opaque=opaque,
@@ -217,6 +259,8 @@ def _decode_binary_header(header: bytes) -> Command:
         version=version,
         serialize_type=SERIALIZE_ROCKETMQ,
     )
+    command.bad_text = bad_text_field(command)
+    return command
 
 
 def _binary_ext(header: bytes, pos: int, end: int) -> dict[str, str]:
@@ -240,10 +284,9 @@ def _binary_ext(header: bytes, pos: int, end: int) -> dict[str, str]:
 def _text(data: bytes, pos: int, length: int, what: str) -> str:
     if length < 0 or pos + length > len(data):
         raise FrameError(f"{what} length {length} runs past the header")
-    try:
-        return data[pos : pos + length].decode()
-    except UnicodeDecodeError:
-        raise FrameError(f"{what} is not UTF-8") from None
+    # bytes that are not UTF-8 become lone surrogates: the request is refused naming the
+    # field (see bad_text_field), the connection stays open
+    return data[pos : pos + length].decode("utf-8", "surrogateescape")
 
 
 def _whole(value: object, name: str) -> int:

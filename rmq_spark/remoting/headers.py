@@ -146,8 +146,12 @@ def decode_sizes(text: str) -> np.ndarray:
 _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
 
 
-def decode_batch(body: bytes) -> tuple[list[int], list[bytes], list[bytes]]:
+def decode_batch(
+    body: bytes, *, max_count: int | None = None
+) -> tuple[list[int], list[bytes], list[bytes]]:
     """The messages of a SEND_BATCH_MESSAGE body: (flags, bodies, encoded properties).
+    A batch of more than ``max_count`` messages is refused (the broker's
+    --max-batch-messages) as soon as the count is passed.
 
     Each message is ``TOTALSIZE MAGIC BODYCRC FLAG BODYLEN BODY PROPLEN(2) PROPS``.
 
@@ -160,6 +164,11 @@ def decode_batch(body: bytes) -> tuple[list[int], list[bytes], list[bytes]]:
     properties: list[bytes] = []
     pos, end = 0, len(body)
     while pos < end:
+        if max_count is not None and len(flags) == max_count:
+            raise InvalidArgumentError(
+                f"the batch holds more than {max_count:,} messages, this broker's limit "
+                "per send (--max-batch-messages): send smaller batches"
+            )
         if end - pos < _BATCH_HEAD.size + 2:
             raise InvalidArgumentError(
                 f"batch message {len(flags)} is cut short: {end - pos} bytes left at {pos}"

@@ -401,7 +401,6 @@ UNREADABLE = {
     "header length past the frame": struct.pack(">ii", 10, 100) + b'{"code":1}'[:6],
     "header length 0xFFFFFF": struct.pack(">ii", 8, 0xFFFFFF) + b"{}{}",
     "header not JSON": frame_of("hello, broker"),
-    "header not UTF-8": frame_of(b'{"code":105,"x":"\xff\xfe"}'),
     "header JSON cut short": frame_of('{"code":105,"opaque":1'),
     "header empty": frame_of(b""),
     "header a JSON array": frame_of("[105, 1]"),
@@ -426,7 +425,6 @@ UNREADABLE = {
     "binary extFields key length negative": frame_of(
         binary_header(ext=struct.pack(">h", -3) + b"abc" + struct.pack(">i", 1) + b"v"), kind=1
     ),
-    "binary remark not UTF-8": frame_of(binary_header(remark=b"\xff\xfe"), kind=1),
     "header JSON nested 50,000 deep": frame_of(
         '{"code":105,"opaque":1,"extFields":{"topic":' + "[" * NESTED + "]" * NESTED + "}}"
     ),
@@ -449,6 +447,102 @@ def test_unreadable_frame_closes_only_its_connection(broker, data):
         # a connection open all along is still served, and so is a new one
         assert bystander.call(105, {"topic": GUARD}).code == 0
     assert_route_served(broker)
+    broker.assert_no_traceback_since(mark)
+
+
+SURROGATE = "\\ud800"  # a lone surrogate as JSON writes it: valid JSON, not text
+#: header fields that are not Unicode text: (frame, the field the refusal must name). The
+#: broker answers each, naming the field, and serves on; no traceback reaches its log.
+NOT_TEXT = {
+    "route topic, a lone surrogate": (
+        frame_of(f'{{"code":105,"opaque":7,"extFields":{{"topic":"{SURROGATE}"}}}}'),
+        "topic",
+    ),
+    "topic stats topic, a lone surrogate": (
+        frame_of(f'{{"code":202,"opaque":7,"extFields":{{"topic":"Rf{SURROGATE}"}}}}'),
+        "topic",
+    ),
+    "update topic, a lone surrogate": (
+        frame_of(f'{{"code":351,"opaque":7,"extFields":{{"topic":"{SURROGATE}"}}}}'),
+        "topic",
+    ),
+    "pull expressionType, a lone surrogate": (
+        frame_of(
+            '{"code":11,"opaque":7,"extFields":{"consumerGroup":"RfAudit","topic":"RfGuard",'
+            f'"queueId":"0","queueOffset":"0","sysFlag":"2","expressionType":"{SURROGATE}"}}}}'
+        ),
+        "expressionType",
+    ),
+    "KV namespace, a lone surrogate": (
+        frame_of(
+            f'{{"code":100,"opaque":7,"extFields":{{"namespace":"{SURROGATE}","key":"k",'
+            '"value":"v"}}'
+        ),
+        "namespace",
+    ),
+    "KV value, a lone surrogate": (
+        frame_of(
+            '{"code":100,"opaque":7,"extFields":{"namespace":"ns","key":"k",'
+            f'"value":"{SURROGATE}"}}}}'
+        ),
+        "value",
+    ),
+    "send properties, a lone surrogate": (
+        frame_of(
+            '{"code":310,"opaque":7,"extFields":{"a":"RfProducers","b":"RfGuard",'
+            '"c":"TBW102","d":"4","e":"1","f":"0","g":"1","h":"0",'
+            f'"i":"KEYS\\u0001x{SURROGATE}\\u0002"}}}}',
+            b"must not be stored",
+        ),
+        "i",
+    ),
+    "a key, a lone surrogate": (
+        frame_of(f'{{"code":105,"opaque":7,"extFields":{{"{SURROGATE}":"x","topic":"T"}}}}'),
+        "'\\ud800'",
+    ),
+    "route topic, bytes not UTF-8": (
+        frame_of(b'{"code":105,"opaque":7,"extFields":{"topic":"Rf\xff\xfe"}}'),
+        "topic",
+    ),
+    "binary header remark, bytes not UTF-8": (
+        frame_of(binary_header(opaque=7, remark=b"\xff\xfe"), kind=1),
+        "remark",
+    ),
+}
+
+
+@pytest.mark.parametrize(("data", "field"), NOT_TEXT.values(), ids=NOT_TEXT.keys())
+def test_header_text_that_is_not_unicode_is_refused_naming_the_field(broker, data, field):
+    """A header field that is not valid Unicode text gets a clear refusal that names it,
+    the connection serves on, nothing is stored, and the log holds no traceback."""
+    mark = broker.log_mark()
+    with broker.wire() as wire:
+        before = max_offsets(wire, GUARD)
+        wire.send_bytes(data)
+        answer = wire.response(7)
+        assert answer.code == ResponseCode.INVALID_PARAMETER, answer.remark
+        assert f"header field {field}" in (answer.remark or ""), answer.remark
+        assert "not valid Unicode text" in (answer.remark or "")
+        assert wire.call(105, {"topic": GUARD}).code == 0  # the same connection answers on
+        assert max_offsets(wire, GUARD) == before, "a refused send stored a message"
+    broker.assert_no_traceback_since(mark)
+
+
+def test_json_bodies_that_are_not_unicode_are_refused_naming_where(broker):
+    """A heartbeat whose body holds a lone surrogate (or bytes that are not UTF-8) is
+    refused naming where; nothing joins the group, and no answer fails to encode."""
+    mark = broker.log_mark()
+    bodies = [
+        b'{"clientID":"rf-\\ud800","consumerDataSet":[]}',
+        b'{"clientID":"rf-ok","consumerDataSet":[{"groupName":"RfBad\xff"}]}',
+    ]
+    with broker.wire() as wire:
+        for body in bodies:
+            answer = wire.call(34, {}, body)
+            assert answer.code != ResponseCode.SUCCESS
+            assert "not valid Unicode text" in (answer.remark or ""), answer.remark
+        listed = wire.call(38, {"consumerGroup": "RfBad"})
+        assert listed.code != ResponseCode.SUCCESS  # nobody joined
     broker.assert_no_traceback_since(mark)
 
 

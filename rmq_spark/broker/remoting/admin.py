@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from rmq_spark.auth.permissions import PUB_OR_SUB, SUB, SUB_OR_GET, Need
+from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.key_query import KeyMatches, find_by_key
 from rmq_spark.broker.offset_service import consuming_groups, progress_topics
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.consume import MAX_PULL_BYTES
+from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import required
 from rmq_spark.broker.status import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import decode_record
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
-from rmq_spark.names import validate_group, validate_topic
+from rmq_spark.names import is_broker_topic, validate_group, validate_topic
 from rmq_spark.remoting import bodies
 from rmq_spark.remoting.codes import OUR_VERSION, UNIQUE_KEY_QUERY, RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
@@ -47,43 +52,69 @@ class Administration:
         self._address = address
         self._membership = membership
 
-    def handlers(self):
+    def endpoints(self) -> dict[int, Endpoint]:
+        code = RequestCode
+        on_topic = RemotingRule(needs=lambda topic: topic_need(topic, PUB_OR_SUB))
+        reads_topic = RemotingRule(needs=lambda topic: topic_need(topic, SUB))
+        finds_in_topic = RemotingRule(needs=lambda topic: topic_need(topic, SUB_OR_GET))
+        of_group = RemotingRule(needs=group_need)
+        group_name = _field("consumerGroup", validate_group)
         return {
-            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_topic,
-            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
-            RequestCode.GET_TOPIC_CONFIG: self.topic_config,
-            RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_configs,
-            RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
-            RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
-            RequestCode.GET_CONSUME_STATS: self.consume_stats,
-            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
-            RequestCode.GET_ALL_CONSUMER_OFFSET: self.all_offsets,
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.group_configs,
-            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
-            RequestCode.QUERY_MESSAGE: self.query_message,
-            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumers,
+            code.UPDATE_AND_CREATE_TOPIC: Endpoint(self.update_topic, decode=self.decode_topic),
+            code.DELETE_TOPIC_IN_BROKER: Endpoint(
+                self.delete_topic, decode=_field("topic", _deletable_topic)
+            ),
+            code.GET_TOPIC_CONFIG: Endpoint(self.topic_config, on_topic, decode=_field("topic")),
+            code.GET_ALL_TOPIC_CONFIG: Endpoint(self.all_topic_configs),
+            code.GET_BROKER_RUNTIME_INFO: Endpoint(self.runtime_info),
+            code.GET_TOPIC_STATS_INFO: Endpoint(
+                self.topic_stats, reads_topic, decode=_field("topic", _any_topic)
+            ),
+            code.GET_CONSUME_STATS: Endpoint(
+                self.consume_stats,
+                RemotingRule(needs=_consume_stats_needs),
+                decode=_consume_stats,
+            ),
+            code.GET_CONSUMER_CONNECTION_LIST: Endpoint(
+                self.consumer_connections, of_group, decode=group_name
+            ),
+            code.GET_ALL_CONSUMER_OFFSET: Endpoint(self.all_offsets),
+            code.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: Endpoint(self.group_configs),
+            code.VIEW_MESSAGE_BY_ID: Endpoint(
+                self.view_message, decode=lambda r: whole(r.ext, "offset")
+            ),
+            code.QUERY_MESSAGE: Endpoint(
+                self.query_message,
+                RemotingRule(needs=lambda query: topic_need(query.topic, SUB_OR_GET)),
+                decode=_key_query,
+            ),
+            code.QUERY_TOPIC_CONSUME_BY_WHO: Endpoint(
+                self.topic_consumers, finds_in_topic, decode=_field("topic")
+            ),
         }
 
-    async def update_topic(self, connection, request: Command) -> Command:
+    def decode_topic(self, request: Command) -> TopicUpdate:
         ext = request.ext
-        topic = validate_topic(required(request, "topic"))
+        topic = _user_topic(required(request, "topic"))
         read = whole(ext, "readQueueNums", self._broker.config.default_topic_queues, INT32)
         write = whole(ext, "writeQueueNums", read, INT32)
         perm = whole(ext, "perm", 6, INT32) & 6  # the inherit bit means nothing for a user topic
+        return TopicUpdate(topic, read, write, perm)
+
+    async def update_topic(self, connection, request: Command, update: TopicUpdate) -> Command:
         topics = self._broker.store.topics
+        topic, read, write = update.topic, update.read_queues, update.write_queues
 
         def create_or_update():
             if topics.find(topic) is None:
-                topics.create(topic, read, read_queues=read, write_queues=write, perm=perm)
+                topics.create(topic, read, read_queues=read, write_queues=write, perm=update.perm)
             else:
-                topics.update(topic, read_queues=read, write_queues=write, perm=perm)
+                topics.update(topic, read_queues=read, write_queues=write, perm=update.perm)
 
         await self._workers.run(create_or_update)
         return request.reply()
 
-    async def delete_topic(self, connection, request: Command) -> Command:
-        topic = validate_topic(required(request, "topic"), allow_system=True)
-
+    async def delete_topic(self, connection, request: Command, topic: str) -> Command:
         def delete():
             try:
                 self._broker.store.delete_topic(topic)
@@ -94,8 +125,7 @@ class Administration:
         self._broker.notifier.notify_topic(topic)
         return request.reply()
 
-    async def topic_config(self, connection, request: Command) -> Command:
-        topic = required(request, "topic")
+    async def topic_config(self, connection, request: Command, topic: str) -> Command:
         config = self._broker.store.topics.find(topic)
         if config is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
@@ -103,7 +133,7 @@ class Administration:
         response.body = bodies.dumps(_topic_config_json(config)).encode()
         return response
 
-    async def all_topic_configs(self, connection, request: Command) -> Command:
+    async def all_topic_configs(self, connection, request: Command, _: None) -> Command:
         configs = self._broker.store.topics.list()
         response = request.reply()
         table = {config.name: _topic_config_json(config) for config in configs}
@@ -111,7 +141,7 @@ class Administration:
         response.body = bodies.dumps(body).encode()
         return response
 
-    async def runtime_info(self, connection, request: Command) -> Command:
+    async def runtime_info(self, connection, request: Command, _: None) -> Command:
         broker = self._broker
         stats = broker.store.stats()
         table = {
@@ -139,8 +169,7 @@ class Administration:
         response.body = bodies.dumps({"table": table}).encode()
         return response
 
-    async def topic_stats(self, connection, request: Command) -> Command:
-        topic = validate_topic(required(request, "topic"), allow_system=True)
+    async def topic_stats(self, connection, request: Command, topic: str) -> Command:
         store = self._broker.store
         config = store.topics.find(topic)
         if config is None:
@@ -161,9 +190,10 @@ class Administration:
         response.body = (await self._workers.run(stats)).encode()
         return response
 
-    async def consume_stats(self, connection, request: Command) -> Command:
-        group = validate_group(required(request, "consumerGroup"))
-        only = request.ext.get("topic")
+    async def consume_stats(
+        self, connection, request: Command, group_topic: tuple[str, str]
+    ) -> Command:
+        group, only = group_topic
         broker = self._broker
         store = broker.store
 
@@ -190,8 +220,7 @@ class Administration:
         response.body = (await self._workers.run(stats)).encode()
         return response
 
-    async def consumer_connections(self, connection, request: Command) -> Command:
-        group = validate_group(required(request, "consumerGroup"))
+    async def consumer_connections(self, connection, request: Command, group: str) -> Command:
         registry = self._broker.consumers
         members = registry.members(group)
         if not members:
@@ -227,7 +256,7 @@ class Administration:
         response.body = bodies.dumps(body).encode()
         return response
 
-    async def all_offsets(self, connection, request: Command) -> Command:
+    async def all_offsets(self, connection, request: Command, _: None) -> Command:
         snapshot = self._broker.store.offsets.snapshot()
         table = {
             f"{topic}@{group}": {str(q): offset for q, offset in sorted(queues.items())}
@@ -237,15 +266,14 @@ class Administration:
         response.body = bodies.dumps({"offsetTable": table}).encode()
         return response
 
-    async def group_configs(self, connection, request: Command) -> Command:
+    async def group_configs(self, connection, request: Command, _: None) -> Command:
         table = self._broker.subscription_groups.table()
         body = {"dataVersion": _data_version(), "subscriptionGroupTable": table}
         response = request.reply()
         response.body = bodies.dumps(body).encode()
         return response
 
-    async def view_message(self, connection, request: Command) -> Command:
-        physical = whole(request.ext, "offset")
+    async def view_message(self, connection, request: Command, physical: int) -> Command:
         if physical < 0:
             raise InvalidArgumentError(f"offset {physical} must be >= 0")
 
@@ -265,28 +293,16 @@ class Administration:
         response.body = data
         return response
 
-    async def query_message(self, connection, request: Command) -> Command:
-        """Messages by key (RocketMQ's QueryMessageProcessor): a unique-key query asks for
-        ``defaultQueryMaxNum`` (32) whatever maxNum says, a key query for at most
-        ``maxMsgsNumBatch`` (64); the records go oldest first, as RocketMQ sorts them by
-        commit-log offset. Every header field is required, as Java's @CFNotNull are."""
-        topic = required(request, "topic")
-        key = required(request, "key")
-        ext = request.ext
-        for name in ("maxNum", "beginTimestamp", "endTimestamp"):
-            required(request, name)
-        if ext.get(UNIQUE_KEY_QUERY) == "true":  # Java compares with equals("true")
-            max_num = UNIQUE_KEY_MAX_NUM
-        else:
-            max_num = min(whole(ext, "maxNum", bounds=INT32), MAX_MSGS_NUM_BATCH)
-        if max_num < 0:
-            raise InvalidArgumentError(f"maxNum {max_num} is negative; it must be >= 0")
-        begin, end = whole(ext, "beginTimestamp"), whole(ext, "endTimestamp")
+    async def query_message(self, connection, request: Command, query: KeyQuery) -> Command:
+        """Messages by key (RocketMQ's QueryMessageProcessor): the records go oldest first,
+        as RocketMQ sorts them by commit-log offset."""
         broker = self._broker
         found = KeyMatches([], more=False)
-        if max_num > 0:  # the answer stops at a pull's size: it must fit RocketMQ's frame
+        if query.max_num > 0:  # the answer stops at a pull's size: it must fit RocketMQ's frame
             find = functools.partial(find_by_key, max_bytes=MAX_PULL_BYTES)
-            found = await self._workers.run(find, broker, topic, key, max_num, begin, end)
+            found = await self._workers.run(
+                find, broker, query.topic, query.key, query.max_num, query.begin, query.end
+            )
         index = broker.store.index
         header = {
             "indexLastUpdateTimestamp": str(index.last_timestamp if index else 0),
@@ -302,14 +318,91 @@ class Administration:
         response.body = b"".join(reversed(found.records))
         return response
 
-    async def topic_consumers(self, connection, request: Command) -> Command:
+    async def topic_consumers(self, connection, request: Command, topic: str) -> Command:
         """The groups that consume a topic (``mqadmin queryMsgByUniqueKey`` and
         ``queryMsgById`` track a message through them; ``topicList -c`` lists them)."""
-        topic = required(request, "topic")
         groups = await self._workers.run(consuming_groups, self._broker, topic)
         response = request.reply()
         response.body = bodies.dumps({"groupList": groups}).encode()
         return response
+
+
+@dataclass(frozen=True)
+class TopicUpdate:
+    topic: str
+    read_queues: int
+    write_queues: int
+    perm: int
+
+
+@dataclass(frozen=True)
+class KeyQuery:
+    topic: str
+    key: str
+    max_num: int
+    begin: int
+    end: int
+
+
+def _field(name: str, check: Callable[[str], str] = str) -> Callable[[Command], str]:
+    """Decodes the required header field ``name``, checked by ``check``."""
+    return lambda request: check(required(request, name))
+
+
+def _any_topic(name: str) -> str:
+    return validate_topic(name, allow_system=True)
+
+
+def _not_the_brokers(topic: str) -> str:
+    """A topic that tools may change or delete: not one the broker keeps for itself
+    (RocketMQ refuses those too)."""
+    if is_broker_topic(topic):
+        raise InvalidArgumentError(
+            f"topic {topic!r} is the broker's own: it cannot be created, changed or deleted"
+        )
+    return topic
+
+
+def _user_topic(name: str) -> str:
+    """A topic a tool may create: a user's name (no reserved prefix), not the broker's."""
+    return _not_the_brokers(validate_topic(name))
+
+
+def _deletable_topic(name: str) -> str:
+    """A topic a tool may delete: a user's or a group's retry or dead-letter topic."""
+    return _not_the_brokers(validate_topic(name, allow_system=True))
+
+
+def _consume_stats(request: Command) -> tuple[str, str]:
+    """The group, and the one topic asked about ("" for every topic it consumes)."""
+    group = validate_group(required(request, "consumerGroup"))
+    topic = request.ext.get("topic") or ""
+    return group, validate_topic(topic, allow_system=True) if topic else ""
+
+
+def _consume_stats_needs(group_topic: tuple[str, str]) -> list[Need]:
+    """Sub on the group, and on the topic when one is named: its queues' offsets are in
+    the answer."""
+    group, topic = group_topic
+    return [*group_need(group), *topic_need(topic, SUB)]
+
+
+def _key_query(request: Command) -> KeyQuery:
+    """QUERY_MESSAGE's header: a unique-key query asks for ``defaultQueryMaxNum`` (32)
+    whatever maxNum says, a key query for at most ``maxMsgsNumBatch`` (64). Every field is
+    required, as Java's @CFNotNull are."""
+    topic = required(request, "topic")
+    key = required(request, "key")
+    ext = request.ext
+    for name in ("maxNum", "beginTimestamp", "endTimestamp"):
+        required(request, name)
+    if ext.get(UNIQUE_KEY_QUERY) == "true":  # Java compares with equals("true")
+        max_num = UNIQUE_KEY_MAX_NUM
+    else:
+        max_num = min(whole(ext, "maxNum", bounds=INT32), MAX_MSGS_NUM_BATCH)
+    if max_num < 0:
+        raise InvalidArgumentError(f"maxNum {max_num} is negative; it must be >= 0")
+    return KeyQuery(topic, key, max_num, whole(ext, "beginTimestamp"), whole(ext, "endTimestamp"))
 
 
 def _topic_config_json(config) -> dict:

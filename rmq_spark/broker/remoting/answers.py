@@ -9,6 +9,7 @@ SYSTEM_ERROR, and the broker keeps serving.
 from __future__ import annotations
 
 import logging
+import time
 
 from rmq_spark.errors import (
     FlushTimeoutError,
@@ -62,12 +63,47 @@ def response_code(error: RocketliteError) -> int:
     return int(ResponseCode.SYSTEM_ERROR)
 
 
-def failure_reply(request: Command, error: BaseException) -> Command:
-    """The answer to ``request`` that failed with ``error``: its response code and message;
-    anything not a rocketlite error is a bug, logged, and answered SYSTEM_ERROR."""
+class LogLimiter:
+    """Logs each kind of event as one line at most once per ``interval_s``: what clients
+    send decides what is logged, so a client must not be able to fill the log."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 60.0, limit: int = 10_000):
+        self._log = logger
+        self._interval_s = interval_s
+        self._limit = limit
+        self._last: dict[object, float] = {}
+
+    def allow(self, key: object) -> bool:
+        now = time.monotonic()
+        if now - self._last.get(key, -1e18) < self._interval_s:
+            return False
+        if len(self._last) >= self._limit:
+            self._last.clear()
+        self._last[key] = now
+        return True
+
+    def warning(self, key: object, message: str, *args: object) -> None:
+        if self.allow(key):
+            self._log.warning(message, *args)
+
+    def error(self, key: object, message: str, *args: object) -> None:
+        if self.allow(key):
+            self._log.error(message, *args)
+
+
+def failure_reply(
+    request: Command, error: BaseException, log_limit: LogLimiter | None = None
+) -> Command:
+    """The answer to ``request`` that failed with ``error``: its response code and message.
+    Anything not a rocketlite error is a bug: answered SYSTEM_ERROR and logged as one line
+    (rate-limited when ``log_limit`` is given; the traceback only at debug level, since
+    what triggered it came from a client)."""
     if isinstance(error, RocketliteError):
         return request.reply(response_code(error), str(error))
-    log.error("internal error serving remoting request %d", request.code, exc_info=error)
+    kind = type(error).__name__
+    if log_limit is None or log_limit.allow((request.code, kind)):
+        log.error("internal error serving remoting request %d: %s: %s", request.code, kind, error)
+    log.debug("the internal error's traceback", exc_info=error)
     return request.reply(
         ResponseCode.SYSTEM_ERROR, f"internal broker error: {type(error).__name__}: {error}"
     )

@@ -14,15 +14,19 @@ Offsets are the broker's one consumer-offset table: a Java consumer's commits ar
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
+from rmq_spark.auth.permissions import SUB, Need
+from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
 from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.pull import check_readable
 from rmq_spark.broker.remoting.answers import Refusal
+from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import TAG_EXPRESSION, Membership
 from rmq_spark.broker.status import Workers
 from rmq_spark.codec.subscription import parse_subscription
-from rmq_spark.errors import InvalidArgumentError, NotFoundError
+from rmq_spark.errors import InvalidArgumentError, NotFoundError, shown
 from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.remoting import codes
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
@@ -49,55 +53,137 @@ _STATUS = {
 }
 
 
+@dataclass(frozen=True)
+class PullRequest:
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    sys_flag: int
+    max_count: int
+    max_bytes: int
+    #: the subscription the pull carries (PULL_SUBSCRIPTION), checked and parsed; None
+    #: when the broker uses the one the group's heartbeats gave
+    tag_codes: list[int] | None
+    carries_subscription: bool
+    #: the offset to commit with the pull (PULL_COMMIT_OFFSET), else None
+    commit: int | None
+    suspend_ms: int
+    sizes: bool
+
+
+@dataclass(frozen=True)
+class QueueRequest:
+    """A request about one queue: its group ("" when it names none) and extra fields."""
+
+    group: str
+    topic: str
+    queue_id: int
+    #: the request's one number beside the queue: commitOffset, timestamp (or 0)
+    number: int = 0
+    flag: bool = False
+
+
+def _queue_needs(value: PullRequest | QueueRequest) -> list[Need]:
+    return [*topic_need(value.topic, SUB), *group_need(value.group)]
+
+
+_QUEUE = RemotingRule(needs=_queue_needs)
+
+
 class Consuming:
     def __init__(self, broker: Broker, workers: Workers, membership: Membership) -> None:
         self._broker = broker
         self._workers = workers
         self._membership = membership
 
-    def handlers(self):
+    def endpoints(self) -> dict[int, Endpoint]:
+        code = RequestCode
         return {
-            RequestCode.PULL_MESSAGE: self.pull,
-            RequestCode.LITE_PULL_MESSAGE: self.pull,
-            RequestCode.QUERY_CONSUMER_OFFSET: self.query_offset,
-            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_offset,
-            RequestCode.GET_MAX_OFFSET: self.max_offset,
-            RequestCode.GET_MIN_OFFSET: self.min_offset,
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
-            RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_time,
+            code.PULL_MESSAGE: Endpoint(self.pull, _QUEUE, decode=self.decode_pull),
+            code.LITE_PULL_MESSAGE: Endpoint(self.pull, _QUEUE, decode=self.decode_pull),
+            code.QUERY_CONSUMER_OFFSET: Endpoint(self.query_offset, _QUEUE, decode=_offset_query),
+            code.UPDATE_CONSUMER_OFFSET: Endpoint(self.update_offset, _QUEUE, decode=_commit),
+            code.GET_MAX_OFFSET: Endpoint(self.max_offset, _QUEUE, decode=_queue),
+            code.GET_MIN_OFFSET: Endpoint(self.min_offset, _QUEUE, decode=_queue),
+            code.SEARCH_OFFSET_BY_TIMESTAMP: Endpoint(self.search_offset, _QUEUE, decode=_search),
+            code.GET_EARLIEST_MSG_STORETIME: Endpoint(self.earliest_time, _QUEUE, decode=_queue),
         }
 
     # -- pulls ------------------------------------------------------------------------------
 
-    async def pull(self, connection, request: Command) -> Command:
+    def decode_pull(self, request: Command) -> PullRequest:
         ext = request.ext
         group, topic, queue_id = _group_queue(ext)
-        offset = whole(ext, "queueOffset")
         sys_flag = whole(ext, "sysFlag", 0, INT32)
         config = self._broker.config
         max_count = min(max(whole(ext, "maxMsgNums", 32, INT32), 1), config.max_pull_messages)
         max_bytes = whole(ext, "maxMsgBytes", 0, INT32) or DEFAULT_PULL_BYTES
-        max_bytes = min(max(max_bytes, 1), config.max_pull_bytes, MAX_PULL_BYTES)
-        tag_codes = self._tag_codes(group, topic, ext, sys_flag)
+        carries = bool(sys_flag & codes.PULL_SUBSCRIPTION)
+        tag_codes = None
+        if carries:
+            kind = (ext.get("expressionType") or TAG_EXPRESSION).upper()
+            if kind != TAG_EXPRESSION:
+                raise Refusal(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                    f"{shown(kind)} filters are not supported by this broker; subscribe with tags",
+                )
+            tag_codes = _tag_codes(ext.get("subscription") or "*", config.max_subscription_chars)
         commit = None
         if sys_flag & codes.PULL_COMMIT_OFFSET:
             commit = whole(ext, "commitOffset", -1)
+        return PullRequest(
+            group=group,
+            topic=topic,
+            queue_id=queue_id,
+            offset=whole(ext, "queueOffset"),
+            sys_flag=sys_flag,
+            max_count=max_count,
+            max_bytes=min(max(max_bytes, 1), config.max_pull_bytes, MAX_PULL_BYTES),
+            tag_codes=tag_codes,
+            carries_subscription=carries,
+            commit=commit,
+            suspend_ms=max(
+                min(whole(ext, "suspendTimeoutMillis", 15_000, INT32), MAX_SUSPEND_MS), 0
+            ),
+            sizes=ext.get(SIZES_FIELD) == "true",
+        )
+
+    async def pull(self, connection, request: Command, pull: PullRequest) -> Command:
+        group, topic, queue_id, offset = pull.group, pull.topic, pull.queue_id, pull.offset
+        tag_codes = pull.tag_codes
+        if not pull.carries_subscription:
+            tag_codes = self._heartbeat_tag_codes(group, topic)
         read = functools.partial(
-            self._read, group, topic, queue_id, offset, max_count, max_bytes, tag_codes, commit
+            self._read,
+            group,
+            topic,
+            queue_id,
+            offset,
+            pull.max_count,
+            pull.max_bytes,
+            tag_codes,
+            pull.commit,
         )
         result = await self._workers.run(read)
-        if result.status == PullStatus.NO_NEW_MSG and sys_flag & codes.PULL_SUSPEND:
-            suspend_ms = min(whole(ext, "suspendTimeoutMillis", 15_000, INT32), MAX_SUSPEND_MS)
+        if result.status == PullStatus.NO_NEW_MSG and pull.sys_flag & codes.PULL_SUSPEND:
             store = self._broker.store
             arrived = await self._broker.notifier.wait(
                 topic,
                 queue_id,
-                max(suspend_ms, 0) / 1000,
+                pull.suspend_ms / 1000,
                 is_ready=lambda: store.max_offset(topic, queue_id) > offset,
             )
             if arrived:
                 reread = functools.partial(
-                    self._read, group, topic, queue_id, offset, max_count, max_bytes, tag_codes
+                    self._read,
+                    group,
+                    topic,
+                    queue_id,
+                    offset,
+                    pull.max_count,
+                    pull.max_bytes,
+                    tag_codes,
                 )
                 result = await self._workers.run(reread)
         code, remark = _STATUS[result.status]
@@ -110,37 +196,23 @@ class Consuming:
             maxOffset=str(result.max_offset),
         )
         response.body = result.data
-        if ext.get(SIZES_FIELD) == "true" and result.sizes is not None:
+        if pull.sizes and result.sizes is not None:
             response.ext[SIZES_FIELD] = encode_sizes(result.sizes)
         self._broker.pull_calls += 1
         self._broker.messages_pulled += result.count
         return response
 
-    def _tag_codes(self, group: str, topic: str, ext, sys_flag: int) -> list[int] | None:
-        if sys_flag & codes.PULL_SUBSCRIPTION:
-            kind = (ext.get("expressionType") or TAG_EXPRESSION).upper()
-            if kind != TAG_EXPRESSION:
-                raise Refusal(
-                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                    f"{kind} filters are not supported by this broker; subscribe with tags",
-                )
-            expression = ext.get("subscription") or "*"
-        else:
-            # RocketMQ's push consumer pulls without its subscription: the broker uses the
-            # one its heartbeats carried.
-            found = self._membership.subscription(group, topic)
-            if found is None:
-                raise Refusal(
-                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                    f"the consumer's subscription of {topic!r} in group {group!r} is not "
-                    "known yet (no heartbeat names it)",
-                )
-            expression = found
-        limit = self._broker.config.max_subscription_chars
-        try:
-            return parse_subscription(checks.subscription_text(expression, limit)).tag_codes
-        except InvalidArgumentError as exc:
-            raise Refusal(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
+    def _heartbeat_tag_codes(self, group: str, topic: str) -> list[int] | None:
+        # RocketMQ's push consumer pulls without its subscription: the broker uses the one
+        # its heartbeats carried.
+        found = self._membership.subscription(group, topic)
+        if found is None:
+            raise Refusal(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                f"the consumer's subscription of {topic!r} in group {group!r} is not "
+                "known yet (no heartbeat names it)",
+            )
+        return _tag_codes(found, self._broker.config.max_subscription_chars)
 
     def _read(
         self,
@@ -174,16 +246,14 @@ class Consuming:
 
     # -- offsets ----------------------------------------------------------------------------
 
-    async def query_offset(self, connection, request: Command) -> Command:
-        ext = request.ext
-        group, topic, queue_id = _group_queue(ext)
+    async def query_offset(self, connection, request: Command, query: QueueRequest) -> Command:
+        group, topic, queue_id = query.group, query.topic, query.queue_id
         store = self._broker.store
         offset = store.offsets.query_one(group, topic, queue_id)
         if offset is None:
-            zero_if_none = ext.get("setZeroIfNotFound", "true").lower() != "false"
             # RocketMQ 4.9's rule: a group with no offset starts at 0 while nothing of the
             # queue was deleted yet (a new group reads a young queue from its start).
-            if zero_if_none and store.min_offset(topic, queue_id) == 0:
+            if query.flag and store.min_offset(topic, queue_id) == 0:
                 offset = 0
             else:
                 raise Refusal(
@@ -192,45 +262,43 @@ class Consuming:
                 )
         return request.reply(offset=str(offset))
 
-    async def update_offset(self, connection, request: Command) -> Command:
-        ext = request.ext
-        group, topic, queue_id = _group_queue(ext)
-        offset = whole(ext, "commitOffset")
+    async def update_offset(self, connection, request: Command, commit: QueueRequest) -> Command:
+        topic, queue_id, offset = commit.topic, commit.queue_id, commit.number
         if queue_id < 0 or offset < 0:
             raise InvalidArgumentError(f"queueId {queue_id} and commitOffset {offset} must be >= 0")
         if self._broker.store.topics.find(topic) is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
-        commit = functools.partial(
-            self._broker.store.offsets.commit, group, topic, {queue_id: offset}
+        write = functools.partial(
+            self._broker.store.offsets.commit, commit.group, topic, {queue_id: offset}
         )
-        await self._workers.run(commit)
+        await self._workers.run(write)
         return request.reply()
 
-    async def max_offset(self, connection, request: Command) -> Command:
-        topic, queue_id = self._queue(request)
-        return request.reply(offset=str(self._broker.store.max_offset(topic, queue_id)))
+    async def max_offset(self, connection, request: Command, queue: QueueRequest) -> Command:
+        self._check_queue(queue)
+        return request.reply(offset=str(self._broker.store.max_offset(queue.topic, queue.queue_id)))
 
-    async def min_offset(self, connection, request: Command) -> Command:
-        topic, queue_id = self._queue(request)
-        return request.reply(offset=str(self._broker.store.min_offset(topic, queue_id)))
+    async def min_offset(self, connection, request: Command, queue: QueueRequest) -> Command:
+        self._check_queue(queue)
+        return request.reply(offset=str(self._broker.store.min_offset(queue.topic, queue.queue_id)))
 
-    async def search_offset(self, connection, request: Command) -> Command:
-        topic, queue_id = self._queue(request)
-        timestamp = whole(request.ext, "timestamp")
-        upper = request.ext.get("boundaryType", "lower").lower() == "upper"
+    async def search_offset(self, connection, request: Command, search: QueueRequest) -> Command:
+        self._check_queue(search)
+        topic, queue_id, timestamp = search.topic, search.queue_id, search.number
         store = self._broker.store
 
-        def search() -> int:
-            if not upper:
+        def find() -> int:
+            if not search.flag:
                 return store.offset_by_timestamp(topic, queue_id, timestamp)
             # the last offset stored at or before the time
             after = store.offset_by_timestamp(topic, queue_id, timestamp + 1)
             return max(store.min_offset(topic, queue_id), after - 1)
 
-        return request.reply(offset=str(await self._workers.run(search)))
+        return request.reply(offset=str(await self._workers.run(find)))
 
-    async def earliest_time(self, connection, request: Command) -> Command:
-        topic, queue_id = self._queue(request)
+    async def earliest_time(self, connection, request: Command, queue: QueueRequest) -> Command:
+        self._check_queue(queue)
+        topic, queue_id = queue.topic, queue.queue_id
         store = self._broker.store
 
         def earliest() -> int:
@@ -242,13 +310,37 @@ class Consuming:
 
         return request.reply(timestamp=str(await self._workers.run(earliest)))
 
-    def _queue(self, request: Command) -> tuple[str, int]:
-        topic, queue_id = _topic_queue(request.ext)
-        if self._broker.store.topics.find(topic) is None:
-            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
-        if queue_id < 0:
-            raise InvalidArgumentError(f"queueId {queue_id} must be >= 0")
-        return topic, queue_id
+    def _check_queue(self, queue: QueueRequest) -> None:
+        if self._broker.store.topics.find(queue.topic) is None:
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {queue.topic!r} does not exist")
+        if queue.queue_id < 0:
+            raise InvalidArgumentError(f"queueId {queue.queue_id} must be >= 0")
+
+
+def _tag_codes(expression: str, limit: int) -> list[int] | None:
+    try:
+        return parse_subscription(checks.subscription_text(expression, limit)).tag_codes
+    except InvalidArgumentError as exc:
+        raise Refusal(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
+
+
+def _queue(request: Command) -> QueueRequest:
+    return QueueRequest("", *_topic_queue(request.ext))
+
+
+def _offset_query(request: Command) -> QueueRequest:
+    zero_if_none = request.ext.get("setZeroIfNotFound", "true").lower() != "false"
+    return QueueRequest(*_group_queue(request.ext), flag=zero_if_none)
+
+
+def _commit(request: Command) -> QueueRequest:
+    return QueueRequest(*_group_queue(request.ext), number=whole(request.ext, "commitOffset"))
+
+
+def _search(request: Command) -> QueueRequest:
+    ext = request.ext
+    upper = ext.get("boundaryType", "lower").lower() == "upper"
+    return QueueRequest("", *_topic_queue(ext), number=whole(ext, "timestamp"), flag=upper)
 
 
 def _topic_queue(ext) -> tuple[str, int]:

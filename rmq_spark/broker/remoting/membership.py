@@ -17,13 +17,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import json
 import logging
 import random
+from dataclasses import dataclass
+from typing import cast
 
+from rmq_spark.auth.permissions import SUB, Need
+from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
 from rmq_spark.broker import checks, retry
 from rmq_spark.broker.core import Broker
+from rmq_spark.broker.groups import ConsumeFromWhere, ConsumeType, MessageModel
 from rmq_spark.broker.remoting.answers import Refusal
+from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.status import Workers
 from rmq_spark.codec.properties import REAL_QID, UNIQ_KEY, decode_properties
@@ -53,6 +58,40 @@ PRODUCER_GROUP = "PGROUP"
 MAX_QUEUES = 1 << 31
 
 
+@dataclass(frozen=True)
+class ConsumerData:
+    """One consumer group of a heartbeat, checked."""
+
+    group: str
+    #: (topic, expression, expression type) per subscription
+    subscriptions: list[tuple[str, str, str]]
+    message_model: MessageModel
+    consume_type: ConsumeType
+    from_where: ConsumeFromWhere
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    client_id: str
+    producer_groups: list[str]
+    consumers: list[ConsumerData]
+
+
+@dataclass(frozen=True)
+class Unregister:
+    client_id: str
+    group: str
+    producer_group: str
+
+
+@dataclass(frozen=True)
+class LockBody:
+    group: str
+    client_id: str
+    #: the queues of this broker it names (other brokers' are theirs to lock)
+    queues: list[MessageQueue]
+
+
 class Membership:
     def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
@@ -64,40 +103,67 @@ class Membership:
         self.connections: dict[str, Connection] = {}
         broker.transaction_checks.add_asker(self.ask_about_transaction)
 
-    def handlers(self):
+    def endpoints(self) -> dict[int, Endpoint]:
+        lock = RemotingRule(needs=_lock_needs, client_ids=lambda body: [body.client_id])
         return {
-            RequestCode.HEART_BEAT: self.heartbeat,
-            RequestCode.UNREGISTER_CLIENT: self.unregister,
-            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
-            RequestCode.LOCK_BATCH_MQ: self.lock,
-            RequestCode.UNLOCK_BATCH_MQ: self.unlock,
+            RequestCode.HEART_BEAT: Endpoint(
+                self.heartbeat,
+                RemotingRule(needs=_heartbeat_needs, client_ids=lambda hb: [hb.client_id]),
+                decode=self.decode_heartbeat,
+            ),
+            RequestCode.UNREGISTER_CLIENT: Endpoint(
+                self.unregister,
+                RemotingRule(client_ids=lambda leave: [leave.client_id]),
+                decode=_decode_unregister,
+            ),
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: Endpoint(
+                self.consumer_list,
+                RemotingRule(needs=group_need),
+                decode=lambda r: validate_group(r.ext.get("consumerGroup")),
+            ),
+            RequestCode.LOCK_BATCH_MQ: Endpoint(self.lock, lock, decode=self.decode_lock),
+            RequestCode.UNLOCK_BATCH_MQ: Endpoint(self.unlock, lock, decode=self.decode_lock),
         }
 
-    async def heartbeat(self, connection: Connection, request: Command) -> Command:
-        data = _json_body(request, "HeartbeatData")
+    def decode_heartbeat(self, request: Command) -> Heartbeat:
+        data = bodies.json_object(request.body, "HeartbeatData")
         client_id = data.get("clientID")
         if not isinstance(client_id, str) or not client_id.strip():
             raise InvalidArgumentError(f"the heartbeat's clientID {shown(client_id)} is empty")
+        producers = [
+            producer["groupName"]
+            for producer in _list(data, "producerDataSet")
+            if isinstance(producer, dict) and isinstance(producer.get("groupName"), str)
+        ]
+        consumers = [self._consumer(item) for item in _list(data, "consumerDataSet")]
+        return Heartbeat(client_id, producers, consumers)
+
+    async def heartbeat(self, connection: Connection, request: Command, hb: Heartbeat) -> Command:
+        client_id = hb.client_id
         connection.client_id = client_id
         connection.language = request.language
         connection.version = request.version
         self.connections[client_id] = connection
-        for producer in _list(data, "producerDataSet"):
-            if isinstance(producer, dict) and isinstance(producer.get("groupName"), str):
-                connection.producer_groups.add(producer["groupName"])
+        connection.producer_groups.update(hb.producer_groups)
         if connection.producer_groups - {INNER_PRODUCER_GROUP}:
             # a producer that may have transactions to be asked about
             self._broker.transaction_checks.start(self._workers)
-        consumers = [self._consumer(item) for item in _list(data, "consumerDataSet")]
-        if consumers:
-            await self._workers.run(self._join, client_id, consumers)
-        for group, *_ in consumers:
+        for consumer in hb.consumers:
+            for topic, _, kind in consumer.subscriptions:
+                if kind == TAG_EXPRESSION:
+                    self.other_filters.pop((consumer.group, topic), None)
+                else:
+                    self.other_filters[(consumer.group, topic)] = kind
+        if hb.consumers:
+            await self._workers.run(self._join, client_id, hb.consumers)
+        for consumer in hb.consumers:
+            group = consumer.group
             if group not in connection.watches:
                 watch = self._watch(connection, group, client_id)
                 connection.watches[group] = connection.spawn(watch)
         return request.reply()
 
-    def _consumer(self, item: object) -> tuple:
+    def _consumer(self, item: object) -> ConsumerData:
         if not isinstance(item, dict):
             raise InvalidArgumentError(f"consumerDataSet holds {shown(item)}, not an object")
         group = validate_group(item.get("groupName"))
@@ -118,18 +184,25 @@ class Membership:
                 text = checks.subscription_text(str(sub.get("subString") or "*"), limit)
             kind = str(sub.get("expressionType") or TAG_EXPRESSION).upper()
             if kind == TAG_EXPRESSION:
-                self.other_filters.pop((group, topic), None)
                 text = parse_subscription(text).expression
-            else:
-                self.other_filters[(group, topic)] = kind
-            subscriptions.append((topic, text))
-        return group, subscriptions, model, consume_type, from_where
+            subscriptions.append((topic, text, kind))
+        return ConsumerData(
+            group,
+            subscriptions,
+            cast(MessageModel, model),
+            cast(ConsumeType, consume_type),
+            cast(ConsumeFromWhere, from_where),
+        )
 
-    def _join(self, client_id: str, consumers: list[tuple]) -> None:
+    def _join(self, client_id: str, consumers: list[ConsumerData]) -> None:
         registry = self._broker.consumers
-        for group, subscriptions, model, consume_type, from_where in consumers:
-            registry.heartbeat(client_id, group, subscriptions, model, consume_type, from_where)
-            if model == "CLUSTERING":
+        for c in consumers:
+            subscriptions = [(topic, text) for topic, text, _ in c.subscriptions]
+            registry.heartbeat(
+                client_id, c.group, subscriptions, c.message_model, c.consume_type, c.from_where
+            )
+            group = c.group
+            if c.message_model == "CLUSTERING":
                 # RocketMQ creates the group's retry topic on its first heartbeat; mqadmin's
                 # consumerProgress and consumerConnection start from its route.
                 self._broker.store.topics.ensure_system_topic(
@@ -208,21 +281,20 @@ class Membership:
             return "*"  # every member reads its group's retry topic
         return None
 
-    async def unregister(self, connection: Connection, request: Command) -> Command:
-        client_id = request.ext.get("clientID") or connection.client_id
-        group = request.ext.get("consumerGroup")
-        if group:
-            watch = connection.watches.pop(group, None)
+    async def unregister(
+        self, connection: Connection, request: Command, leave: Unregister
+    ) -> Command:
+        client_id = leave.client_id or connection.client_id
+        if leave.group:
+            watch = connection.watches.pop(leave.group, None)
             if watch is not None:
                 watch.cancel()
-            self._broker.consumers.unregister(client_id, group)
-        producer_group = request.ext.get("producerGroup")
-        if producer_group:
-            connection.producer_groups.discard(producer_group)
+            self._broker.consumers.unregister(client_id, leave.group)
+        if leave.producer_group:
+            connection.producer_groups.discard(leave.producer_group)
         return request.reply()
 
-    async def consumer_list(self, connection: Connection, request: Command) -> Command:
-        group = validate_group(request.ext.get("consumerGroup"))
+    async def consumer_list(self, connection: Connection, request: Command, group: str) -> Command:
         members = self._broker.consumers.members(group)
         if not members:
             raise Refusal(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
@@ -230,22 +302,22 @@ class Membership:
         response.body = bodies.dumps({"consumerIdList": members}).encode()
         return response
 
-    async def lock(self, connection: Connection, request: Command) -> Command:
-        group, client_id, queues = self._lock_body(request)
-        lock = functools.partial(self._broker.locks.lock, group, client_id, queues)
+    async def lock(self, connection: Connection, request: Command, body: LockBody) -> Command:
+        lock = functools.partial(self._broker.locks.lock, body.group, body.client_id, body.queues)
         locked, _ = await self._workers.run(lock)
         response = request.reply()
         response.body = bodies.dumps({"lockOKMQSet": [_mq_json(mq) for mq in locked]}).encode()
         return response
 
-    async def unlock(self, connection: Connection, request: Command) -> Command:
-        group, client_id, queues = self._lock_body(request)
-        unlock = functools.partial(self._broker.locks.unlock, group, client_id, queues)
+    async def unlock(self, connection: Connection, request: Command, body: LockBody) -> Command:
+        unlock = functools.partial(
+            self._broker.locks.unlock, body.group, body.client_id, body.queues
+        )
         await self._workers.run(unlock)
         return request.reply()
 
-    def _lock_body(self, request: Command) -> tuple[str, str, list[MessageQueue]]:
-        data = _json_body(request, "LockBatchRequestBody")
+    def decode_lock(self, request: Command) -> LockBody:
+        data = bodies.json_object(request.body, "LockBatchRequestBody")
         group = validate_group(data.get("consumerGroup"))
         client_id = data.get("clientId")
         if not isinstance(client_id, str) or not client_id:
@@ -259,7 +331,7 @@ class Membership:
                 continue  # another broker's queue: that broker locks it
             topic = validate_topic(item.get("topic"), allow_system=True)
             queues.append(MessageQueue(topic, self._broker.name, item["queueId"]))
-        return group, client_id, queues
+        return LockBody(group, client_id, queues)
 
     def forget(self, connection: Connection) -> None:
         """The connection closed: its watches end with it (and its members leave)."""
@@ -285,14 +357,29 @@ def _list(data: dict, name: str) -> list:
     return value
 
 
-def _json_body(request: Command, what: str) -> dict:
-    try:
-        data = json.loads(bytes(request.body))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InvalidArgumentError(f"the {what} body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidArgumentError(f"the {what} body is not a JSON object")
-    return data
+def _decode_unregister(request: Command) -> Unregister:
+    ext = request.ext
+    return Unregister(
+        ext.get("clientID", ""), ext.get("consumerGroup", ""), ext.get("producerGroup", "")
+    )
+
+
+def _heartbeat_needs(hb: Heartbeat) -> list[Need]:
+    """Sub on each consumer group it joins and on each topic they subscribe to (a retry
+    topic is its group's)."""
+    needs = []
+    for consumer in hb.consumers:
+        needs.extend(group_need(consumer.group))
+        for topic, _, _ in consumer.subscriptions:
+            needs.extend(topic_need(topic, SUB))
+    return needs
+
+
+def _lock_needs(body: LockBody) -> list[Need]:
+    needs = group_need(body.group)
+    for topic in sorted({mq.topic for mq in body.queues}):
+        needs.extend(topic_need(topic, SUB))
+    return needs
 
 
 def _mq_json(mq: MessageQueue) -> dict:

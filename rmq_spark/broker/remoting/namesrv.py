@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import threading
 
+from rmq_spark.auth.permissions import PUB_OR_SUB, Need
+from rmq_spark.auth.remoting_rules import LOGIN, RemotingRule, topic_need
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.remoting.answers import Refusal
+from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.names import validate_topic
 from rmq_spark.remoting import bodies
 from rmq_spark.remoting.codes import PERM_INHERIT, RequestCode, ResponseCode
@@ -40,22 +43,27 @@ class NameServerRole:
         self._kv: dict[str, dict[str, str]] = {}
         self._kv_lock = threading.Lock()
 
-    def handlers(self):
+    def endpoints(self) -> dict[int, Endpoint]:
+        code = RequestCode
         return {
-            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
-            RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster,
-            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
-            RequestCode.GET_TOPICS_BY_CLUSTER: self.topic_list,
-            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.system_topics,
-            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.forget_topic,
-            RequestCode.PUT_KV_CONFIG: self.put_kv,
-            RequestCode.GET_KV_CONFIG: self.get_kv,
-            RequestCode.DELETE_KV_CONFIG: self.delete_kv,
-            RequestCode.GET_KVLIST_BY_NAMESPACE: self.kv_list,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: Endpoint(
+                self.route, RemotingRule(needs=_route_needs), decode=_topic
+            ),
+            RequestCode.GET_BROKER_CLUSTER_INFO: Endpoint(self.cluster, LOGIN),
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Endpoint(self.topic_list, LOGIN),
+            RequestCode.GET_TOPICS_BY_CLUSTER: Endpoint(self.topic_list, LOGIN),
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: Endpoint(self.system_topics, LOGIN),
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: Endpoint(
+                self.forget_topic,
+                decode=lambda r: validate_topic(required(r, "topic"), allow_system=True),
+            ),
+            code.PUT_KV_CONFIG: Endpoint(self.put_kv, decode=_kv("namespace", "key", "value")),
+            code.GET_KV_CONFIG: Endpoint(self.get_kv, decode=_kv("namespace", "key")),
+            code.DELETE_KV_CONFIG: Endpoint(self.delete_kv, decode=_kv("namespace", "key")),
+            code.GET_KVLIST_BY_NAMESPACE: Endpoint(self.kv_list, decode=_kv("namespace")),
         }
 
-    async def route(self, connection, request: Command) -> Command:
-        topic = required(request, "topic")
+    async def route(self, connection, request: Command, topic: str) -> Command:
         row = self.queue_data(topic)
         if row is None:
             raise Refusal(
@@ -81,38 +89,36 @@ class NameServerRole:
             return broker.name, queues, queues, broker.config.broker_perm | PERM_INHERIT
         return None
 
-    async def cluster(self, connection, request: Command) -> Command:
+    async def cluster(self, connection, request: Command, _: None) -> Command:
         response = request.reply()
         info = bodies.cluster_info(self._broker.name, self._address, CLUSTER)
         response.body = info.encode()
         return response
 
-    async def topic_list(self, connection, request: Command) -> Command:
+    async def topic_list(self, connection, request: Command, _: None) -> Command:
         topics = sorted(config.name for config in self._broker.store.topics.list())
         response = request.reply()
         response.body = bodies.dumps({"topicList": topics}).encode()
         return response
 
-    async def system_topics(self, connection, request: Command) -> Command:
+    async def system_topics(self, connection, request: Command, _: None) -> Command:
         response = request.reply()
         response.body = bodies.dumps({"topicList": [CLUSTER, self._broker.name]}).encode()
         return response
 
-    async def forget_topic(self, connection, request: Command) -> Command:
+    async def forget_topic(self, connection, request: Command, topic: str) -> Command:
         # The broker role deleted the topic already (DELETE_TOPIC_IN_BROKER comes first);
         # routes are read from the topic table, so there is nothing more to forget.
-        validate_topic(required(request, "topic"), allow_system=True)
         return request.reply()
 
-    async def put_kv(self, connection, request: Command) -> Command:
-        namespace, key = required(request, "namespace"), required(request, "key")
-        value = required(request, "value")
+    async def put_kv(self, connection, request: Command, kv: tuple[str, ...]) -> Command:
+        namespace, key, value = kv
         with self._kv_lock:
             self._kv.setdefault(namespace, {})[key] = value
         return request.reply()
 
-    async def get_kv(self, connection, request: Command) -> Command:
-        namespace, key = required(request, "namespace"), required(request, "key")
+    async def get_kv(self, connection, request: Command, kv: tuple[str, ...]) -> Command:
+        namespace, key = kv
         with self._kv_lock:
             value = self._kv.get(namespace, {}).get(key)
         if value is None:
@@ -121,14 +127,14 @@ class NameServerRole:
             )
         return request.reply(value=value)
 
-    async def delete_kv(self, connection, request: Command) -> Command:
-        namespace, key = required(request, "namespace"), required(request, "key")
+    async def delete_kv(self, connection, request: Command, kv: tuple[str, ...]) -> Command:
+        namespace, key = kv
         with self._kv_lock:
             self._kv.get(namespace, {}).pop(key, None)
         return request.reply()
 
-    async def kv_list(self, connection, request: Command) -> Command:
-        namespace = required(request, "namespace")
+    async def kv_list(self, connection, request: Command, kv: tuple[str, ...]) -> Command:
+        (namespace,) = kv
         with self._kv_lock:
             table = dict(self._kv.get(namespace, {}))
         if not table:
@@ -136,3 +142,18 @@ class NameServerRole:
         response = request.reply()
         response.body = bodies.dumps({"table": table}).encode()
         return response
+
+
+def _topic(request: Command) -> str:
+    return required(request, "topic")
+
+
+def _route_needs(topic: str) -> list[Need]:
+    """A right on the topic; the auto-creation topic's route (a producer's fallback for a
+    topic not made yet) only needs a login."""
+    return [] if topic == AUTO_CREATE_TOPIC else topic_need(topic, PUB_OR_SUB)
+
+
+def _kv(*names: str):
+    """Decodes the KV fields ``names``, each required."""
+    return lambda request: tuple(required(request, name) for name in names)

@@ -1,6 +1,11 @@
 """Writes over remoting: SEND_MESSAGE (10, the Go client's), SEND_MESSAGE_V2 (310, Java's),
 SEND_BATCH_MESSAGE (320), END_TRANSACTION (37) and CONSUMER_SEND_MSG_BACK (36).
 
+Each request is decoded once (:meth:`Producing.decode_send`, :func:`decode_end`,
+:func:`decode_send_back`) and its rule reads that value: the topic checked is the topic
+written; a transaction end is checked against the half message it ends (its real topic,
+producer group and positions); a send-back against the topic of the record it copies.
+
 A message is stored as the producer sent it: its properties text, flag, born time and the
 compression bits of its sysFlag (a compressed body stays compressed; consumers inflate it).
 The broker adds a UNIQ_KEY when the producer sent none. ``DELAY`` goes through the delay
@@ -10,15 +15,20 @@ levels, ``TRAN_MSG`` makes a half message, and everything else through
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
+from rmq_spark.auth.permissions import PUB, SUB, Need
+from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
 from rmq_spark.broker import retry
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.group_commit import GroupCommit
 from rmq_spark.broker.remoting.answers import Refusal, failure_reply
+from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.send import RoundRobin, UniqueIdGenerator
 from rmq_spark.broker.status import Workers
+from rmq_spark.broker.transaction_state import HalfState, check_end
 from rmq_spark.codec import properties as props
 from rmq_spark.codec.record import (
     decode_record,
@@ -26,8 +36,8 @@ from rmq_spark.codec.record import (
     offset_msg_id_prefix,
     offset_msg_ids,
 )
-from rmq_spark.errors import InvalidArgumentError, NotFoundError
-from rmq_spark.names import RETRY_PREFIX, SCHEDULE_TOPIC, validate_group, validate_topic
+from rmq_spark.errors import InvalidArgumentError, NotFoundError, shown
+from rmq_spark.names import RETRY_PREFIX, check_sendable, validate_group, validate_topic
 from rmq_spark.remoting import headers
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
@@ -46,6 +56,7 @@ REGION = "DefaultRegion"
 
 @dataclass(frozen=True)
 class SendPlan:
+    header: headers.SendHeader
     topic: str
     bodies: list[bytes]
     properties: list[bytes]
@@ -56,6 +67,45 @@ class SendPlan:
     delay_level: int
 
 
+@dataclass(frozen=True)
+class EndRequest:
+    """An END_TRANSACTION, decoded; ``half`` is the half message it ends, once resolved."""
+
+    transaction_id: str
+    #: True to commit, False to roll back, None for "unknown" (the broker asks again later)
+    commit: bool | None
+    producer_group: str | None
+    commit_log_offset: int | None
+    half_queue_offset: int | None
+    topic: str | None
+    half: HalfState | None = None
+
+
+@dataclass(frozen=True)
+class SendBackRequest:
+    group: str
+    physical_offset: int
+    delay_level: int
+    max_reconsume_times: int
+    origin_topic: str
+
+
+def _send_needs(plan: SendPlan) -> list[Need]:
+    return topic_need(plan.topic, PUB)
+
+
+def _end_needs(end: EndRequest) -> list[Need]:
+    """Pub on the topic the half message will be written to: its own, whatever the request
+    says (a topic given that is not the half message's is then refused by the handler)."""
+    return topic_need(end.half.real_topic if end.half is not None else end.topic or "", PUB)
+
+
+def _send_back_needs(back: SendBackRequest) -> list[Need]:
+    """Sub on the group, and on the topic the copied record must belong to (the handler
+    refuses a record of any other topic than that one or the group's retry topic)."""
+    return [*group_need(back.group), *topic_need(back.origin_topic, SUB)]
+
+
 class Producing:
     def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
@@ -64,38 +114,51 @@ class Producing:
         self._round_robin = RoundRobin()
         self._unique_ids = UniqueIdGenerator(broker.store_host)
 
-    def handlers(self):
+    def endpoints(self) -> dict[int, Endpoint]:
+        send = RemotingRule(needs=_send_needs)
         return {
-            RequestCode.END_TRANSACTION: self.end_transaction,
-            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+            RequestCode.SEND_MESSAGE: Endpoint(
+                rule=send,
+                decode=functools.partial(self.decode_send, short_names=False),
+                fast=self.send,
+            ),
+            RequestCode.SEND_MESSAGE_V2: Endpoint(
+                rule=send, decode=self.decode_send, fast=self.send
+            ),
+            RequestCode.SEND_BATCH_MESSAGE: Endpoint(
+                rule=send, decode=self.decode_send, fast=self.send
+            ),
+            RequestCode.END_TRANSACTION: Endpoint(
+                self.end_transaction,
+                RemotingRule(needs=_end_needs),
+                decode=decode_end,
+                resolve=self.find_half,
+            ),
+            RequestCode.CONSUMER_SEND_MSG_BACK: Endpoint(
+                self.send_back, RemotingRule(needs=_send_back_needs), decode=decode_send_back
+            ),
         }
 
-    def fast_handlers(self):
-        return {
-            RequestCode.SEND_MESSAGE: functools.partial(self.send, short_names=False),
-            RequestCode.SEND_MESSAGE_V2: self.send,
-            RequestCode.SEND_BATCH_MESSAGE: self.send,
-        }
-
-    def send(self, connection, request: Command, short_names: bool = True) -> bool:
-        """Serve a send, parsed once here on the event loop. The common one (a topic that
-        exists, no delay, no transaction) goes straight into group commit and is answered
-        when its group is stored, with no task or coroutine of its own; the others get a
-        task (:meth:`_send_later`) for the work that waits on a worker."""
+    def decode_send(self, request: Command, short_names: bool = True) -> SendPlan:
+        """What to store for a send, read once from its header and body. Refusal
+        MESSAGE_ILLEGAL names what is wrong; NO_PERMISSION for a topic of the broker's."""
         try:
             header = headers.send_header(request.ext, short_names=short_names)
             batch = header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE
-            plan = self._plan(request, header, batch)
-        except InvalidArgumentError as exc:
-            self._answer(connection, request, Refusal(ResponseCode.MESSAGE_ILLEGAL, str(exc)))
-            return True
-        except Exception as exc:  # answered here: nothing may escape into the transport
-            self._answer(connection, request, exc)
-            return True
+            return self._plan(request, header, batch)
+        except (InvalidArgumentError, UnicodeError) as exc:
+            raise Refusal(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+
+    def send(self, connection, request: Command, plan: SendPlan) -> None:
+        """Serve a decoded and authorized send on the event loop. The common one (a topic
+        that exists, no delay, no transaction) goes straight into group commit and is
+        answered when its group is stored, with no task or coroutine of its own; the others
+        get a task (:meth:`_send_later`) for the work that waits on a worker."""
+        header = plan.header
         config = self._broker.store.topics.find(plan.topic)
         if config is None or plan.transaction or plan.delay_level or plan.topic[0] == "%":
             connection.spawn(self._send_later(connection, request, header, plan, config))
-            return True
+            return
         queue_id = self._queue_id(header, plan.topic, config)
         self._groups.submit(
             plan.topic,
@@ -106,7 +169,6 @@ class Producing:
             functools.partial(self._stored, connection, request, plan, queue_id),
             **self._fields(connection, header, plan),
         )
-        return True
 
     async def _send_later(
         self,
@@ -216,11 +278,20 @@ class Producing:
     def _plan(self, request: Command, header: headers.SendHeader, batch: bool) -> SendPlan:
         """What to store for a send, checked (InvalidArgumentError names what is wrong)."""
         topic = self._topic(header.topic)
+        config = self._broker.config
         if batch:
-            flags, bodies, blobs = headers.decode_batch(bytes(request.body))
+            flags, bodies, blobs = headers.decode_batch(
+                bytes(request.body), max_count=config.max_batch_messages
+            )
         else:
             flags, bodies = [header.flag], [bytes(request.body)]
             blobs = [header.properties.encode()]
+        for i, body in enumerate(bodies):
+            if len(body) > config.max_message_bytes:
+                raise InvalidArgumentError(
+                    f"message {i} has a body of {len(body):,} bytes; this broker takes at most "
+                    f"{config.max_message_bytes:,} (--max-message-bytes)"
+                )
         parsed = [props.decode_properties(blob) for blob in blobs]
         unique = self._unique_keys(parsed)
         blobs = [
@@ -230,6 +301,7 @@ class Producing:
         first = parsed[0]
         delay = headers.whole(first, props.DELAY, 0) if not batch else 0
         return SendPlan(
+            header=header,
             topic=topic,
             bodies=bodies,
             properties=blobs,
@@ -247,16 +319,14 @@ class Producing:
         return self._broker.topic_for_write(topic)
 
     def _topic(self, name: str) -> str:
-        topic = validate_topic(name, allow_system=True)
-        if topic == SCHEDULE_TOPIC or (
-            topic.startswith("%") and not topic.startswith(RETRY_PREFIX)
-        ):
+        topic = check_sendable(validate_topic(name, allow_system=True))
+        if topic.startswith(RETRY_PREFIX):
+            validate_group(topic[len(RETRY_PREFIX) :])
+        elif topic.startswith("%"):
             raise Refusal(
                 ResponseCode.NO_PERMISSION,
                 f"topic {topic!r} is the broker's own; send to a topic of yours",
             )
-        if topic.startswith(RETRY_PREFIX):
-            validate_group(topic[len(RETRY_PREFIX) :])
         return topic
 
     def _unique_keys(self, parsed: list[dict[str, str]]) -> list[str]:
@@ -264,56 +334,115 @@ class Producing:
         made = iter(self._unique_ids.next_ids(missing) if missing else ())
         return [fields.get(props.UNIQ_KEY) or next(made) for fields in parsed]
 
-    async def end_transaction(self, connection, request: Command) -> Command:
-        ext = request.ext
-        resolution = headers.whole(ext, "commitOrRollback", bounds=headers.INT32)
-        transaction_id = ext.get("msgId") or ext.get("transactionId")
-        if not transaction_id:
-            raise InvalidArgumentError("END_TRANSACTION names no msgId or transactionId")
-        if resolution not in (TRANSACTION_COMMIT, TRANSACTION_ROLLBACK):
-            return request.reply()  # unknown: the broker's check asks again later
-        end = functools.partial(
-            self._broker.transactions.end,
-            transaction_id,
-            resolution == TRANSACTION_COMMIT,
-            topic=ext.get("topic") or None,
+    def find_half(self, end: EndRequest) -> EndRequest:
+        """The request with the half message it would end (on a worker): who may end it is
+        decided on that half message, not on what the request says of it."""
+        return dataclasses.replace(end, half=self._broker.transactions.half(end.transaction_id))
+
+    async def end_transaction(self, connection, request: Command, end: EndRequest) -> Command:
+        half = end.half
+        if half is None:
+            # not pending: ended already (answered as such) or never prepared here
+            outcome = self._broker.transactions.status(end.transaction_id)
+            if outcome is None:
+                raise NotFoundError(
+                    f"no pending transaction {end.transaction_id!r} on broker "
+                    f"{self._broker.name}: it was never prepared here, or resolved long ago"
+                )
+            return request.reply(
+                ResponseCode.SYSTEM_ERROR,
+                f"transaction {end.transaction_id!r} is already resolved ({outcome}); "
+                "nothing was written",
+            )
+        # RocketMQ's rule: the request names the half message by its producer group and
+        # positions, each as stored
+        check_end(
+            half,
+            producer_group=end.producer_group,
+            commit_log_offset=end.commit_log_offset,
+            half_queue_offset=end.half_queue_offset,
+            topic=end.topic,
         )
-        await self._workers.run(end)
+        if end.commit is None:
+            return request.reply()  # unknown: the broker's check asks again later
+        finish = functools.partial(
+            self._broker.transactions.end, end.transaction_id, end.commit, expect=half
+        )
+        await self._workers.run(finish)
         return request.reply()
 
-    async def send_back(self, connection, request: Command) -> Command:
-        ext = request.ext
-        group = validate_group(headers.text(ext, "group"))
-        physical = headers.whole(ext, "offset")
-        delay_level = headers.whole(ext, "delayLevel", 0, headers.INT32)
-        max_times = headers.whole(ext, "maxReconsumeTimes", 0, headers.INT32)
-        origin_topic = ext.get("originTopic", "")
-
-        send_back = functools.partial(
-            _send_back, self._broker, physical, group, origin_topic, delay_level, max_times
-        )
+    async def send_back(self, connection, request: Command, back: SendBackRequest) -> Command:
+        send_back = functools.partial(_send_back, self._broker, back)
         await self._workers.run(send_back)
         return request.reply()
 
 
-def _send_back(
-    broker: Broker, physical: int, group: str, origin_topic: str, level: int, max_times: int
-) -> None:
-    """RocketMQ's send-back rule (:func:`retry.plan_send_back`): delay level 0 lets the
-    broker pick, a negative level dead-letters now."""
+def decode_end(request: Command) -> EndRequest:
+    """END_TRANSACTION's header. The transaction is named by ``msgId`` (its UNIQ_KEY) or
+    ``transactionId``; two that differ are refused, as is any field that is not a number
+    where one is due."""
+    ext = request.ext
+    resolution = headers.whole(ext, "commitOrRollback", bounds=headers.INT32)
+    named = {v for v in (ext.get("msgId"), ext.get("transactionId")) if v}
+    if not named:
+        raise InvalidArgumentError("END_TRANSACTION names no msgId or transactionId")
+    if len(named) > 1:
+        raise InvalidArgumentError(
+            f"END_TRANSACTION names two transactions: msgId {shown(ext['msgId'])} and "
+            f"transactionId {shown(ext['transactionId'])}"
+        )
+    topic = ext.get("topic") or None
+    if topic is not None:
+        validate_topic(topic, allow_system=True)
+
+    def position(name: str) -> int | None:
+        return headers.whole(ext, name) if ext.get(name) else None
+
+    return EndRequest(
+        transaction_id=named.pop(),
+        commit={TRANSACTION_COMMIT: True, TRANSACTION_ROLLBACK: False}.get(resolution),
+        producer_group=ext.get("producerGroup") or None,
+        commit_log_offset=position("commitLogOffset"),
+        half_queue_offset=position("tranStateTableOffset"),
+        topic=topic,
+    )
+
+
+def decode_send_back(request: Command) -> SendBackRequest:
+    ext = request.ext
+    origin = ext.get("originTopic", "")
+    if origin:
+        validate_topic(origin, allow_system=True)
+    physical = headers.whole(ext, "offset")
     if physical < 0:
         raise InvalidArgumentError(f"offset {physical} must be >= 0")
+    return SendBackRequest(
+        group=validate_group(headers.text(ext, "group")),
+        physical_offset=physical,
+        delay_level=headers.whole(ext, "delayLevel", 0, headers.INT32),
+        max_reconsume_times=headers.whole(ext, "maxReconsumeTimes", 0, headers.INT32),
+        origin_topic=origin,
+    )
+
+
+def _send_back(broker: Broker, back: SendBackRequest) -> None:
+    """RocketMQ's send-back rule (:func:`retry.plan_send_back`): delay level 0 lets the
+    broker pick, a negative level dead-letters now. The record copied must be one the group
+    could have consumed: of the topic its rule authorized, or of the group's retry topic."""
+    physical = back.physical_offset
     record = decode_record(broker.store.read_record(physical))
     if record.physical_offset != physical:
         raise NotFoundError(f"no message starts at commit-log offset {physical}")
+    retry.check_send_back_source(record.topic, back.group, back.origin_topic)
     plan = retry.plan_send_back(
         record,
-        group=group,
+        group=back.group,
         record_msg_id=offset_msg_id(record.store_host, physical),
-        original_topic=origin_topic,
-        delay_level=max(level, 0),
-        max_reconsume_times=max_times or broker.subscription_groups.retry_max_times(group),
-        dead_letter_now=level < 0,
+        original_topic=back.origin_topic,
+        delay_level=max(back.delay_level, 0),
+        max_reconsume_times=back.max_reconsume_times
+        or broker.subscription_groups.retry_max_times(back.group),
+        dead_letter_now=back.delay_level < 0,
         consumer_reconsume_times=record.reconsume_times,
     )
     retry.write_send_back(broker, record, plan)

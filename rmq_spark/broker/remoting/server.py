@@ -33,6 +33,7 @@ from rmq_spark.remoting.frame import (
 )
 
 if TYPE_CHECKING:
+    from rmq_spark.broker.remoting.answers import LogLimiter
     from rmq_spark.broker.remoting.service import RemotingService
 
 log = logging.getLogger("rmq_spark.broker.remoting")
@@ -47,8 +48,11 @@ WRITE_HIGH_WATER = 8 << 20
 class Connection(asyncio.Protocol):
     """One client connection (a RocketMQ "channel")."""
 
-    def __init__(self, service: RemotingService, max_frame_bytes: int) -> None:
+    def __init__(
+        self, service: RemotingService, max_frame_bytes: int, log_limit: LogLimiter
+    ) -> None:
         self.service = service
+        self._log_limit = log_limit
         self.max_frame_bytes = max_frame_bytes
         self.peer = "127.0.0.1:0"
         self.transport: asyncio.Transport | None = None
@@ -90,7 +94,19 @@ class Connection(asyncio.Protocol):
             for frame in frames:
                 self._received(decode(frame))
         except FrameError as exc:
-            log.warning("closing remoting connection from %s: %s", self.peer, exc)
+            self._log_limit.warning(
+                ("frame", str(exc)), "closing remoting connection from %s: %s", self.peer, exc
+            )
+            self.close()
+        except Exception as exc:  # a bug: one line, and only this connection ends
+            self._log_limit.error(
+                ("frame", type(exc).__name__),
+                "closing remoting connection from %s: internal error %s: %s",
+                self.peer,
+                type(exc).__name__,
+                exc,
+            )
+            log.debug("the internal error's traceback", exc_info=exc)
             self.close()
 
     def _received(self, command: Command) -> None:

@@ -2,11 +2,16 @@
 this port plays (name server and broker), and the boundary where errors become response
 codes.
 
-Handlers are coroutines on the broker's event loop, ``handler(connection, request) ->
-response``; store work goes to the broker's workers. They live by job: the name-server role
-in :mod:`.namesrv`, sends in :mod:`.produce`, pulls and offsets in :mod:`.consume`, group
-membership and queue locks in :mod:`.membership`, ``mqadmin``'s calls in :mod:`.admin`.
-A request the table does not know gets REQUEST_CODE_NOT_SUPPORTED, as RocketMQ answers it.
+Each request code has an :class:`~.endpoint.Endpoint`: the request is authenticated,
+decoded once into the values the broker acts on, authorized over those values, then
+served by a coroutine on the broker's event loop (store work goes to the broker's workers).
+Endpoints live by job: the name-server role in :mod:`.namesrv`, sends in :mod:`.produce`,
+pulls and offsets in :mod:`.consume`, group membership and queue locks in
+:mod:`.membership`, ``mqadmin``'s calls in :mod:`.admin`. A request the table does not know
+gets REQUEST_CODE_NOT_SUPPORTED, as RocketMQ answers it.
+
+Client input never puts a traceback in the log: a refused or malformed request is logged
+as one line, at most once a minute for each kind.
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from typing import Any
 
+from rmq_spark.auth.acl import User
 from rmq_spark.auth.interceptor import Refused
-from rmq_spark.auth.remoting_check import check_request
+from rmq_spark.auth.remoting_check import authenticate, authorize
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.remoting.admin import Administration
-from rmq_spark.broker.remoting.answers import failure_reply
+from rmq_spark.broker.remoting.answers import LogLimiter, failure_reply
 from rmq_spark.broker.remoting.consume import Consuming
+from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import NameServerRole
 from rmq_spark.broker.remoting.produce import Producing
@@ -32,7 +39,6 @@ from rmq_spark.remoting.frame import DEFAULT_MAX_FRAME_BYTES, Command
 
 log = logging.getLogger("rmq_spark.broker.remoting")
 
-Handler = Callable[[Connection, Command], Awaitable[Command | None]]
 #: RocketMQ's serverChannelMaxIdleTimeSeconds, and how often it is looked at
 IDLE_S = 120
 IDLE_CHECK_S = 10
@@ -41,29 +47,27 @@ IDLE_CHECK_S = 10
 class RemotingService:
     def __init__(self, broker: Broker, workers: Workers, address: str, authorizer=None) -> None:
         self.broker = broker
+        self._workers = workers
         #: checks each request's signature and rights when the broker has an ACL
         self._authorizer = authorizer
         #: the ip:port clients are told to dial for this broker (routes, message ids)
         self.address = address
         self.connections: set[Connection] = set()
         self.membership = Membership(broker, workers)
-        producing = Producing(broker, workers)
         parts = (
             NameServerRole(broker, address),
-            producing,
+            Producing(broker, workers),
             Consuming(broker, workers, self.membership),
             self.membership,
             Administration(broker, workers, address, self.membership),
         )
-        self._handlers: dict[int, Handler] = {}
-        #: requests served without a task when they can be (sends): True when taken
-        self._fast: dict[int, Callable[[Connection, Command], bool]] = producing.fast_handlers()
-        self._refusals_logged: dict[tuple[int, str], float] = {}
+        self._endpoints: dict[int, Endpoint] = {}
+        self._log_limit = LogLimiter(log)
         self._reaper: asyncio.Task | None = None
         for part in parts:
-            for code, handler in part.handlers().items():
-                assert code not in self._handlers, f"two handlers for {RequestCode(code).name}"
-                self._handlers[code] = handler
+            for code, endpoint in part.endpoints().items():
+                assert code not in self._endpoints, f"two endpoints for {RequestCode(code).name}"
+                self._endpoints[code] = endpoint
 
     def start(self) -> None:
         """Start closing idle connections (on the event loop)."""
@@ -82,7 +86,7 @@ class RemotingService:
 
     def make_connection(self) -> Connection:
         # RocketMQ's frame limit, which its clients apply to answers too
-        return Connection(self, DEFAULT_MAX_FRAME_BYTES)
+        return Connection(self, DEFAULT_MAX_FRAME_BYTES, self._log_limit)
 
     def connection_opened(self, connection: Connection) -> None:
         self.connections.add(connection)
@@ -92,13 +96,28 @@ class RemotingService:
         self.membership.forget(connection)
 
     def dispatch(self, connection: Connection, request: Command) -> None:
-        if self._authorizer is not None and not self._allowed(connection, request):
+        """Serve one request: authenticate, decode once, authorize the decoded value, then
+        serve it (see :mod:`.endpoint`). Nothing a client sends escapes as an exception."""
+        if request.bad_text is not None:
+            self._refuse(
+                connection,
+                request,
+                ResponseCode.INVALID_PARAMETER,
+                f"the header field {request.bad_text} is not valid Unicode text (invalid "
+                "UTF-8 or a lone surrogate); send it as UTF-8 text",
+            )
             return
-        fast = self._fast.get(request.code)
-        if fast is not None and fast(connection, request):
-            return  # taken without a task of its own; it answers when done
-        handler = self._handlers.get(request.code)
-        if handler is None:
+        user = None
+        if self._authorizer is not None:
+            try:
+                user = authenticate(
+                    self._authorizer, request.ext, request.body, version=request.version
+                )
+            except Refused as exc:
+                self._refuse(connection, request, ResponseCode.NO_PERMISSION, str(exc))
+                return
+        endpoint = self._endpoints.get(request.code)
+        if endpoint is None:
             if not request.is_oneway:
                 connection.send(
                     request.reply(
@@ -107,42 +126,63 @@ class RemotingService:
                     )
                 )
             return
-        connection.spawn(self._serve(connection, request, handler))
-
-    def _allowed(self, connection: Connection, request: Command) -> bool:
         try:
-            check_request(
-                self._authorizer,
-                request.code,
-                request.ext,
-                request.body,
-                version=request.version,
-                peer=connection.peer,
-            )
-        except Refused as exc:
-            self._note_refusal(request.code, str(exc))
-            if not request.is_oneway:
-                connection.send(request.reply(ResponseCode.NO_PERMISSION, str(exc)))
-            return False
-        return True
+            value = endpoint.decode(request)
+            if endpoint.resolve is None:
+                self._authorize(connection, user, endpoint, value)
+        except Exception as exc:  # answered here: nothing may escape into the transport
+            self._failed(connection, request, exc)
+            return
+        if endpoint.fast is not None:
+            try:
+                endpoint.fast(connection, request, value)
+            except Exception as exc:
+                self._failed(connection, request, exc)
+            return
+        connection.spawn(self._serve(connection, request, endpoint, value, user))
 
-    def _note_refusal(self, code: int, reason: str) -> None:
-        """Log refusals, each (request code, reason) at most once a minute."""
-        now = time.monotonic()
-        key = (code, reason)
-        if now - self._refusals_logged.get(key, -1e9) >= 60:
-            if len(self._refusals_logged) > 10_000:
-                self._refusals_logged.clear()
-            self._refusals_logged[key] = now
-            log.warning("refused remoting request %d: %s", code, reason)
+    def _authorize(
+        self, connection: Connection, user: User | None, endpoint: Endpoint, value: Any
+    ) -> None:
+        if user is not None:
+            authorize(self._authorizer, user, endpoint.rule, value, peer=connection.peer)
 
-    async def _serve(self, connection: Connection, request: Command, handler: Handler) -> None:
+    async def _serve(
+        self,
+        connection: Connection,
+        request: Command,
+        endpoint: Endpoint,
+        value: Any,
+        user: User | None,
+    ) -> None:
         try:
-            response = await handler(connection, request)
+            if endpoint.resolve is not None:
+                value = await self._workers.run(endpoint.resolve, value)
+                self._authorize(connection, user, endpoint, value)
+            assert endpoint.serve is not None
+            response = await endpoint.serve(connection, request, value)
         except Exception as exc:
-            response = failure_reply(request, exc)
+            self._failed(connection, request, exc)
+            return
         if response is not None and not request.is_oneway:
             connection.send(response)
+
+    def _failed(self, connection: Connection, request: Command, error: BaseException) -> None:
+        if isinstance(error, Refused):
+            self._refuse(connection, request, ResponseCode.NO_PERMISSION, str(error))
+            return
+        response = failure_reply(request, error, self._log_limit)
+        if not request.is_oneway:
+            connection.send(response)
+
+    def _refuse(self, connection: Connection, request: Command, code: int, reason: str) -> None:
+        """Answer a refusal, and log it as one line at most once a minute per (request
+        code, reason)."""
+        self._log_limit.warning(
+            (request.code, reason), "refused remoting request %d: %s", request.code, reason
+        )
+        if not request.is_oneway:
+            connection.send(request.reply(code, reason))
 
     def close(self) -> None:
         """Close every connection (on the event loop)."""
