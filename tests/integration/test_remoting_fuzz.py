@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
-import socket
 import struct
 import time
 from collections import Counter
@@ -29,6 +27,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from remoting_wire import MIB, Closed, Remoting, Wire
 
 from rmq_spark.client import Admin
 from rmq_spark.codec.properties import decode_properties
@@ -56,8 +55,6 @@ PRODUCER_GROUP = "RfProducers"
 CONSUMER_GROUP = "RfConsumers"
 AUDIT_GROUP = "RfAudit"  # reads without committing
 
-WAIT_S = 5.0  # for an answer, or for the broker to hang up
-MIB = 1 << 20
 INTERNAL = "internal broker error"
 #: every code this broker answers with on purpose (ResponseCode lists RocketMQ's)
 ANSWER_CODES = frozenset(int(code) for code in ResponseCode)
@@ -71,100 +68,6 @@ SEND_CODES = frozenset({10, 310, 320})
 
 
 # -- the wire ---------------------------------------------------------------------------------
-
-
-class Closed(Exception):
-    """The broker closed the connection."""
-
-
-class Wire:
-    """One raw TCP connection to the remoting port."""
-
-    def __init__(self, address: str) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
-        self.buffer = bytearray()
-        #: opaques of calls: far above the fuzz loop's, so an answer to one of those
-        #: cannot pass for an answer to a call
-        self.next_opaque = 1_000_000
-
-    def __enter__(self) -> Wire:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send_bytes(self, data: bytes) -> None:
-        try:
-            self.sock.sendall(data)
-        except OSError as exc:  # reset or broken pipe: the broker hung up already
-            raise Closed(str(exc)) from None
-
-    def read_frame(self, deadline: float) -> Command:
-        """The next frame from the broker; Closed at its end, TimeoutError at ``deadline``."""
-        while True:
-            if len(self.buffer) >= 4:
-                (length,) = struct.unpack_from(">i", self.buffer)
-                assert 4 <= length < 64 * MIB, f"the broker sent a frame length of {length}"
-                if len(self.buffer) >= 4 + length:
-                    frame = bytes(self.buffer[4 : 4 + length])
-                    del self.buffer[: 4 + length]
-                    return decode(frame)  # the broker wrote a frame it cannot read: a bug
-            self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
-            try:
-                data = self.sock.recv(1 << 16)
-            except TimeoutError:
-                raise TimeoutError("no frame from the broker in time") from None
-            except ConnectionResetError:
-                data = b""
-            if not data:
-                raise Closed("the broker closed the connection")
-            self.buffer += data
-
-    def response(self, opaque: int, timeout_s: float = WAIT_S) -> Command:
-        """The response with ``opaque``; fails on a response to anything else. Requests the
-        broker sends (NOTIFY_CONSUMER_IDS_CHANGED) are skipped."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            command = self.read_frame(deadline)
-            if not command.is_response:
-                continue
-            assert command.opaque == opaque, (
-                f"a response to opaque {command.opaque} (code {command.code}, remark "
-                f"{command.remark!r}) came while waiting for opaque {opaque}"
-            )
-            return command
-
-    def call(self, code: int, ext: dict | None = None, body: bytes = b"", **fields) -> Command:
-        opaque = self.next_opaque
-        self.next_opaque += 1
-        self.send_bytes(
-            encode(Command(code=code, ext=ext or {}, body=body, opaque=opaque, **fields))
-        )
-        response = self.response(opaque)
-        assert response.is_response and response.opaque == opaque
-        return response
-
-    def hang_up_seen(self, timeout_s: float = WAIT_S) -> list[Command]:
-        """Wait for the broker to close the connection; the frames it sent before. Fails
-        if it is still open after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        got = []
-        while True:
-            try:
-                got.append(self.read_frame(deadline))
-            except Closed:
-                return got
-            except TimeoutError:
-                raise AssertionError(
-                    f"the broker kept the connection open for {timeout_s} s"
-                ) from None
-
-
-# -- requests ---------------------------------------------------------------------------------
 
 
 def send_ext(topic: str, queue_id: int | str, properties: str = "", **changes) -> dict:
@@ -257,37 +160,6 @@ def binary_ext(pairs: dict[str, str]) -> bytes:
 
 
 # -- the broker and what it holds -------------------------------------------------------------
-
-
-@dataclass
-class Remoting:
-    process: BrokerProcess
-    address: str
-
-    def wire(self) -> Wire:
-        return Wire(self.address)
-
-    def log_mark(self) -> int:
-        return self.process.log_path.stat().st_size
-
-    def log_since(self, mark: int) -> str:
-        with open(self.process.log_path, "rb") as log:
-            log.seek(mark)
-            return log.read().decode(errors="replace")
-
-    def assert_no_traceback_since(self, mark: int) -> None:
-        text = self.log_since(mark)
-        if "Traceback" in text:
-            # the log records that tell what failed: ERROR lines and exception lines
-            shown = [
-                line
-                for line in text.splitlines()
-                if " ERROR " in line or re.match(r"[\w.]+(Error|Exception)\b", line)
-            ]
-            pytest.fail(
-                "the broker logged a Python traceback (an error that should have been a "
-                "deliberate answer or a closed connection):\n" + "\n".join(shown[-20:])
-            )
 
 
 @pytest.fixture(scope="module")
