@@ -154,7 +154,7 @@ def binary_header(code=105, language=0, version=0, opaque=1, flag=0, remark=b"",
 def binary_ext(pairs: dict[str, str]) -> bytes:
     parts = []
     for key, value in pairs.items():
-        k, v = key.encode(), value.encode()
+        k, v = key.encode("utf-8", "surrogatepass"), value.encode("utf-8", "surrogatepass")
         parts.append(struct.pack(">h", len(k)) + k + struct.pack(">i", len(v)) + v)
     return b"".join(parts)
 
@@ -665,9 +665,13 @@ TEXT_GARBAGE = (
     "", " ", "abc", "-1", "0", "3", "-2147483649", "2147483648", str(2**63), str(2**70),
     "1e3", "1.5", " 7", "0x10", "\u0663", "null", "true", "\x00", "\u00fc" * 3, "x" * 300,
     "%RETRY%" + CONSUMER_GROUP, "%DLQ%x", "a b", "TBW102", "RfFuzz2", "*", "a||",
+    "\ud800", "Rf\udfff", "RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_wheel_timer",
 )  # fmt: skip
 JSON_GARBAGE = (7, -1, 2**70, 1.5, True, None, [], [1], {}, {"a": 1}, "x", "")
-PROPERTY_PIECES = ("KEYS", "TAGS", "UNIQ_KEY", "k", "\x01", "\x02", "\x01\x02", "\u00e9", " ")
+PROPERTY_PIECES = (
+    "KEYS", "TAGS", "UNIQ_KEY", "k", "\x01", "\x02", "\x01\x02", "\u00e9", " ", "\ud800",
+    "REAL_TOPIC",
+)  # fmt: skip
 
 
 @dataclass
@@ -858,7 +862,9 @@ class Fuzzer:
             except (struct.error, AttributeError, TypeError):
                 pass  # a field that does not fit the binary layout: JSON it is
         text = json.dumps(header, separators=(",", ":"), ensure_ascii=self.rng.random() < 0.5)
-        data = text.encode()
+        # a lone surrogate goes out as a JSON escape (ensure_ascii) or as the three bytes
+        # UTF-8 forbids for it: both are text the broker must refuse by name
+        data = text.encode("utf-8", "surrogatepass")
         return struct.pack(">i", len(data)) + data + body
 
     def damage(self, payload: bytes) -> bytes:

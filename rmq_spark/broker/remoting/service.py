@@ -98,6 +98,16 @@ class RemotingService:
     def dispatch(self, connection: Connection, request: Command) -> None:
         """Serve one request: authenticate, decode once, authorize the decoded value, then
         serve it (see :mod:`.endpoint`). Nothing a client sends escapes as an exception."""
+        endpoint = self._endpoints.get(request.code)
+        if endpoint is None:  # nothing of it will be read: RocketMQ's answer, to anyone
+            if not request.is_oneway:
+                connection.send(
+                    request.reply(
+                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                        f" request type {request.code} not supported",
+                    )
+                )
+            return
         if request.bad_text is not None:
             self._refuse(
                 connection,
@@ -116,16 +126,6 @@ class RemotingService:
             except Refused as exc:
                 self._refuse(connection, request, ResponseCode.NO_PERMISSION, str(exc))
                 return
-        endpoint = self._endpoints.get(request.code)
-        if endpoint is None:
-            if not request.is_oneway:
-                connection.send(
-                    request.reply(
-                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                        f" request type {request.code} not supported",
-                    )
-                )
-            return
         try:
             value = endpoint.decode(request)
             if endpoint.resolve is None:
