@@ -8,6 +8,7 @@ may subscribe to TopicA with GroupC, ``root`` is a super user."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -261,3 +262,273 @@ def test_every_limit_holds_on_the_remoting_port(broker):
         }
         answer = call(wire, "reader", C.HEART_BEAT, {}, json.dumps(heartbeat).encode())
         refused(answer, ResponseCode.INVALID_PARAMETER, "--max-subscription-chars")
+
+
+# -- the differential test ---------------------------------------------------------------------
+#
+# For every request code that reads a topic, group, transaction or offset: a request aimed
+# at what the reader may not touch (TopicB, GroupX), sent as it is and with its fields
+# conflicting (the same name in another case, another code's name for it), duplicated (the
+# same key twice in the JSON header, either order) and missing, signed by the reader, who
+# lacks the right, and by root, who has it. Where the ACL says no, nothing changes (TopicB's
+# queue, the groups' offsets, the dead-letter and retry topics, the pending transaction,
+# GroupX's members and locks) and no answer carries TopicB's records; where it says yes, the
+# plain request is served, so the check is not simply refusing everything.
+
+SECRET = b"SECRET-B"
+FORBIDDEN = {"topic": "TopicB", "group": "GroupX"}
+ALLOWED = {"topic": "TopicA", "group": "GroupC"}
+
+
+def _templates(physical: int, half: dict) -> dict[str, tuple[int, dict, object]]:
+    """name -> (code, header with {topic}/{group} holes, body: bytes, or a function of the
+    two names giving bytes)."""
+    queue = {"topic": "{topic}", "queueId": "0"}
+    pull = {
+        **queue,
+        "consumerGroup": "{group}",
+        "queueOffset": "0",
+        "sysFlag": "4",
+        "subscription": "*",
+        "maxMsgNums": "32",
+    }
+
+    def heartbeat(topic: str, group: str) -> bytes:
+        return json.dumps(
+            {
+                "clientID": "diff-client",
+                "consumerDataSet": [
+                    {"groupName": group, "subscriptionDataSet": [{"topic": topic}]}
+                ],
+            }
+        ).encode()
+
+    def lock(topic: str, group: str) -> bytes:
+        return json.dumps(
+            {
+                "consumerGroup": group,
+                "clientId": "diff-client",
+                "mqSet": [{"topic": topic, "brokerName": "broker-z", "queueId": 0}],
+            }
+        ).encode()
+
+    return {
+        "send v1": (C.SEND_MESSAGE, {**send_long("{topic}")}, b"diff"),
+        "send v2": (C.SEND_MESSAGE_V2, send_ext("{topic}"), b"diff"),
+        "batch": (
+            C.SEND_BATCH_MESSAGE,
+            send_ext("{topic}", m="true"),
+            headers.encode_batch([0], [b"diff"], [b""]),
+        ),
+        "pull": (C.PULL_MESSAGE, pull, b""),
+        "lite pull": (C.LITE_PULL_MESSAGE, pull, b""),
+        "query offset": (
+            C.QUERY_CONSUMER_OFFSET,
+            {**queue, "consumerGroup": "{group}", "setZeroIfNotFound": "false"},
+            b"",
+        ),
+        "commit offset": (
+            C.UPDATE_CONSUMER_OFFSET,
+            {**queue, "consumerGroup": "{group}", "commitOffset": "1"},
+            b"",
+        ),
+        "max offset": (C.GET_MAX_OFFSET, queue, b""),
+        "min offset": (C.GET_MIN_OFFSET, queue, b""),
+        "offset by time": (C.SEARCH_OFFSET_BY_TIMESTAMP, {**queue, "timestamp": "0"}, b""),
+        "earliest time": (C.GET_EARLIEST_MSG_STORETIME, queue, b""),
+        "by key": (
+            C.QUERY_MESSAGE,
+            {
+                "topic": "{topic}",
+                "key": "secret-key",
+                "maxNum": "32",
+                "beginTimestamp": "0",
+                "endTimestamp": str(2**62),
+                "_UNIQUE_KEY_QUERY": "false",
+            },
+            b"",
+        ),
+        "send back": (
+            C.CONSUMER_SEND_MSG_BACK,
+            {
+                "group": "{group}",
+                "offset": str(physical),
+                "delayLevel": "-1",
+                "originTopic": "{topic}",
+            },
+            b"",
+        ),
+        "end transaction": (
+            C.END_TRANSACTION,
+            {**half, "topic": "{topic}", "commitOrRollback": "12"},
+            b"",
+        ),
+        "heartbeat": (C.HEART_BEAT, {}, heartbeat),
+        "lock": (C.LOCK_BATCH_MQ, {}, lock),
+        "unlock": (C.UNLOCK_BATCH_MQ, {}, lock),
+        "consumer list": (C.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "{group}"}, b""),
+        "consume stats": (
+            C.GET_CONSUME_STATS,
+            {"consumerGroup": "{group}", "topic": "{topic}"},
+            b"",
+        ),
+        "connections": (C.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "{group}"}, b""),
+        "route": (C.GET_ROUTEINFO_BY_TOPIC, {"topic": "{topic}"}, b""),
+        "topic config": (C.GET_TOPIC_CONFIG, {"topic": "{topic}"}, b""),
+        "topic stats": (C.GET_TOPIC_STATS_INFO, {"topic": "{topic}"}, b""),
+        "consumed by": (C.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "{topic}"}, b""),
+        "view by id": (C.VIEW_MESSAGE_BY_ID, {"offset": str(physical)}, b""),
+    }
+
+
+def send_long(topic: str) -> dict:
+    """SEND_MESSAGE's header (long names)."""
+    return {
+        "producerGroup": "pg",
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "0",
+        "sysFlag": "0",
+        "bornTimestamp": "1",
+        "flag": "0",
+    }
+
+
+def _fill(ext: dict, names: dict) -> dict:
+    return {k: v.format(**names) for k, v in ext.items()}
+
+
+def _variants(ext: dict) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(label, header fields in order, repeats allowed), each aimed in part at what the
+    signer may not touch: every mix of allowed, forbidden and missing values in the holes
+    (all allowed left out), then, on the forbidden request, each hole with a conflicting
+    field (another case, another code's name) and twice (either order)."""
+    holes = [k for k, v in ext.items() if "{" in v]
+    out = []
+    for mix in itertools.product(("allowed", "forbidden", "missing"), repeat=len(holes)):
+        if all(choice == "allowed" for choice in mix):
+            continue
+        choice_of = dict(zip(holes, mix, strict=True))
+        fields = []
+        for key, value in ext.items():
+            choice = choice_of.get(key, "allowed")
+            if choice != "missing":
+                names = FORBIDDEN if choice == "forbidden" else ALLOWED
+                fields.append((key, value.format(**names)))
+        label = (
+            "as it is"
+            if set(mix) == {"forbidden"}
+            else ", ".join(f"{k} {c}" for k, c in choice_of.items())
+        )
+        out.append((label, fields))
+    forbidden = _fill(ext, FORBIDDEN)
+    allowed = _fill(ext, ALLOWED)
+    for key in holes:
+        other = allowed[key]
+        for alias in sorted({key.upper(), key.capitalize(), "b" if key == "topic" else "topic"}):
+            if alias != key:  # a conflicting field the broker must not read instead
+                out.append((f"{alias}={other}", [*forbidden.items(), (alias, other)]))
+        # the same key twice: JSON parsers keep the last, and so must the check
+        rest = [(k, v) for k, v in forbidden.items() if k != key]
+        out.append((f"{key} twice, forbidden last", [*rest, (key, other), (key, forbidden[key])]))
+        out.append((f"{key} twice, allowed last", [*rest, (key, forbidden[key]), (key, other)]))
+    return out
+
+
+def _raw_call(wire: Wire, user: str, code: int, fields: list, body: bytes) -> Command:
+    """A JSON-header request written field by field (repeats kept), signed over what a JSON
+    parser reads from it (the last of each repeated key)."""
+    signed = sign_request(dict(fields), body, user, SECRETS[user])
+    pairs = [*fields, ("AccessKey", signed["AccessKey"]), ("Signature", signed["Signature"])]
+    ext = ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in pairs)
+    opaque = wire.next_opaque
+    wire.next_opaque += 1
+    header = f'{{"code":{code},"opaque":{opaque},"flag":0,"extFields":{{{ext}}}}}'.encode()
+    frame = (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big")
+    wire.send_bytes(frame + header + body)
+    return wire.response(opaque)
+
+
+def _state(wire: Wire) -> dict:
+    """What the forbidden requests must leave as it was, as root reads it."""
+    topics = ("TopicB", "%DLQ%GroupX", "%RETRY%GroupX", "%DLQ%GroupC", "%RETRY%GroupC")
+    state: dict = {t: max_offset(wire, t) for t in topics}
+    for group in ("GroupX", "GroupC"):
+        answer = call(
+            wire,
+            "root",
+            C.QUERY_CONSUMER_OFFSET,
+            {
+                "topic": "TopicB",
+                "queueId": "0",
+                "consumerGroup": group,
+                "setZeroIfNotFound": "false",
+            },
+        )
+        state[f"offset {group}"] = (answer.code, answer.ext.get("offset"))
+    members = call(wire, "root", C.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "GroupX"})
+    state["members"] = (members.code, bytes(members.body))
+    return state
+
+
+def test_differential_conflicting_duplicated_and_missing_fields(broker):
+    with broker.wire() as wire:
+        secret = call(
+            wire, "root", C.SEND_MESSAGE_V2, send_ext("TopicB", "KEYS\x01secret-key\x02"), SECRET
+        )
+        _, physical = parse_offset_msg_id(secret.ext["msgId"])
+        pending = send(wire, "root", "TopicB", "TRAN_MSG\x01true\x02PGROUP\x01admin-pg\x02")
+        half = {
+            "producerGroup": "admin-pg",
+            "tranStateTableOffset": pending.ext["queueOffset"],
+            "commitLogOffset": str(parse_offset_msg_id(pending.ext["msgId"])[1]),
+            "msgId": pending.ext["transactionId"],
+        }
+        # GroupX holds TopicB's queue 0 under root's client
+        held = lambda: json.dumps(  # noqa: E731
+            {
+                "consumerGroup": "GroupX",
+                "clientId": "owner",
+                "mqSet": [{"topic": "TopicB", "brokerName": "broker-z", "queueId": 0}],
+            }
+        ).encode()
+        assert json.loads(call(wire, "root", C.LOCK_BATCH_MQ, {}, held()).body)["lockOKMQSet"]
+        before = _state(wire)
+        problems, served, sent = [], 0, 0
+        for name, (code, ext, body) in _templates(physical, half).items():
+            for (label, fields), user in itertools.product(_variants(ext), ("reader", "writer")):
+                if callable(body):  # a JSON body names the topic and group itself
+                    mixes = [("TopicB", "GroupX"), ("TopicA", "GroupX"), ("TopicB", "GroupC")]
+                    topic, group = mixes[sent % 3]
+                    data = body(topic, group)
+                else:
+                    data = body
+                sent += 1
+                answer = _raw_call(wire, user, code, fields, data)
+                where = f"{name}, {label}, by {user}: code {answer.code} {answer.remark!r:.80}"
+                if SECRET in bytes(answer.body):
+                    problems.append(f"{where}: TopicB's record leaked")
+                if label == "as it is" and answer.code == ResponseCode.SUCCESS:
+                    problems.append(f"{where}: served to a user without the right")
+                if _state(wire) != before:
+                    problems.append(f"{where}: changed what the ACL protects")
+                    before = _state(wire)
+                # the same request from root is served (or refused for a reason of its own)
+                if label == "as it is" and name not in ("end transaction", "send back"):
+                    data = body("TopicB", "GroupX") if callable(body) else body
+                    if code in (C.HEART_BEAT, C.LOCK_BATCH_MQ, C.UNLOCK_BATCH_MQ):
+                        continue  # these would change GroupX: root's own right is shown above
+                    allowed = _raw_call(wire, "root", code, fields, data)
+                    served += allowed.code != ResponseCode.NO_PERMISSION
+                    before = _state(wire)
+        assert not problems, f"{len(problems)} of {sent} requests:\n" + "\n".join(problems)
+        assert served >= 15, f"root was served only {served} of the plain requests"
+        # the transaction is still pending, the admin's to end, and GroupX's lock root's
+        end = {**half, "commitOrRollback": "8"}
+        b_before = int(max_offset(wire, "TopicB")[1])
+        assert call(wire, "root", C.END_TRANSACTION, end).code == ResponseCode.SUCCESS
+        assert int(max_offset(wire, "TopicB")[1]) == b_before + 1
+        other = json.loads(held().replace(b'"owner"', b'"thief"'))
+        got = call(wire, "root", C.LOCK_BATCH_MQ, {}, json.dumps(other).encode())
+        assert json.loads(got.body)["lockOKMQSet"] == []
