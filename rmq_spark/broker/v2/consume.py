@@ -10,6 +10,7 @@ import functools
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.status import Workers
 from rmq_spark.broker.v2 import convert
@@ -21,6 +22,7 @@ from rmq_spark.broker.v2.requests import (
     answered,
     endpoints_for,
     failure_status,
+    filter_tag_codes,
     group_name,
     is_fifo_group,
     max_attempts,
@@ -28,8 +30,6 @@ from rmq_spark.broker.v2.requests import (
     topic_name,
 )
 from rmq_spark.clock import now_ms
-from rmq_spark.codec.subscription import parse_subscription
-from rmq_spark.errors import InvalidArgumentError
 
 MIN_INVISIBLE_MS = 10_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
@@ -108,10 +108,7 @@ class Consuming:
         expression = request.filter_expression
         if expression.type == pb.SQL:
             raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; filter by tag")
-        try:
-            tag_codes = parse_subscription(expression.expression).tag_codes
-        except InvalidArgumentError as exc:
-            raise V2Error(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+        tag_codes = filter_tag_codes(expression.expression, self._broker)
         batch = request.batch_size or MAX_RECEIVE_BATCH
         if batch < 1:
             raise V2Error(Code.BAD_REQUEST, f"batch_size {batch} must be at least 1")
@@ -182,6 +179,8 @@ class Consuming:
     def _ack_all(self, group: str, topic: str, entries) -> list[spb.AckMessageResultEntry]:
         if not entries:
             raise V2Error(Code.BAD_REQUEST, "entries is empty; ack at least one message")
+        limit = self._broker.config.max_request_items
+        checks.at_most(len(entries), "entries", limit, "--max-request-items")
         results: list[pb.Status | None] = [None] * len(entries)
         handles, where = [], []
         for i, entry in enumerate(entries):

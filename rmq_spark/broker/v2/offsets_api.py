@@ -15,10 +15,13 @@ from rmq_spark.broker.core import Broker
 from rmq_spark.broker.pull import check_readable
 from rmq_spark.broker.v2 import convert
 from rmq_spark.broker.v2.codes import Code, V2Error, status
-from rmq_spark.broker.v2.requests import existing_topic, group_name, topic_name
+from rmq_spark.broker.v2.requests import (
+    existing_topic,
+    filter_tag_codes,
+    group_name,
+    topic_name,
+)
 from rmq_spark.codec.record import iter_records
-from rmq_spark.codec.subscription import parse_subscription
-from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.structs import PullStatus
 
 MAX_PULL_BATCH = 1024
@@ -86,10 +89,7 @@ class OffsetsApi:
         check_readable(self._broker, existing_topic(self._broker, topic), queue_id)
         if request.filter_expression.type == pb.SQL:
             raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; filter by tag")
-        try:
-            tag_codes = parse_subscription(request.filter_expression.expression).tag_codes
-        except InvalidArgumentError as exc:
-            raise V2Error(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+        tag_codes = filter_tag_codes(request.filter_expression.expression, self._broker)
         if request.offset < 0:
             raise V2Error(Code.ILLEGAL_OFFSET, f"offset {request.offset} must be >= 0")
         batch = min(request.batch_size or 32, MAX_PULL_BATCH)

@@ -9,6 +9,7 @@ import functools
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from rmq_spark.broker import transaction_state as ts
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.send import RoundRobin, born_host
 from rmq_spark.broker.status import Workers
@@ -24,7 +25,7 @@ from rmq_spark.broker.v2.requests import (
 )
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.java_hash import queue_by_hash
-from rmq_spark.errors import NotFoundError, shown
+from rmq_spark.errors import InvalidArgumentError, NotFoundError, shown
 
 
 class Producing:
@@ -38,6 +39,13 @@ class Producing:
         required_client_id(context)
         if not request.messages:
             raise V2Error(Code.BAD_REQUEST, "messages is empty; send at least one message")
+        limit = self._broker.config.max_batch_messages
+        if len(request.messages) > limit:
+            raise V2Error(
+                Code.BAD_REQUEST,
+                f"the request has {len(request.messages):,} messages; this broker takes at "
+                f"most {limit:,} per send (--max-batch-messages): send fewer at a time",
+            )
         peer = born_host(context.peer())
         entries = []
         for message in request.messages:
@@ -157,7 +165,7 @@ class Producing:
             raise V2Error(Code.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
         transactions = self._broker.transactions
         try:
-            end = functools.partial(transactions.end, transaction_id, commit, topic=topic)
+            end = functools.partial(self._end, transaction_id, commit, topic)
             resolved = await self._workers.run(end)
         except NotFoundError as exc:
             raise V2Error(Code.INVALID_TRANSACTION_ID, str(exc)) from None
@@ -171,6 +179,27 @@ class Producing:
                     f"it cannot be changed to {wanted}",
                 )
         return spb.EndTransactionResponse(status=status())
+
+    def _end(self, transaction_id: str, commit: bool, topic: str) -> bool:
+        """End the transaction if it is ``topic``'s: the access check authorized Pub on
+        ``topic`` (the request's), so only a half message of that topic may be ended, and
+        exactly the one checked here (``expect``). RocketMQ 5 has no producer group: Pub on
+        the topic is what lets a producer end its transactions."""
+        transactions = self._broker.transactions
+        half = transactions.half(transaction_id)
+        if half is not None:
+            try:
+                ts.check_end(
+                    half,
+                    producer_group=half.producer_group,
+                    commit_log_offset=None,
+                    half_queue_offset=None,
+                    topic=topic,
+                )
+            except InvalidArgumentError as exc:
+                raise V2Error(Code.INVALID_TRANSACTION_ID, str(exc)) from None
+        # No half message: ended already (the outcome is checked by the caller) or unknown.
+        return transactions.end(transaction_id, commit, topic=topic, expect=half)
 
     @answered(spb.RecallMessageResponse)
     async def RecallMessage(self, request, context):

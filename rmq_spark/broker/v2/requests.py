@@ -17,8 +17,9 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.v2.codes import Code, V2Error, code_of, status
-from rmq_spark.errors import InvalidArgumentError, RocketliteError
-from rmq_spark.names import validate_group, validate_topic
+from rmq_spark.codec.subscription import parse_subscription
+from rmq_spark.errors import InvalidArgumentError, ReservedTopicError, RocketliteError
+from rmq_spark.names import check_sendable, validate_group, validate_topic
 from rmq_spark.store.topics import TopicConfig
 
 log = logging.getLogger("rmq_spark.broker")
@@ -80,8 +81,24 @@ def topic_name(resource: pb.Resource, *, allow_system: bool = False) -> str:
 
 
 def sendable_topic_name(resource: pb.Resource) -> str:
-    """A topic a producer names: one a producer of any protocol may send to."""
-    return checked_name(checks.sendable_topic, resource.name, Code.ILLEGAL_TOPIC)
+    """A topic a producer names: one a producer of any protocol may send to. The broker's
+    own topics and dead-letter queues are ILLEGAL_TOPIC, as RocketMQ 5 answers a send to a
+    system topic."""
+    topic = checked_name(checks.sendable_topic, resource.name, Code.ILLEGAL_TOPIC)
+    try:
+        return check_sendable(topic)
+    except ReservedTopicError as exc:
+        raise V2Error(Code.ILLEGAL_TOPIC, str(exc)) from None
+
+
+def filter_tag_codes(expression: str, broker: Broker) -> list[int] | None:
+    """The tag codes a receive's or pull's tag filter selects (None: every tag), checked
+    against the broker's subscription length limit first; ILLEGAL_FILTER_EXPRESSION."""
+    try:
+        checks.subscription_text(expression, broker.config.max_subscription_chars)
+        return parse_subscription(expression).tag_codes
+    except InvalidArgumentError as exc:
+        raise V2Error(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
 
 
 def group_name(resource: pb.Resource) -> str:

@@ -24,6 +24,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from rmq_spark.broker import checks
 from rmq_spark.broker.admin import queue_perm
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.status import Workers
@@ -47,7 +48,7 @@ from rmq_spark.broker.v2.requests import (
     required_client_id,
     topic_name,
 )
-from rmq_spark.errors import shown
+from rmq_spark.errors import RocketliteError, shown
 from rmq_spark.structs import Permission
 
 log = logging.getLogger("rmq_spark.broker")
@@ -183,9 +184,17 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                 async for command in request_iterator:
                     if command.WhichOneof("command") != "settings":
                         continue  # thread stack traces, verify results: nothing to do here
-                    answer = await self._workers.run(self._settings, client_id, command.settings)
+                    try:
+                        answer = await self._workers.run(
+                            self._settings, client_id, command.settings
+                        )
+                    except RocketliteError as exc:
+                        await outbox.put((_BAD_SETTINGS, str(exc)))
+                        return
                     if answer is None:
-                        await outbox.put(_BAD_SETTINGS)
+                        await outbox.put(
+                            (_BAD_SETTINGS, "settings carry neither publishing nor subscription")
+                        )
                         return
                     await outbox.put(spb.TelemetryCommand(status=status(), settings=answer))
             finally:
@@ -195,11 +204,8 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         self.clients.stream_opened(client_id, outbox)
         try:
             while (item := await outbox.get()) is not _STREAM_END:
-                if item is _BAD_SETTINGS:
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        "settings carry neither publishing nor subscription",
-                    )
+                if isinstance(item, tuple) and item[0] is _BAD_SETTINGS:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, item[1])
                 yield item
         finally:
             reader.cancel()
@@ -237,6 +243,17 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
 
     def _settings(self, client_id: str, client: pb.Settings) -> pb.Settings | None:
         kind = client.WhichOneof("pub_sub")
+        config = self._broker.config
+        limit = config.max_request_items
+        if kind == "publishing":
+            checks.at_most(
+                len(client.publishing.topics), "publishing.topics", limit, "--max-request-items"
+            )
+        elif kind == "subscription":
+            entries = client.subscription.subscriptions
+            checks.at_most(len(entries), "subscription.subscriptions", limit, "--max-request-items")
+            for entry in entries:
+                checks.subscription_text(entry.expression.expression, config.max_subscription_chars)
         if kind == "publishing":
             answer = settings.producer_settings(
                 client, max_body_bytes=self._broker.config.max_message_bytes
