@@ -90,6 +90,28 @@ def every_topic(action: Action) -> Extract:
     return lambda request: [Need(Resource("Topic", "*"), frozenset({action}))]
 
 
+def topic_or_every(field: str, actions: frozenset[Action]) -> Extract:
+    """The topic ``field`` names; when it is empty the call covers every topic (the
+    handler reports all the group's), so it needs ``actions`` on ``Topic:*``."""
+
+    def extract(request) -> Iterable[Need]:
+        name = _path(request, field)
+        return [Need(Resource.topic(name) if name else Resource("Topic", "*"), actions)]
+
+    return extract
+
+
+def each_topic_or_every(items: str, field: str, actions: frozenset[Action]) -> Extract:
+    """Each topic of ``items``; when there are none the call covers every topic."""
+
+    def extract(request) -> Iterable[Need]:
+        if not len(_path(request, items)):
+            return [Need(Resource("Topic", "*"), actions)]
+        return each_topic(items, field, actions)(request)
+
+    return extract
+
+
 def both(*extracts: Extract) -> Extract:
     def extract(request) -> Iterable[Need]:
         return [need for e in extracts for need in e(request)]
@@ -160,11 +182,13 @@ RULES: dict[str, Rule] = {
     f"{V1}OffsetService/UpdateConsumerOffsets": Rule(
         needs=both(group("consumer_group"), each_topic("offsets", "queue.topic", SUB))
     ),
+    # no queues: the group's committed offsets of every topic
     f"{V1}OffsetService/QueryConsumerOffsets": Rule(
-        needs=both(group("consumer_group"), each_topic("queues", "topic", SUB))
+        needs=both(group("consumer_group"), each_topic_or_every("queues", "topic", SUB))
     ),
+    # no topic: the group's progress on every topic it consumes
     f"{V1}OffsetService/GetConsumerProgress": Rule(
-        needs=both(group("consumer_group", SUB_OR_GET), topic("topic", SUB_OR_GET))
+        needs=both(group("consumer_group", SUB_OR_GET), topic_or_every("topic", SUB_OR_GET))
     ),
     # rocketlite.v1 GroupService
     f"{V1}GroupService/Heartbeat": Rule(
@@ -219,7 +243,8 @@ RULES: dict[str, Rule] = {
     f"{V2}EndTransaction": Rule(needs=topic("topic.name", PUB), header_client_id=True),
     f"{V2}Telemetry": Rule(message_needs=_telemetry, header_client_id=True),
     f"{V2}NotifyClientTermination": Rule(needs=group("group.name"), header_client_id=True),
-    f"{V2}ChangeInvisibleDuration": Rule(needs=group("group.name"), header_client_id=True),
+    # RocketMQ checks the group only; the handler acts on the request topic's deliveries
+    f"{V2}ChangeInvisibleDuration": Rule(needs=_GROUP_AND_TOPIC, header_client_id=True),
     f"{V2}RecallMessage": Rule(needs=topic("topic.name", PUB), header_client_id=True),
     f"{V2}SyncLiteSubscription": Rule(needs=_GROUP_AND_TOPIC, header_client_id=True),
 }

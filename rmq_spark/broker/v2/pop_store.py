@@ -76,6 +76,19 @@ class PopStore:
                 self._queues[key] = state
             yield state
 
+    @contextmanager
+    def existing(self, key: Key) -> Iterator[PopQueue | None]:
+        """The queue's state under its lock, or None when the queue has none: nothing was
+        ever delivered from it, so a receipt handle naming it is not one this broker made.
+        Creates nothing (an ack, a change or a forward names its queue in client input)."""
+        with self._table_lock:
+            lock = self._locks.get(key)
+        if lock is None:
+            yield None
+            return
+        with lock:
+            yield self._queues.get(key)
+
     def find(self, key: Key) -> PopQueue | None:
         """The state as it is (unlocked; for quick checks on the event loop)."""
         return self._queues.get(key)

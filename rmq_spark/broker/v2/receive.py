@@ -240,6 +240,10 @@ class PopService:
         return min(times) if times else None
 
     # -- ack, change, forward ----------------------------------------------------------
+    # Each acts on the pop state of the (group, topic) the request names, which the access
+    # check authorized: a receipt handle only picks a delivery inside it (queue, offset and
+    # the delivery's random token), so a handle of another group's or topic's delivery
+    # matches nothing here. A queue never received from has no state and none is made.
 
     def ack(self, group: str, topic: str, handle: Handle) -> None:
         error = self.ack_many(group, topic, [handle])[0]
@@ -255,7 +259,11 @@ class PopService:
             by_queue.setdefault(handle.queue_id, []).append(i)
         for queue_id, indexes in by_queue.items():
             key: Key = (group, topic, queue_id)
-            with self._pops.queue(key, functools.partial(self._start_offset, key)) as state:
+            with self._pops.existing(key) as state:
+                if state is None:  # nothing was delivered from this queue to this group
+                    for i in indexes:
+                        results[i] = _stale(handles[i])
+                    continue
                 before = state.base
                 acked = []
                 for i in indexes:
@@ -273,7 +281,9 @@ class PopService:
 
     def change_invisible(self, group: str, topic: str, handle: Handle, invisible_ms: int) -> Handle:
         key: Key = (group, topic, handle.queue_id)
-        with self._pops.queue(key, functools.partial(self._start_offset, key)) as state:
+        with self._pops.existing(key) as state:
+            if state is None:
+                raise _stale(handle)
             new_token = _token()
             entry = state.change_invisible(
                 handle.offset, handle.token, now_ms=now_ms(), invisible_ms=invisible_ms,
@@ -287,9 +297,9 @@ class PopService:
 
     def forward_to_dlq(self, group: str, topic: str, handle: Handle) -> None:
         key: Key = (group, topic, handle.queue_id)
-        with self._pops.queue(key, functools.partial(self._start_offset, key)) as state:
-            entry = state.inflight.get(handle.offset)
-            if entry is None or entry.token != handle.token:
+        with self._pops.existing(key) as state:
+            entry = None if state is None else state.inflight.get(handle.offset)
+            if state is None or entry is None or entry.token != handle.token:
                 raise _stale(handle)
             before = state.base
             record = self._read_one(topic, handle.queue_id, handle.offset)
