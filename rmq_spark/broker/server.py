@@ -9,9 +9,11 @@ runs on a bounded pool of worker threads (``BrokerConfig.worker_threads``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -39,6 +41,158 @@ log = logging.getLogger("rmq_spark.broker")
 MAX_PENDING_CALLS = 100_000
 #: the longest a signal waits for serve() to act on it (see there)
 SIGNAL_CHECK_S = 0.1
+
+
+#: a malformed request is logged at most this often per method (one line, no traceback)
+MALFORMED_LOG_EVERY_S = 60.0
+
+
+class _Malformed:
+    """What a request's bytes became when they do not parse as the method's message."""
+
+    __slots__ = ("error", "expected")
+
+    def __init__(self, error: Exception, expected: str) -> None:
+        self.error = error
+        self.expected = expected
+
+    def __str__(self) -> str:
+        return (
+            f"the request is not a valid {self.expected} message "
+            f"({type(self.error).__name__}: {str(self.error)[:200]}); send the method's "
+            "protobuf request message"
+        )
+
+
+def _tolerant(deserializer):
+    """``deserializer`` that gives a :class:`_Malformed` instead of raising: an exception
+    from a deserializer makes grpc.aio answer UNKNOWN and log a traceback."""
+    if deserializer is None:
+        return None
+    cls = getattr(deserializer, "__self__", None)
+    descriptor = getattr(cls, "DESCRIPTOR", None)
+    expected = getattr(descriptor, "full_name", None) or "request"
+
+    def deserialize(data: bytes):
+        try:
+            return deserializer(data)
+        except Exception as exc:  # DecodeError, or whatever the parser makes of the bytes
+            return _Malformed(exc, expected)
+
+    return deserialize
+
+
+async def _results(result):
+    """The items of a server-streaming behavior: an async generator, a coroutine that
+    writes with ``context.write``, or a plain iterator."""
+    if hasattr(result, "__aiter__"):
+        async for item in result:
+            yield item
+    elif inspect.isawaitable(result):
+        await result
+    elif result is not None:
+        for item in result:
+            yield item
+
+
+class MalformedRequests(grpc.aio.ServerInterceptor):
+    """Every call of both gRPC protocols: a request whose bytes do not parse as the
+    method's message is answered INVALID_ARGUMENT, saying so, before anything else sees it
+    (access control included), and logged as one line at most once a minute per method.
+
+    Installed first, so it wraps every other interceptor: each request is decoded once,
+    here, and the access check and the handler read that same message."""
+
+    def __init__(self) -> None:
+        self._logged: dict[str, tuple[float, int]] = {}
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        return self._wrap(handler, handler_call_details.method)
+
+    def _note(self, method: str, bad: _Malformed, peer: str | None) -> None:
+        now = time.monotonic()
+        last, skipped = self._logged.get(method, (-1e9, 0))
+        if now - last < MALFORMED_LOG_EVERY_S:
+            self._logged[method] = (last, skipped + 1)
+            return
+        if len(self._logged) > 10_000:
+            self._logged.clear()
+        self._logged[method] = (now, 0)
+        more = f" ({skipped} more since the last report)" if skipped else ""
+        log.warning("malformed request to %s from %s: %s%s", method, peer, bad, more)
+
+    def _wrap(self, handler, method: str):
+        note = self._note
+        deserializer = _tolerant(handler.request_deserializer)
+
+        async def refuse(bad: _Malformed, context) -> None:
+            note(method, bad, context.peer())
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(bad))
+
+        def checked(requests, bad: list[_Malformed]):
+            async def messages():
+                async for message in requests:
+                    if isinstance(message, _Malformed):
+                        bad.append(message)  # ends the request stream; refused after
+                        return
+                    yield message
+
+            return messages()
+
+        if not handler.request_streaming and not handler.response_streaming:
+            unary = handler.unary_unary
+
+            async def unary_unary(request, context):
+                if isinstance(request, _Malformed):
+                    return await refuse(request, context)
+                answer = unary(request, context)
+                return await answer if inspect.isawaitable(answer) else answer
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary_unary, deserializer, handler.response_serializer
+            )
+        if not handler.request_streaming:
+            unary_stream_inner = handler.unary_stream
+
+            async def unary_stream(request, context):
+                if isinstance(request, _Malformed):
+                    await refuse(request, context)
+                    return
+                async for item in _results(unary_stream_inner(request, context)):
+                    yield item
+
+            return grpc.unary_stream_rpc_method_handler(
+                unary_stream, deserializer, handler.response_serializer
+            )
+        if not handler.response_streaming:
+            stream_unary_inner = handler.stream_unary
+
+            async def stream_unary(requests, context):
+                bad: list[_Malformed] = []
+                answer = stream_unary_inner(checked(requests, bad), context)
+                answer = await answer if inspect.isawaitable(answer) else answer
+                if bad:
+                    return await refuse(bad[0], context)
+                return answer
+
+            return grpc.stream_unary_rpc_method_handler(
+                stream_unary, deserializer, handler.response_serializer
+            )
+        stream_stream_inner = handler.stream_stream
+
+        async def stream_stream(requests, context):
+            bad: list[_Malformed] = []
+            async for item in _results(stream_stream_inner(checked(requests, bad), context)):
+                yield item
+            if bad:
+                await refuse(bad[0], context)
+
+        return grpc.stream_stream_rpc_method_handler(
+            stream_stream, deserializer, handler.response_serializer
+        )
 
 
 class _LoopThread:
@@ -228,7 +382,7 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     credentials = server_credentials(config)
     acl = None
     authorizer = None
-    interceptors = []
+    interceptors: list[grpc.aio.ServerInterceptor] = [MalformedRequests()]
     if config.acl_file:
         # Imported only when configured: a broker without an ACL runs no interceptor.
         from rmq_spark.auth.acl_file import AclFile
