@@ -7,6 +7,7 @@ builds answers; the conversions live in the small functions below it.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import grpc
 from google.protobuf import message_factory
@@ -63,6 +64,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
 
     def _send(self, request, peer: str):
         broker = self._broker
+        # %RETRY%/%DLQ% names and the delay topic: INVALID_ARGUMENT (the naming rule, with
+        # a hint); the broker's other topics: PERMISSION_DENIED from topic_for_write below.
         topic = checks.sendable_topic(request.topic)
         check_batch_size(request, broker.config)
         delay_levels = len(broker.config.delay_levels_ms)
@@ -86,7 +89,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         queue_id = self._select_queue(request, config)
         if request.HasField("stage"):
             return self._stage(request, topic, queue_id, batch, peer)
-        fields = {
+        fields: dict[str, Any] = {
             "born_host": born_host(peer),
             "born_timestamps": batch.born_timestamps,
             "flags": batch.flags,
