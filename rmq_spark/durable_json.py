@@ -10,6 +10,7 @@ back, falling back to the backup with a warning.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from rmq_spark.errors import StoreError
+from rmq_spark.errors import ResourceExhaustedError, StoreError
 
 log = logging.getLogger("rmq_spark.store")
 
@@ -48,13 +49,22 @@ def write_json_atomic(
     data = (json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode()
     # Order matters for the crash windows: the main file is never missing or partial, because
     # both files only ever change by an atomic rename of a fully written, fsynced temp file.
-    previous = _read_good(target, validate)
-    if previous is not None:
-        # A copy, not a rename, so the main file never disappears. A main file that does not
-        # parse is never copied over the backup: the backup may be the only good version left.
-        _replace_durably(backup_path(target), previous)
-    _replace_durably(target, data)
-    fsync_dir(target.parent)
+    try:
+        previous = _read_good(target, validate)
+        if previous is not None:
+            # A copy, not a rename, so the main file never disappears. A main file that does
+            # not parse is never copied over the backup: the backup may be the only good one.
+            _replace_durably(backup_path(target), previous)
+        _replace_durably(target, data)
+        fsync_dir(target.parent)
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        # The old file is still whole (every change is a rename): refuse this one write.
+        raise ResourceExhaustedError(
+            f"cannot write {target}: the process has no file descriptor left "
+            f"({exc.strerror}); raise the file limit (ulimit -n) or close connections"
+        ) from None
 
 
 def read_json_with_backup(
@@ -177,6 +187,11 @@ def _read_good(path: Path, validate: Validator | None) -> bytes | None:
     try:
         return _read_version(path, validate)[0]
     except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            raise  # not the file's fault: nothing is written
+        log.warning("%s is not a valid version (%s); keeping the existing backup", path, exc)
         return None
     except Exception as exc:
         log.warning("%s is not a valid version (%s); keeping the existing backup", path, exc)

@@ -26,6 +26,7 @@ from rmq_spark.broker.config import DEFAULT_DELAY_LEVELS, DEFAULT_PORT, BrokerCo
 from rmq_spark.broker.server import BrokerServer, serve
 from rmq_spark.errors import InvalidArgumentError, RocketliteError
 from rmq_spark.store import faults
+from rmq_spark.store.mapped_file import raise_file_limit
 from rmq_spark.units import UNITS_HELP, duration_ms_flag, size_flag
 
 PROG = "python -m rmq_spark.broker"
@@ -381,6 +382,7 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level, format=LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S", stream=sys.stderr
     )
     _dump_stacks_on_sigusr1()
+    raise_file_limit()
     try:
         config = config_from_args(args)
         faults.install_from_environment()  # test-only fault injection, off unless set

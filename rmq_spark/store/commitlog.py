@@ -18,7 +18,7 @@ import numpy as np
 from rmq_spark.codec import record as rec
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.store import faults
-from rmq_spark.store.mapped_file import MappedFile, file_name, fsync_dir
+from rmq_spark.store.mapped_file import UNBOUNDED, MappedFile, OpenFiles, file_name, fsync_dir
 
 
 @dataclass
@@ -31,8 +31,9 @@ class WritePlan:
 
 
 class CommitLog:
-    def __init__(self, directory: Path, segment_bytes: int) -> None:
+    def __init__(self, directory: Path, segment_bytes: int, files: OpenFiles = UNBOUNDED) -> None:
         self.directory = directory
+        self._files = files
         self.segment_bytes = segment_bytes
         directory.mkdir(parents=True, exist_ok=True)
         segments = []
@@ -45,7 +46,15 @@ class CommitLog:
             if last:
                 size = max(size, segment_bytes)
             segments.append(
-                MappedFile(path, int(path.name), size, create=False, grow=last, preallocate=True)
+                MappedFile(
+                    path,
+                    int(path.name),
+                    size,
+                    create=False,
+                    grow=last,
+                    preallocate=True,
+                    files=files,
+                )
             )
         # Readers take no lock: they read this (starts, segments) pair, which writers
         # replace as a whole, never mutate.
@@ -188,6 +197,7 @@ class CommitLog:
             self.segment_bytes,
             create=True,
             preallocate=True,
+            files=self._files,
         )
         fsync_dir(self.directory)
         self._publish([*self.segments, seg])

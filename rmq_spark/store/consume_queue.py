@@ -12,12 +12,34 @@ from pathlib import Path
 import numpy as np
 
 from rmq_spark.codec.consume_queue import ENTRY_SIZE, decode_entries, encode_entries
-from rmq_spark.store.mapped_file import MappedFile, file_name, fsync_dir
+from rmq_spark.store.mapped_file import UNBOUNDED, MappedFile, OpenFiles, file_name, fsync_dir
+
+#: how much of a file's written tail is read at a time when looking for its last entry
+_TAIL_CHUNK = 64 * 1024
+
+
+def last_written(sizes: np.ndarray) -> int:
+    """The index of the last written slot among entries whose size fields are ``sizes``
+    (a written slot always has a non-zero size), or -1 when none is.
+
+    >>> last_written(np.array([5, 5, 0, 0])), last_written(np.array([0, 0]))
+    (1, -1)
+    """
+    written = np.flatnonzero(sizes)
+    return int(written[-1]) if len(written) else -1
 
 
 class ConsumeQueue:
-    def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int):
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        queue_id: int,
+        entries_per_file: int,
+        files: OpenFiles = UNBOUNDED,
+    ):
         self.directory = directory
+        self._files = files
         self.topic = topic
         self.queue_id = queue_id
         self.file_bytes = entries_per_file * ENTRY_SIZE
@@ -39,6 +61,7 @@ class ConsumeQueue:
                         max(p.stat().st_size, self.file_bytes),
                         create=False,
                         grow=True,
+                        files=files,
                     )
                     for p in paths
                 ]
@@ -59,17 +82,32 @@ class ConsumeQueue:
             return
         self.min_offset = self.files[0].start_offset // ENTRY_SIZE
         for seg in reversed(self.files):
-            # pread, not the map: the unwritten tail is a hole (see MappedFile.read_copy)
-            data = seg.read_copy(0, seg.size)
-            sizes = np.frombuffer(data, dtype=">i4").reshape(-1, 5)[:, 2]
-            written = np.flatnonzero(sizes)
-            if len(written):
-                seg.write_pos = seg.flushed_pos = (int(written[-1]) + 1) * ENTRY_SIZE
+            end = self._written_end(seg)
+            if end:
+                seg.write_pos = seg.flushed_pos = end
                 self.max_offset = (seg.start_offset + seg.write_pos) // ENTRY_SIZE
                 break
         for seg in self.files:
             if seg.start_offset + seg.size <= self.max_offset * ENTRY_SIZE:
                 seg.write_pos = seg.flushed_pos = seg.size
+
+    @staticmethod
+    def _written_end(seg: MappedFile) -> int:
+        """Where the written entries of ``seg`` end (relative bytes), 0 when none is. The
+        file system tells where the last written block ends (the unwritten tail is a
+        hole): only the tail before it is read, backwards in chunks, with ``pread`` (not
+        the map: see MappedFile.read_copy)."""
+        stop = seg.data_end()
+        stop -= stop % ENTRY_SIZE
+        while stop > 0:
+            start = max(0, stop - _TAIL_CHUNK + _TAIL_CHUNK % ENTRY_SIZE)
+            data = seg.read_copy(start, stop)
+            sizes = np.frombuffer(data, dtype=">i4").reshape(-1, 5)[:, 2]
+            last = last_written(sizes)
+            if last >= 0:
+                return start + (last + 1) * ENTRY_SIZE
+            stop = start
+        return 0
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -87,6 +125,11 @@ class ConsumeQueue:
             pos += take
         self.max_offset = max(self.max_offset, end // ENTRY_SIZE)
 
+    def open_for_write(self, first_offset: int) -> None:
+        """Make sure the file that entry ``first_offset`` goes to exists and is open now
+        (ResourceExhaustedError when the process has no descriptor left for it)."""
+        self._file_for_write(first_offset * ENTRY_SIZE).open()
+
     def _file_for_write(self, pos: int) -> MappedFile:
         start = pos - pos % self.file_bytes
         starts, files = self._index
@@ -94,7 +137,13 @@ class ConsumeQueue:
         if i < len(files) and starts[i] == start:
             return files[i]
         self.directory.mkdir(parents=True, exist_ok=True)
-        seg = MappedFile(self.directory / file_name(start), start, self.file_bytes, create=True)
+        seg = MappedFile(
+            self.directory / file_name(start),
+            start,
+            self.file_bytes,
+            create=True,
+            files=self._files,
+        )
         fsync_dir(self.directory)
         self._publish([*files[:i], seg, *files[i:]])
         if len(self.files) == 1:

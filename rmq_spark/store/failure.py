@@ -108,6 +108,12 @@ class StoreHealth:
                 "stored (nothing of it is kept). Free space or delete expired segments, then "
                 "send again"
             )
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            return ResourceExhaustedError(
+                f"the process has no file descriptor left ({exc.strerror}); the batch was "
+                "not stored (nothing of it is kept). Raise the file limit (ulimit -n) or "
+                "close connections, then send again"
+            )
         return StoreError(
             f"writing to the store {self.store_dir} failed: {exc}; the batch was not "
             "stored (nothing of it is kept)"

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from rmq_spark.errors import FlushTimeoutError, StoreFailedError
+from rmq_spark.errors import FlushTimeoutError, ResourceExhaustedError, StoreFailedError
 
 log = logging.getLogger("rmq_spark.store")
 
@@ -45,6 +45,7 @@ class FlushService:
         #: a failed sync is fatal (see the module doc): set once, never cleared
         self.failure: BaseException | None = None
         self._on_failure = on_failure
+        self._last_exhausted_log = -1e9
         self._thread = threading.Thread(target=self._run, name="rmq-flush", daemon=True)
 
     def start(self, flushed_offset: int) -> None:
@@ -100,6 +101,14 @@ class FlushService:
     def _safely(self, fn):
         try:
             return fn()
+        except ResourceExhaustedError as exc:
+            # No descriptor to open a file with: nothing was synced or lost (the dirty pages
+            # wait in the page cache), so the next round tries again.
+            now = time.monotonic()
+            if now - self._last_exhausted_log >= 60:
+                self._last_exhausted_log = now
+                log.warning("flush postponed: %s", exc)
+            return None
         except Exception as exc:
             # After a failed fsync the kernel may already have dropped the dirty pages, so a
             # later successful fsync proves nothing: stop, as PostgreSQL does.

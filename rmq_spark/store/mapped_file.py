@@ -7,6 +7,15 @@ A ``preallocate``d file (commit-log segments) has all its blocks allocated when 
 (``posix_fallocate``): a full disk then fails the creation, not a later write, and the file
 has no holes, whose reading through the map kills the process with SIGBUS on a full tmpfs.
 Other files are sparse: blocks are allocated as they are written.
+
+Descriptors do not grow with the store. A file holds an open descriptor and map (two
+descriptors: Python's map keeps a duplicate of its own) only while it is in use: every use
+goes through :class:`OpenFiles`, one per store, which keeps at most ``limit`` files open
+and closes the least recently used one when another must open. A file in the middle of a
+write or a flush is pinned and never closed under it; a reader's view keeps its map alive
+by itself (the map is released when the last view of it goes). Closing and opening again
+loses nothing: writes go to the file with ``pwrite`` and a later ``fdatasync`` on a new
+descriptor flushes them.
 """
 
 from __future__ import annotations
@@ -15,7 +24,14 @@ import errno
 import logging
 import mmap
 import os
+import resource
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from rmq_spark.errors import ResourceExhaustedError
 
 log = logging.getLogger("rmq_spark.store")
 
@@ -32,6 +48,89 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def open_files_limit(soft_limit: int, reserve: int = 256, floor: int = 16) -> int:
+    """How many store files may be open at once under a process file limit of
+    ``soft_limit`` descriptors: each open file takes two, and ``reserve`` are left for
+    connections, the store's own few files and everything else.
+
+    >>> open_files_limit(1024), open_files_limit(1_048_576), open_files_limit(256)
+    (384, 524160, 16)
+    """
+    return max(floor, (soft_limit - reserve) // 2)
+
+
+def raise_file_limit() -> int:
+    """Raise the process's soft file limit to its hard limit, as servers do at start (the
+    common soft default, 1,024, is far below what a store with many queues can use); the
+    soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError) as exc:  # e.g. an infinite hard limit not allowed
+            log.info("file limit stays at %d (cannot raise it to %s: %s)", soft, hard, exc)
+    return soft
+
+
+class OpenFiles:
+    """The files of one store that hold a descriptor and a map right now, least recently
+    used first, at most ``limit`` of them (``None``: no limit). Thread-safe: readers on the
+    broker's workers and the writer share it."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit {limit} must be >= 1")
+        self.limit = limit
+        self.lock = threading.RLock()
+        self._open: OrderedDict[int, MappedFile] = OrderedDict()
+        #: files opened since the store opened (a churn figure for status and benchmarks)
+        self.opens = 0
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def used(self, file: MappedFile) -> None:
+        """``file`` was just used (call with the lock held): most recent now."""
+        self._open[id(file)] = file
+        self._open.move_to_end(id(file))
+
+    def make_room(self, keep: int = 1) -> None:
+        """Close least recently used files until one more fits (lock held); pinned ones
+        stay open. ``keep`` files' worth of room is made."""
+        if self.limit is None:
+            return
+        excess = len(self._open) + keep - self.limit
+        if excess <= 0:
+            return
+        victims: list[int] = []  # from the least used end: the work is what is closed
+        for key, file in self._open.items():
+            if len(victims) == excess:
+                break
+            if not file.pinned:
+                victims.append(key)
+        for key in victims:
+            self._open.pop(key).release()
+
+    def shed(self) -> int:
+        """Close every unpinned file (lock held): the process ran out of descriptors.
+        How many were closed."""
+        closed = 0
+        for key, file in list(self._open.items()):
+            if not file.pinned:
+                del self._open[key]
+                file.release()
+                closed += 1
+        return closed
+
+    def forget(self, file: MappedFile) -> None:
+        self._open.pop(id(file), None)
+
+
+#: for files opened outside a store (tools, tests): nothing is ever closed for room
+UNBOUNDED = OpenFiles()
+
+
 class MappedFile:
     """One segment. ``write_pos`` and ``flushed_pos`` are relative to the file start."""
 
@@ -44,50 +143,79 @@ class MappedFile:
         create: bool,
         grow: bool = False,
         preallocate: bool = False,
+        files: OpenFiles = UNBOUNDED,
     ) -> None:
-        """Open (``create``: create and size) the file. With ``grow``, an existing file
-        shorter than ``size`` is extended with zeros: that is what a crash leaves between
-        creating a file and sizing it, or inside :meth:`zero_from`. With ``preallocate`` a
-        created file gets its blocks now (ENOSPC: the file is removed again), and an
-        existing one with ``grow`` (the one written next) gets its missing blocks if the
-        disk has room (older versions made sparse files)."""
+        """Check (``create``: create and size) the file; it is opened when first used.
+        With ``grow``, an existing file shorter than ``size`` is extended with zeros: that
+        is what a crash leaves between creating a file and sizing it, or inside
+        :meth:`zero_from`. With ``preallocate`` a created file gets its blocks now (ENOSPC:
+        the file is removed again), and an existing one with ``grow`` (the one written
+        next) gets its missing blocks if the disk has room (older versions made sparse
+        files)."""
         self.path = path
         self.start_offset = start_offset
         self.size = size
         self.preallocate = preallocate
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        self._fd = os.open(path, flags, 0o644)
-        if create:
-            try:
-                self._size_new(size)
-            except OSError:
-                os.close(self._fd)
-                path.unlink(missing_ok=True)
-                raise
-        actual = os.fstat(self._fd).st_size
-        if grow and actual < size:
-            log.warning("%s is %d bytes, expected %d: extending it with zeros", path, actual, size)
-            os.ftruncate(self._fd, size)
-            actual = size
-        if grow and preallocate and not create and actual == size:
-            try:
-                os.posix_fallocate(self._fd, 0, size)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EOPNOTSUPP):
-                    os.close(self._fd)
-                    raise
-        if actual != size:
-            os.close(self._fd)
-            raise OSError(f"{path} is {actual} bytes, expected {size}")
-        self._mmap = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ)
+        self._files = files
+        self._fd = -1
+        self._mmap: mmap.mmap | None = None
+        self._pins = 0
         self.write_pos = 0
         self.flushed_pos = 0
         self.closed = False
+        with files.lock:
+            files.make_room()
+            fd = self._open_fd(os.O_RDWR | (os.O_CREAT if create else 0))
+            try:
+                self._check_size(fd, size, create=create, grow=grow)
+            except BaseException:
+                os.close(fd)
+                if create:
+                    path.unlink(missing_ok=True)
+                raise
+            self._fd = fd
+            self._mmap = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            files.opens += 1
+            files.used(self)
 
-    def _size_new(self, size: int) -> None:
+    def _open_fd(self, flags: int) -> int:
+        """os.open, closing other files of the store first when the process is out of
+        descriptors; ResourceExhaustedError when none can be closed."""
+        try:
+            return os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            if not self._files.shed():
+                raise ResourceExhaustedError(
+                    f"cannot open {self.path}: the process has no file descriptor left "
+                    f"({exc.strerror}); raise the file limit (ulimit -n) or close connections"
+                ) from None
+            return os.open(self.path, flags, 0o644)
+
+    def _check_size(self, fd: int, size: int, *, create: bool, grow: bool) -> None:
+        if create:
+            self._size_new(fd, size)
+        actual = os.fstat(fd).st_size
+        if grow and actual < size:
+            log.warning(
+                "%s is %d bytes, expected %d: extending it with zeros", self.path, actual, size
+            )
+            os.ftruncate(fd, size)
+            actual = size
+        if grow and self.preallocate and not create and actual == size:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EOPNOTSUPP):
+                    raise
+        if actual != size:
+            raise OSError(f"{self.path} is {actual} bytes, expected {size}")
+
+    def _size_new(self, fd: int, size: int) -> None:
         if self.preallocate:
             try:
-                os.posix_fallocate(self._fd, 0, size)
+                os.posix_fallocate(fd, 0, size)
                 return
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -96,7 +224,64 @@ class MappedFile:
                     ) from None
                 if exc.errno != errno.EOPNOTSUPP:
                     raise
-        os.ftruncate(self._fd, size)  # sparse: blocks are allocated as they are written
+        os.ftruncate(fd, size)  # sparse: blocks are allocated as they are written
+
+    # -- the descriptor and map, open while in use -------------------------------------------
+
+    @property
+    def pinned(self) -> bool:
+        return self._pins > 0
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd >= 0
+
+    @contextmanager
+    def _use(self) -> Iterator[tuple[int, mmap.mmap]]:
+        """The open descriptor and map, pinned (never closed for room) while in use."""
+        files = self._files
+        with files.lock:
+            if self.closed:
+                raise ValueError(f"{self.path} is closed")
+            if self._fd < 0:
+                files.make_room()
+                fd = self._open_fd(os.O_RDWR)
+                try:
+                    self._mmap = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self._fd = fd
+                files.opens += 1
+            files.used(self)
+            self._pins += 1
+        try:
+            assert self._mmap is not None
+            yield self._fd, self._mmap
+        finally:
+            with files.lock:
+                self._pins -= 1
+
+    def open(self) -> None:
+        """Open the descriptor and map now if they are not (the most recently used file)."""
+        with self._use():
+            pass
+
+    def release(self) -> None:
+        """Close the descriptor and the map (it opens again at the next use). A map a
+        reader still has a view of is released when the last view goes."""
+        if self._fd < 0:
+            return
+        fd, self._fd = self._fd, -1
+        mapped, self._mmap = self._mmap, None
+        if mapped is not None:
+            try:
+                mapped.close()
+            except BufferError:
+                pass  # views still point into it: it closes when they are gone
+        os.close(fd)
+
+    # -- positions and I/O ------------------------------------------------------------------
 
     @property
     def end_offset(self) -> int:
@@ -108,22 +293,31 @@ class MappedFile:
 
     def view(self, start: int = 0, end: int | None = None) -> memoryview:
         """A zero-copy view of bytes [start, end) of this file (relative positions)."""
-        return memoryview(self._mmap)[start : self.size if end is None else end]
+        with self._use() as (_, mapped):
+            return memoryview(mapped)[start : self.size if end is None else end]
 
     def read_copy(self, start: int, end: int) -> bytes:
         """Bytes [start, end) read with ``pread``: safe on holes, unlike the map, whose
         reading of a hole needs a free page on tmpfs (SIGBUS when there is none)."""
-        return os.pread(self._fd, end - start, start)
+        with self._use() as (fd, _):
+            return os.pread(fd, end - start, start)
+
+    def data_end(self) -> int:
+        """Where the file's last written block ends: its size when the file system cannot
+        tell holes apart (then the tail may still be zeros), 0 when nothing was written."""
+        with self._use() as (fd, _):
+            return data_end(fd, self.size)
 
     def write_at(self, pos: int, *chunks) -> None:
         """Write ``chunks`` back to back at relative position ``pos`` with one syscall."""
         total = sum(len(c) for c in chunks)
         if pos < 0 or pos + total > self.size:
             raise ValueError(f"write of {total} bytes at {pos} overflows {self.path}")
-        written = os.pwritev(self._fd, chunks, pos)
-        while written < total:  # a short write only happens under signals or disk errors
-            rest = b"".join(bytes(c) for c in chunks)[written:]
-            written += os.pwrite(self._fd, rest, pos + written)
+        with self._use() as (fd, _):
+            written = os.pwritev(fd, chunks, pos)
+            while written < total:  # a short write only happens under signals or disk errors
+                rest = b"".join(bytes(c) for c in chunks)[written:]
+                written += os.pwrite(fd, rest, pos + written)
         self.write_pos = max(self.write_pos, pos + total)
 
     def append(self, *chunks) -> int:
@@ -135,7 +329,8 @@ class MappedFile:
         """fdatasync if anything was written since the last flush; returns flushed_pos."""
         target = self.write_pos
         if target > self.flushed_pos and not self.closed:
-            os.fdatasync(self._fd)
+            with self._use() as (fd, _):
+                os.fdatasync(fd)
             self.flushed_pos = target
         return self.flushed_pos
 
@@ -143,26 +338,24 @@ class MappedFile:
         """Erase everything from ``pos`` to the end (recovery of a torn tail)."""
         if pos < self.size:
             # Punching a hole would be faster but is not portable; rewriting keeps it simple.
-            os.ftruncate(self._fd, pos)
-            if self.preallocate:
-                try:  # the blocks just freed: no hole is left behind
-                    os.posix_fallocate(self._fd, pos, self.size - pos)
-                except OSError as exc:
-                    log.warning("%s: cannot allocate its blocks again (%s)", self.path, exc)
-            os.ftruncate(self._fd, self.size)
+            with self._use() as (fd, _):
+                os.ftruncate(fd, pos)
+                if self.preallocate:
+                    try:  # the blocks just freed: no hole is left behind
+                        os.posix_fallocate(fd, pos, self.size - pos)
+                    except OSError as exc:
+                        log.warning("%s: cannot allocate its blocks again (%s)", self.path, exc)
+                os.ftruncate(fd, self.size)
         self.write_pos = min(self.write_pos, pos)
         self.flushed_pos = min(self.flushed_pos, pos)
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            self._mmap.close()
-        except BufferError:
-            # A reader still holds a view; the map is released when that view is dropped.
-            log.debug("mmap of %s still exported; leaving it to the garbage collector", self.path)
-        os.close(self._fd)
+        with self._files.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._files.forget(self)
+            self.release()
 
     def destroy(self) -> None:
         self.close()
@@ -170,3 +363,23 @@ class MappedFile:
             self.path.unlink()
         except FileNotFoundError:
             pass
+
+
+def data_end(fd: int, size: int) -> int:
+    """The end of the last data extent of the file open as ``fd`` (``size`` bytes): 0 for a
+    file of holes only; ``size`` where SEEK_DATA/SEEK_HOLE are not supported."""
+    end = 0
+    pos = 0
+    try:
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no data at or after pos
+                    return end
+                raise
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+            pos = end
+    except OSError:
+        return size
+    return end

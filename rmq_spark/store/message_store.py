@@ -50,6 +50,7 @@ from rmq_spark.store.file_ranges import RangeFiles, range_files
 from rmq_spark.store.flush import FlushService
 from rmq_spark.store.index import MessageIndex
 from rmq_spark.store.index_builder import IndexBuilder
+from rmq_spark.store.mapped_file import OpenFiles
 from rmq_spark.store.reads import DEFAULT_MAX_BYTES, GetResult
 from rmq_spark.store.recovery import RecoveryReport
 from rmq_spark.store.retention import Housekeeping, delete_expired
@@ -80,6 +81,8 @@ class MessageStore:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queues_lock = threading.Lock()
         self._closed = False
+        #: the store's files that hold a descriptor now (at most its limit of them)
+        self.open_files = OpenFiles(opening.open_files_budget(config))
         self.health = opening.store_health(config)
         self.recovery: RecoveryReport | None = None
         self.index: MessageIndex | None = None
@@ -111,7 +114,7 @@ class MessageStore:
     def _open_locked(self, root: Path) -> None:
         cfg = self.config
         opened = opening.open_recovered(
-            cfg, self.health, self._queue, lambda: list(self._queues.values())
+            cfg, self.health, self._queue, lambda: list(self._queues.values()), self.open_files
         )
         self.topics, self.offsets, self.commitlog = opened.topics, opened.offsets, opened.commitlog
         self._checkpoint, self._rocketmq_checkpoint = opened.checkpoint, opened.rocketmq_checkpoint
@@ -201,7 +204,11 @@ class MessageStore:
                 if cq is None:
                     directory = self.config.consumequeue_dir / topic / str(queue_id)
                     cq = ConsumeQueue(
-                        directory, topic, queue_id, self.config.consumequeue_entries_per_file
+                        directory,
+                        topic,
+                        queue_id,
+                        self.config.consumequeue_entries_per_file,
+                        self.open_files,
                     )
                     self._queues[key] = cq
         return cq

@@ -15,6 +15,7 @@ A write the disk has no room for fails the open with an error saying what was be
 from __future__ import annotations
 
 import logging
+import resource
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.consume_queue import ConsumeQueue
 from rmq_spark.store.failure import StoreHealth, is_no_space
 from rmq_spark.store.index_builder import IndexBuilder, open_index
+from rmq_spark.store.mapped_file import OpenFiles, open_files_limit
 from rmq_spark.store.recovery import RecoveryReport, recover
 from rmq_spark.store.topics import TopicTable
 
@@ -62,6 +64,7 @@ def open_recovered(
     health: StoreHealth,
     queue: Callable[[str, int], ConsumeQueue],
     queues: Callable[[], list[ConsumeQueue]],
+    files: OpenFiles,
 ) -> OpenedStore:
     """Open the parts of the store in ``cfg.store_dir`` (whose lock the caller holds) and
     recover it: from the checkpoint after a clean stop, from the last segments after a
@@ -77,9 +80,10 @@ def open_recovered(
         persist_interval_ms=cfg.offsets_persist_interval_ms,
         sync_commits=cfg.flush_mode == "SYNC",
     )
-    commitlog = CommitLog(cfg.commitlog_dir, cfg.commitlog_segment_bytes)
+    commitlog = CommitLog(cfg.commitlog_dir, cfg.commitlog_segment_bytes, files)
     for topic, queue_id in existing_queues(cfg.consumequeue_dir):
         queue(topic, queue_id)
+    note_open_files(files, commitlog, queues())
     with no_space_at_open(health, "creating the checkpoint file"):
         checkpoint, rocketmq_checkpoint = open_checkpoints(root)
     last, rocketmq_last = checkpoint.last, rocketmq_checkpoint.last
@@ -105,6 +109,30 @@ def open_recovered(
     return OpenedStore(
         topics, offsets, commitlog, checkpoint, rocketmq_checkpoint, report, last_store_ts, builder
     )
+
+
+def open_files_budget(cfg: StoreConfig) -> int:
+    """How many store files may be open at once: the configured number, or what the
+    process's soft file limit leaves (see :func:`open_files_limit`)."""
+    if cfg.max_open_files is not None:
+        return cfg.max_open_files
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return open_files_limit(soft if soft != resource.RLIM_INFINITY else 1 << 20)
+
+
+def note_open_files(files: OpenFiles, commitlog: CommitLog, queues: list[ConsumeQueue]) -> None:
+    """Say when the store has more files than may be open at once: it works, but files
+    close and open again as reads and writes move between them."""
+    count = len(commitlog.segments) + sum(len(cq.files) for cq in queues)
+    if files.limit is not None and count > files.limit:
+        log.info(
+            "the store has %d files; at most %d are kept open (2 descriptors each, under a "
+            "file limit of %d): the least recently used close and open again on demand. "
+            "Raise the limit (ulimit -n) to keep them all open.",
+            count,
+            files.limit,
+            resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        )
 
 
 def store_health(cfg: StoreConfig) -> StoreHealth:

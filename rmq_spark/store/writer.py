@@ -18,6 +18,7 @@ import numpy as np
 
 from rmq_spark.clock import now_ms
 from rmq_spark.codec import record as rec
+from rmq_spark.errors import ResourceExhaustedError
 from rmq_spark.store.checks import check_record_sizes
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.consume_queue import ConsumeQueue
@@ -83,8 +84,14 @@ class Writer:
             data, tag_codes = lay_out(first, plan.positions, store_ts)
             log_end = self.commitlog.max_offset
             try:
+                # the queue's file is open before a byte is written: out of descriptors,
+                # the batch is refused with nothing to undo
+                cq.open_for_write(first)
                 self.commitlog.write(data, sizes, plan)
                 cq.put(first, plan.positions, sizes, tag_codes)
+            except ResourceExhaustedError:  # no descriptor left part-way: not the disk's fault
+                self._undo(cq, first, log_end)
+                raise
             except OSError as exc:
                 self._undo(cq, first, log_end)
                 raise self.health.write_failed(exc) from exc
@@ -96,10 +103,12 @@ class Writer:
         """Leave the store exactly as before a write that failed part-way: no byte of it
         past the commit log's end (recovery would take whole records there for stored
         ones) and no entry of it in the queue, whose offsets the next append reuses."""
+        if self.commitlog.max_offset == log_end and cq.max_offset == first:
+            return  # nothing of it was written (refused before the first write)
         try:
             self.commitlog.set_max_offset(log_end)
             cq.truncate(first, erase_beyond=True)
-        except OSError as exc:
+        except (OSError, ResourceExhaustedError) as exc:
             # Cannot even erase it: stop rather than risk serving half a batch later.
             self.health.fail(exc)
             raise

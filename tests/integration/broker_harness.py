@@ -70,11 +70,21 @@ class BrokerProcess:
     """A broker subprocess. ``endpoint`` is valid while it runs; ``restart()`` reuses the
     store directory (the port may change)."""
 
-    def __init__(self, name: str, store_dir: Path, log_path: Path, args: list[str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        store_dir: Path,
+        log_path: Path,
+        args: list[str],
+        *,
+        file_limit: int | None = None,
+    ) -> None:
         self.name = name
         self.store_dir = store_dir
         self.log_path = log_path
         self.args = args
+        #: RLIMIT_NOFILE (soft and hard) of the broker process, None to inherit this one's
+        self.file_limit = file_limit
         self.process: subprocess.Popen | None = None
         self.port = 0
         self.ready_line = ""
@@ -131,9 +141,21 @@ class BrokerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                self.command(extra_args), stdout=subprocess.PIPE, stderr=log, env=env
+                self.command(extra_args),
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                preexec_fn=None if self.file_limit is None else self._limit_files,
             )
         return self.process
+
+    def _limit_files(self) -> None:
+        """In the child, before exec: its file limit, soft and hard (so the broker cannot
+        raise it)."""
+        import resource
+
+        assert self.file_limit is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.file_limit, self.file_limit))
 
     def _read_ready_line(self) -> str:
         assert self.process is not None and self.process.stdout is not None

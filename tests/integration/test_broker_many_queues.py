@@ -1,0 +1,52 @@
+"""Scale in queues and files: a broker whose process may hold 1,024 descriptors (a common
+default limit) starts on a store of 2,000 queues and serves every one of them, sends and
+pulls, holding fewer descriptors than its limit."""
+
+from __future__ import annotations
+
+import os
+
+from broker_harness import TEST_STORE_FLAGS, TEST_STORE_OPTIONS, BrokerProcess
+
+from rmq_spark.client import ClientConfig
+from rmq_spark.client.connection import NO_RETRY
+from rmq_spark.client.remoting import RemotingClient
+from rmq_spark.codec.arrow_decode import decode_records
+from rmq_spark.store import MessageStore, StoreConfig
+from rmq_spark.structs import MessageQueue
+
+TOPICS = 250
+QUEUES = 8  # 2,000 queues in all
+FILE_LIMIT = 1024
+
+
+def test_a_broker_under_a_1024_file_limit_serves_2000_queues(tmp_path):
+    store_dir = tmp_path / "store"
+    store = MessageStore.open(StoreConfig(store_dir, **TEST_STORE_OPTIONS))
+    for t in range(TOPICS):
+        store.topics.create(f"Many{t:03d}", QUEUES)
+        for q in range(QUEUES):
+            store.append(f"Many{t:03d}", q, [f"old {t}/{q}".encode()], tags=["x"])
+    store.close()
+    flags = [*TEST_STORE_FLAGS, "--remoting-port", "0"]
+    broker = BrokerProcess(
+        "broker-many", store_dir, tmp_path / "broker.log", flags, file_limit=FILE_LIMIT
+    )
+    broker.start()
+    try:
+        with RemotingClient(broker.remoting_address, ClientConfig(retry=NO_RETRY)) as client:
+            for t in range(TOPICS):
+                for q in range(QUEUES):
+                    mq = MessageQueue(f"Many{t:03d}", "broker-many", q)
+                    client.send(mq, [f"new {t}/{q}".encode()])
+            held = len(os.listdir(f"/proc/{broker.process.pid}/fd"))
+            assert held < FILE_LIMIT, f"the broker holds {held} descriptors"
+            for t in range(TOPICS):
+                for q in range(QUEUES):
+                    mq = MessageQueue(f"Many{t:03d}", "broker-many", q)
+                    answer = client.pull(mq, 0, group="many")
+                    bodies = decode_records(answer.data).column("body").to_pylist()
+                    assert bodies == [f"old {t}/{q}".encode(), f"new {t}/{q}".encode()]
+        assert len(os.listdir(f"/proc/{broker.process.pid}/fd")) < FILE_LIMIT
+    finally:
+        broker.clean_up()

@@ -1,0 +1,197 @@
+"""Descriptors that do not grow with the store: at most ``limit`` files hold a descriptor
+and a map at once, the least recently used close when another opens, and closing loses
+nothing. Real files in a temporary directory, real processes where a file limit is set."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from rmq_spark.codec.consume_queue import ENTRY_SIZE, encode_entries
+from rmq_spark.store import MessageStore, StoreConfig
+from rmq_spark.store.consume_queue import ConsumeQueue
+from rmq_spark.store.mapped_file import MappedFile, OpenFiles, open_files_limit
+
+
+def own_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_at_most_limit_files_are_open_and_closed_ones_keep_their_data(tmp_path):
+    files = OpenFiles(limit=3)
+    before = own_descriptors()
+    made = [
+        MappedFile(tmp_path / f"{i:020d}", i * 4096, 4096, create=True, files=files)
+        for i in range(8)
+    ]
+    for i, f in enumerate(made):
+        f.write_at(0, f"file {i}".encode())
+        assert len(files) <= 3
+        assert own_descriptors() - before <= 2 * 3  # a descriptor and a map's copy each
+    assert sum(f.is_open for f in made) == 3
+    # a closed file opens again on its next use, with what was written
+    for i, f in enumerate(made):
+        assert bytes(f.view(0, 6)) == b"file {}"[:0] + f"file {i}".encode()[:6]
+        assert f.read_copy(0, 6) == f"file {i}".encode()[:6]
+        assert f.flush() == f.write_pos
+    assert files.opens > 8  # they did close and open again
+    for f in made:
+        f.close()
+    assert own_descriptors() == before
+
+
+def test_a_file_in_use_is_never_closed_for_room(tmp_path):
+    files = OpenFiles(limit=2)
+    busy = MappedFile(tmp_path / "busy", 0, 4096, create=True, files=files)
+    with busy._use() as (fd, _):  # a write or flush in progress
+        others = [
+            MappedFile(tmp_path / f"other{i}", 0, 4096, create=True, files=files) for i in range(5)
+        ]
+        assert busy.is_open
+        os.pwrite(fd, b"still mine", 0)  # the descriptor is still this file's
+    assert busy.read_copy(0, 10) == b"still mine"
+    for f in [busy, *others]:
+        f.close()
+
+
+def test_a_view_outlives_its_file_being_closed_for_room(tmp_path):
+    files = OpenFiles(limit=1)
+    first = MappedFile(tmp_path / "first", 0, 4096, create=True, files=files)
+    first.write_at(0, b"kept")
+    view = first.view(0, 4)
+    MappedFile(tmp_path / "second", 0, 4096, create=True, files=files).close()
+    assert not first.is_open
+    assert bytes(view) == b"kept"  # the map stays until its last view goes
+    view.release()
+    first.close()
+
+
+@pytest.mark.parametrize(
+    ("written", "hole_first"),
+    [(0, False), (1, False), (37, False), (64, False), (5, True)],
+)
+def test_a_queue_finds_its_last_entry_from_the_written_tail(tmp_path, written, hole_first):
+    """Opening a queue reads only the tail of its last written block, not the whole file:
+    the positions come out the same for an empty, partly written or full file, and for a
+    file whose first entries are a hole (entries written after a gap)."""
+    directory = tmp_path / "q"
+    cq = ConsumeQueue(directory, "T", 0, entries_per_file=64)
+    first = 40 if hole_first else 0
+    if written:
+        n = min(written, 64 - first)
+        cq.put(first, np.arange(n) * 100 + 7, np.full(n, 50), np.zeros(n))
+    expected = cq.max_offset
+    cq.close()
+    again = ConsumeQueue(directory, "T", 0, entries_per_file=64)
+    assert again.max_offset == expected
+    if expected:
+        assert again.entry(expected - 1)[1] == 50
+    again.close()
+
+
+def test_a_fully_allocated_file_with_a_zero_tail_is_read_backwards(tmp_path):
+    """Where the file system has no hole to tell (blocks allocated and zeroed), the tail
+    is read back in chunks until a written entry."""
+    directory = tmp_path / "q"
+    directory.mkdir()
+    path = directory / f"{0:020d}"
+    entries = 10_000
+    data = bytearray(entries * ENTRY_SIZE)
+    data[: 3 * ENTRY_SIZE] = encode_entries(np.array([1, 2, 3]), np.full(3, 9), np.zeros(3))
+    path.write_bytes(bytes(data))  # written out: no hole anywhere
+    cq = ConsumeQueue(directory, "T", 0, entries_per_file=entries)
+    assert (cq.min_offset, cq.max_offset) == (0, 3)
+    cq.close()
+
+
+def test_the_budget_comes_from_the_file_limit():
+    assert open_files_limit(1024) == 384  # 768 descriptors, 256 left for the rest
+    assert open_files_limit(20_000) == 9_872
+
+
+def test_a_store_with_more_queues_than_its_budget_works_and_reopens(tmp_path):
+    config = StoreConfig(tmp_path / "s", consumequeue_entries_per_file=64, max_open_files=8)
+    store = MessageStore.open(config)
+    before = own_descriptors()
+    for t in range(6):
+        store.topics.create(f"T{t}", 4)
+        for q in range(4):
+            store.append(f"T{t}", q, [f"{t}/{q}".encode()], tags=["x"])
+    assert len(store.open_files) <= 8
+    assert own_descriptors() - before <= 2 * 8 + 2
+    for t in range(6):
+        for q in range(4):
+            assert store.get_messages(f"T{t}", q, 0, 10).count == 1
+    store.close()
+    reopened = MessageStore.open(config)
+    assert [reopened.max_offset(f"T{t}", q) for t in range(6) for q in range(4)] == [1] * 24
+    reopened.close()
+
+
+def test_out_of_descriptors_a_write_is_refused_cleanly_and_nothing_is_lost(tmp_path):
+    """A process with no descriptor left: the write that needs a new file is refused
+    naming the limit; the store keeps serving; once descriptors are free it writes again,
+    and a reopen finds every acknowledged message."""
+    script = textwrap.dedent(
+        f"""
+        import os, resource
+        from rmq_spark.errors import ResourceExhaustedError
+        from rmq_spark.store import MessageStore, StoreConfig
+        resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
+        config = StoreConfig({str(tmp_path / "s")!r}, consumequeue_entries_per_file=64)
+        store = MessageStore.open(config)
+        store.topics.create("Old", 2)
+        store.append("Old", 0, [b"acked"], tags=["x"])
+        hog = []
+
+        def exhaust():
+            try:
+                while True:
+                    hog.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError:
+                pass
+
+        exhaust()
+        # a new queue file: the store closes its own open files to make room, and writes
+        store.append("Old", 1, [b"made room"], tags=["x"])
+        print("APPENDED by making room")
+        exhaust()
+        with store.open_files.lock:
+            store.open_files.shed()  # nothing of the store's left open to close
+        exhaust()
+        for attempt in ("topic", "append"):
+            try:
+                if attempt == "topic":
+                    store.topics.create("New", 2)
+                else:
+                    store.append("Old", 1, [b"refused"], tags=["x"])
+                print("NOT REFUSED", attempt)
+            except ResourceExhaustedError as exc:
+                print("REFUSED", attempt, exc)
+        assert store.topics.find("New") is None
+        for fd in hog[:16]:
+            os.close(fd)
+        assert store.get_messages("Old", 0, 0, 10).count == 1  # it serves on
+        store.topics.create("New", 2)
+        store.append("New", 1, [b"later"], tags=["x"])
+        store.close()
+        store = MessageStore.open(config)
+        print("AFTER", store.max_offset("Old", 0), store.max_offset("Old", 1),
+              store.max_offset("New", 1))
+        store.close()
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "REFUSED topic cannot write" in out.stdout, out.stdout
+    assert "APPENDED by making room" in out.stdout, out.stdout
+    assert "REFUSED append cannot open" in out.stdout, out.stdout
+    assert out.stdout.count("no file descriptor left") == 2
+    assert "AFTER 1 1 1" in out.stdout, out.stdout  # the refused append stored nothing
