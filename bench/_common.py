@@ -299,17 +299,27 @@ READY_TIMEOUT_S = 30
 class ServerProcess:
     """A server subprocess that prints ``... listening on HOST:PORT ...`` when ready."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log_path: Path,
+        preexec: Callable[[], None] | None = None,
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
+        #: run in the child before it execs (e.g. to set its file limit)
+        self.preexec = preexec
         self.process: subprocess.Popen | None = None
         self.endpoint = ""
         self.ready_line = ""  # the whole "... listening on ..." line (e.g. remoting=HOST:PORT)
 
     def start(self) -> ServerProcess:
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log)
+            self.process = subprocess.Popen(
+                self.argv, stdout=subprocess.PIPE, stderr=log, preexec_fn=self.preexec
+            )
         assert self.process.stdout is not None
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
