@@ -108,17 +108,7 @@ def test_a_send_is_checked_on_the_topic_it_stores_to(broker):
     with broker.wire() as wire:
         before = max_offset(wire, "TopicB")
         # SEND_MESSAGE reads the long names: topic=TopicB is what would be stored
-        ext = {
-            "producerGroup": "pg",
-            "topic": "TopicB",
-            "b": "TopicA",
-            "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": "4",
-            "queueId": "0",
-            "sysFlag": "0",
-            "bornTimestamp": "1",
-            "flag": "0",
-        }
+        ext = {**send_long("TopicB"), "b": "TopicA"}
         refused(
             call(wire, "writer", C.SEND_MESSAGE, ext, b"x"), ResponseCode.NO_PERMISSION, "TopicB"
         )

@@ -155,17 +155,9 @@ class Consuming:
         if not pull.carries_subscription:
             tag_codes = self._heartbeat_tag_codes(group, topic)
         read = functools.partial(
-            self._read,
-            group,
-            topic,
-            queue_id,
-            offset,
-            pull.max_count,
-            pull.max_bytes,
-            tag_codes,
-            pull.commit,
+            self._read, group, topic, queue_id, offset, pull.max_count, pull.max_bytes, tag_codes
         )
-        result = await self._workers.run(read)
+        result = await self._workers.run(read, pull.commit)
         if result.status == PullStatus.NO_NEW_MSG and pull.sys_flag & codes.PULL_SUSPEND:
             store = self._broker.store
             arrived = await self._broker.notifier.wait(
@@ -175,17 +167,7 @@ class Consuming:
                 is_ready=lambda: store.max_offset(topic, queue_id) > offset,
             )
             if arrived:
-                reread = functools.partial(
-                    self._read,
-                    group,
-                    topic,
-                    queue_id,
-                    offset,
-                    pull.max_count,
-                    pull.max_bytes,
-                    tag_codes,
-                )
-                result = await self._workers.run(reread)
+                result = await self._workers.run(read)
         code, remark = _STATUS[result.status]
         response = request.reply(
             code,
