@@ -81,6 +81,8 @@ class MessageStore:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queues_lock = threading.Lock()
         self._closed = False
+        #: recovery may have written any queue: the first checkpoint flushes them all
+        self._recovered_unflushed = True
         #: the store's files that hold a descriptor now (at most its limit of them)
         self.open_files = OpenFiles(opening.open_files_budget(config))
         self.health = opening.store_health(config)
@@ -439,13 +441,25 @@ class MessageStore:
         return self.commitlog.flush()
 
     def checkpoint(self) -> None:
-        """Flush the commit log and every consume queue, then record the safe offset."""
+        """Flush the commit log and every consume queue written since the last checkpoint,
+        then record the safe offset. Queues it could not flush are flushed by the next."""
         with self._write_lock:
             end = self.commitlog.max_offset
             ts = self._writer.last_store_ts
-        self.commitlog.flush()
-        for cq in list(self._queues.values()):
-            cq.flush()
+            written = self._writer.take_written()
+            if self._recovered_unflushed:  # what recovery wrote: flushed by the first one
+                written.update(self._queues.values())
+                self._recovered_unflushed = False
+        pending = list(written)
+        try:
+            self.commitlog.flush()
+            while pending:
+                pending[-1].flush()
+                pending.pop()
+        except BaseException:
+            with self._write_lock:  # not flushed: the next checkpoint flushes them
+                self._writer.give_back(pending)
+            raise
         # the time of the last key indexed; with no key indexed, nothing to protect
         index_ts = (self.index_builder.flush() if self.index_builder is not None else 0) or ts
         self._checkpoint.write(end, ts, ts)

@@ -67,6 +67,18 @@ class Writer:
         self._queue = queue
         self._check_open = check_open
         self.last_store_ts = last_store_ts
+        #: queues written since the last take_written() (the next checkpoint flushes them)
+        self._written: set[ConsumeQueue] = set()
+
+    def take_written(self) -> set[ConsumeQueue]:
+        """The queues written since the last call (call with the lock held): a checkpoint
+        flushes those, not every queue of the store."""
+        written, self._written = self._written, set()
+        return written
+
+    def give_back(self, queues) -> None:
+        """Queues a checkpoint took but could not flush (lock held): the next takes them."""
+        self._written.update(queues)
 
     def write(
         self, topic: str, queue_id: int, sizes: np.ndarray, lay_out: LayOut
@@ -89,6 +101,7 @@ class Writer:
                 cq.open_for_write(first)
                 self.commitlog.write(data, sizes, plan)
                 cq.put(first, plan.positions, sizes, tag_codes)
+                self._written.add(cq)
             except ResourceExhaustedError:  # no descriptor left part-way: not the disk's fault
                 self._undo(cq, first, log_end)
                 raise
