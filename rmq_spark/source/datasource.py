@@ -8,7 +8,8 @@ the first data-source lookup); :func:`register` does the same explicitly.
 
 Options are checked when the data source is created, that is at ``load()``: an unknown or
 malformed option fails there, naming it. Spark does not say yet whether the query will be a
-batch or a streaming one, so options valid in one of the two modes pass; the reader gets
+batch or a streaming one, so options valid in one of the two modes pass (but a read's
+``load()`` also asks for the schema, which fails for options no read can use); the reader gets
 its mode's options and fails with its mode's error (``maxMessagesPerTrigger`` on
 ``spark.read`` fails when the query runs). Options valid for the sink only pass too; a
 writer checks them with the DataFrame's schema when the write starts. The options are parsed
@@ -68,12 +69,17 @@ class RocketliteDataSource(DataSource):
         super().__init__(options)
         #: every mode's options, parsed once here (on the driver) and pickled with the source
         self.parsed_options: LoadedOptions = check_options(options)
+        self._keys = {str(key).lower() for key in options}
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> StructType:
+        # Spark asks for it at load() of a read, never of a write: options that only a
+        # write could use (none of topic, topics, topicPattern: a sink may take each row's
+        # topic from a column) fail here, naming what a read needs, not when the query runs
+        self.parsed_options.check_read(self._keys)
         return SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -43,6 +43,13 @@ class LoadedOptions:
         """The options of a write; raises the write's error."""
         return _value(self.sink)
 
+    def check_read(self, keys: set[str]) -> None:
+        """Raise the error of a read with these options, when neither reading mode can use
+        them (Spark asks for the schema of a read at ``load()``, and only of a read)."""
+        error = _source_error(keys, _error(self.streaming), _error(self.batch))
+        if error is not None:
+            raise InvalidArgumentError(error)
+
     def check(self, keys: set[str]) -> None:
         """Raise the error ``load()`` raises for these options (``keys``: the option names
         given, lower-cased); see :func:`load_error`."""

@@ -259,6 +259,9 @@ def test_two_brokers_are_read_and_committed(spark, broker_factory, topic, tmp_pa
 
 
 def test_unknown_and_malformed_options_fail_at_load(spark, broker):
+    for reader in (spark.readStream, spark.read):  # as Spark's Kafka source does
+        with pytest.raises(Exception, match=r"topics \(comma-separated list\) or topicPattern"):
+            reader.format("rocketlite").option("endpoints", broker.endpoint).load()
     with pytest.raises(
         Exception,
         match=r"(?i)unknown option 'maxOffsetsPerTrigger'.*did you mean maxMessagesPerTrigger",
