@@ -243,3 +243,13 @@ def test_header_values_round_trip_whatever_they_hold(value):
     again = decode(split_frames(encode(command), 1 << 20)[0][0])
     assert again.ext == {"k": value, "queueId": "3"}
     assert (again.code, again.opaque, again.flag) == (0, 4, 1)
+
+
+def test_an_answer_whose_text_is_not_unicode_still_encodes():
+    """A remark or field holding a lone surrogate (say, echoing a client's bad value) goes
+    out as a JSON escape, never as an encoding error."""
+    answer = Command(code=29, ext={"topic": "T\ud800"}, remark="bad \udfff", opaque=3, flag=1)
+    frames, _ = split_frames(encode(answer), 1 << 20)
+    back = decode(frames[0])
+    assert (back.remark, back.ext["topic"], back.opaque) == ("bad \udfff", "T\ud800", 3)
+    assert back.bad_text == "topic"  # and read back, it is named as not text
