@@ -170,7 +170,7 @@ def _parse(data: bytes) -> Any:
     except json.JSONDecodeError as strict:
         # Apache RocketMQ's broker writes its config files with fastjson, whose maps keyed
         # by numbers are not JSON ({0:213664}); read those too, so its store opens here.
-        from rmq_spark.remoting.fastjson import loads as fastjson_loads
+        from rmq_spark.codec.fastjson import loads as fastjson_loads
 
         try:
             return fastjson_loads(text)

@@ -41,13 +41,17 @@ from rmq_spark.codec.properties import (
 from rmq_spark.codec.record import Record, iter_records
 from rmq_spark.durable_json import read_json_with_backup, write_json_atomic
 from rmq_spark.errors import (
-    CorruptDataError,
     InvalidArgumentError,
     NotFoundError,
     ReservedTopicError,
     RocketliteError,
 )
 from rmq_spark.names import SCHEDULE_TOPIC
+from rmq_spark.store.config_files import (
+    DELAY_OFFSETS_FILE,
+    delay_offsets_from_json,
+    delay_offsets_to_json,
+)
 from rmq_spark.structs import PullStatus
 
 if TYPE_CHECKING:
@@ -57,8 +61,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rmq_spark.broker")
 
-FILE_NAME = "delayOffset.json"
-TABLE_FIELD = "offsetTable"
+FILE_NAME = DELAY_OFFSETS_FILE
 #: schedule-queue records read (and at most delivered) per level per round
 DELIVER_BATCH = 256
 #: wait before trying again after a delivery the broker refused (read-only, disk full)
@@ -423,28 +426,3 @@ def put_due(broker: Broker, batch: Sequence[Due]) -> RocketliteError | None:
     except RocketliteError as exc:
         return exc
     return None
-
-
-def delay_offsets_to_json(offsets: Sequence[int]) -> dict:
-    """RocketMQ's delayOffset.json shape: ``{"offsetTable": {"<level>": offset}}``.
-
-    >>> delay_offsets_to_json([5, 0])
-    {'offsetTable': {'1': 5, '2': 0}}
-    """
-    return {TABLE_FIELD: {str(qid + 1): offset for qid, offset in enumerate(offsets)}}
-
-
-def delay_offsets_from_json(obj: Any) -> dict[int, int]:
-    """Parse :func:`delay_offsets_to_json`'s shape to ``{level: offset}``; raises
-    CorruptDataError naming the bad entry."""
-    table = obj.get(TABLE_FIELD) if isinstance(obj, dict) else None
-    if not isinstance(table, dict):
-        raise CorruptDataError(f'expected a JSON object with a "{TABLE_FIELD}" object inside')
-    offsets = {}
-    for level, offset in table.items():
-        if not (isinstance(level, str) and level.isdigit() and int(level) >= 1):
-            raise CorruptDataError(f"{TABLE_FIELD} key {level!r} is not a delay level >= 1")
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise CorruptDataError(f"delay level {level}: offset {offset!r} is not >= 0")
-        offsets[int(level)] = offset
-    return offsets

@@ -12,11 +12,12 @@ first sees a group. rocketlite keeps the same file so a store moves both ways:
   and at close), with a ``.bak`` of the previous version, in RocketMQ's shape:
   ``{"subscriptionGroupTable": {group: {...}}, "dataVersion": {...}}``.
 
+The file's codec is the store's (:mod:`rmq_spark.store.config_files`): its offline
+readers read it too.
+
 >>> entry = new_group_entry("orders-app", retry_max_times=16)
 >>> (entry["groupName"], entry["retryMaxTimes"], entry["consumeEnable"])
 ('orders-app', 16, True)
->>> groups_from_json({"subscriptionGroupTable": {"g": {"groupName": "g", "retryMaxTimes": 3}}})
-{'g': {'groupName': 'g', 'retryMaxTimes': 3}}
 """
 
 from __future__ import annotations
@@ -27,58 +28,18 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.clock import now_ms
 from rmq_spark.durable_json import read_json_with_backup, write_json_atomic
-from rmq_spark.errors import CorruptDataError
+from rmq_spark.store.config_files import (
+    SUBSCRIPTION_GROUPS_FILE,
+    groups_from_json,
+    groups_to_json,
+    new_group_entry,
+)
 
 log = logging.getLogger("rmq_spark.broker")
 
-FILE_NAME = "subscriptionGroup.json"
-TABLE_FIELD = "subscriptionGroupTable"
+FILE_NAME = SUBSCRIPTION_GROUPS_FILE
 PERSIST_INTERVAL_S = 5.0
-
-
-def new_group_entry(group: str, *, retry_max_times: int) -> dict[str, Any]:
-    """A group's entry with the values Apache RocketMQ 4.9 gives a new group."""
-    return {
-        "brokerId": 0,
-        "consumeBroadcastEnable": True,
-        "consumeEnable": True,
-        "consumeFromMinEnable": True,
-        "groupName": group,
-        "notifyConsumerIdsChangedEnable": True,
-        "retryMaxTimes": retry_max_times,
-        "retryQueueNums": 1,
-        "whichBrokerWhenConsumeSlowly": 1,
-    }
-
-
-def groups_from_json(document: Any) -> dict[str, dict[str, Any]]:
-    """The entries of a subscriptionGroup.json document; raises CorruptDataError naming
-    what is wrong with its shape."""
-    if not isinstance(document, dict):
-        raise CorruptDataError(
-            f"{FILE_NAME} must hold a JSON object, not {type(document).__name__}"
-        )
-    table = document.get(TABLE_FIELD, {})
-    if not isinstance(table, dict):
-        raise CorruptDataError(f"{FILE_NAME}: {TABLE_FIELD} must be an object")
-    for group, entry in table.items():
-        if not isinstance(entry, dict):
-            raise CorruptDataError(f"{FILE_NAME}: the entry of group {group!r} is not an object")
-        limit = entry.get("retryMaxTimes", 16)
-        if not isinstance(limit, int) or isinstance(limit, bool):
-            raise CorruptDataError(
-                f"{FILE_NAME}: group {group!r} has retryMaxTimes {limit!r}, not a whole number"
-            )
-    return {str(group): dict(entry) for group, entry in table.items()}
-
-
-def groups_to_json(groups: dict[str, dict[str, Any]], version: int) -> dict[str, Any]:
-    return {
-        TABLE_FIELD: {group: groups[group] for group in sorted(groups)},
-        "dataVersion": {"counter": version, "timestamp": now_ms()},
-    }
 
 
 class SubscriptionGroups:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from rmq_spark.client.connection import ClientConfig
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import validate_sink_id, validate_topic
-from rmq_spark.source.connect_options import (
+from rmq_spark.spark_options.connect_options import (
     FileReads,
     client_config,
     credential_options,
@@ -24,7 +24,7 @@ from rmq_spark.source.connect_options import (
     name_server_option,
     tls_options,
 )
-from rmq_spark.source.option_values import RawOptions, bad
+from rmq_spark.spark_options.option_values import RawOptions, bad
 
 __all__ = ["SINK_ONLY", "SinkOptions"]
 

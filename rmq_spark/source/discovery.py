@@ -24,9 +24,9 @@ from rmq_spark.client.offsets import QueueOffsets, query_queue_offsets
 from rmq_spark.errors import InvalidArgumentError, RocketliteError, UnavailableError
 from rmq_spark.offsets.spark import Offsets
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
-from rmq_spark.source import connect_options
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.positions import starting_offsets, timestamps_needed
+from rmq_spark.spark_options import connect_options
 from rmq_spark.structs import MessageQueue, Permission
 from rmq_spark.wire import mq_to_pb
 

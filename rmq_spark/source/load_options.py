@@ -2,7 +2,7 @@
 
 Spark creates the data source (and checks its options) before it says whether the query
 reads a batch, reads a stream or writes, so :func:`parse_for_load` parses the options for
-all three, sharing one :class:`~rmq_spark.source.connect_options.FileReads`: the TLS files
+all three, sharing one :class:`~rmq_spark.spark_options.connect_options.FileReads`: the TLS files
 and the secret key file are read once. The result is kept on the data source, which Spark
 pickles to the Python processes that plan the read or the write: they use it as it is.
 
@@ -19,8 +19,8 @@ from typing import TypeVar
 
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.sink.options import SINK_ONLY, SinkOptions
-from rmq_spark.source.connect_options import FileReads
 from rmq_spark.source.options import BATCH_ONLY, STREAMING_ONLY, SourceOptions
+from rmq_spark.spark_options.connect_options import FileReads
 
 __all__ = ["LoadedOptions", "load_error", "parse_for_load"]
 

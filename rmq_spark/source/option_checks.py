@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.source.option_values import RawOptions
+from rmq_spark.spark_options.option_values import RawOptions
 
 if TYPE_CHECKING:
     from rmq_spark.source.options import SourceOptions

@@ -31,7 +31,14 @@ from rmq_spark.names import (
     validate_topic,
 )
 from rmq_spark.offsets.json_codec import MAX_OFFSET
-from rmq_spark.source.connect_options import (
+from rmq_spark.source.option_checks import check_combinations
+from rmq_spark.source.position_options import (
+    EndingPosition,
+    StartingPosition,
+    ending_position,
+    starting_position,
+)
+from rmq_spark.spark_options.connect_options import (
     Credentials,
     FileReads,
     TlsFields,
@@ -41,14 +48,7 @@ from rmq_spark.source.connect_options import (
     store_options,
     tls_options,
 )
-from rmq_spark.source.option_checks import check_combinations
-from rmq_spark.source.option_values import RawOptions, bad
-from rmq_spark.source.position_options import (
-    EndingPosition,
-    StartingPosition,
-    ending_position,
-    starting_position,
-)
+from rmq_spark.spark_options.option_values import RawOptions, bad
 
 #: canonical option names; Spark lower-cases keys, so they are matched ignoring case
 OPTION_NAMES: tuple[str, ...] = (

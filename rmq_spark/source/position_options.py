@@ -7,7 +7,7 @@ options given pick one position and fit the query's mode; every problem raises
 :class:`~rmq_spark.errors.InvalidArgumentError` naming the option. Turning a position into
 offsets, once the brokers' queues are known, is :mod:`rmq_spark.source.positions`' job.
 
->>> from rmq_spark.source.option_values import RawOptions
+>>> from rmq_spark.spark_options.option_values import RawOptions
 >>> starting_position(RawOptions({"startingTimestamp": "5"}, streaming=True), None)
 StartingPosition(kind='timestamp', offsets=None, timestamp_ms=5, group_fallback=None)
 >>> ending_position(RawOptions({}, streaming=False)).kind
@@ -21,7 +21,7 @@ from typing import Literal
 
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.offsets.spark import parse_offsets_json, parse_timestamps_json
-from rmq_spark.source.option_values import RawOptions, bad
+from rmq_spark.spark_options.option_values import RawOptions, bad
 from rmq_spark.structs import MessageQueue
 
 __all__ = [

@@ -56,10 +56,10 @@ from rmq_spark.offsets.spark import DataLoss, data_loss_message
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
 from rmq_spark.pull_wire import decode_pull_response
 from rmq_spark.retry import backoff_delays
-from rmq_spark.source.connect_options import MAX_RETRY_BACKOFF_MS
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import PlannedPartition, QueueRange
 from rmq_spark.source.schema import ALL_COLUMNS, Projection, to_rows
+from rmq_spark.spark_options.connect_options import MAX_RETRY_BACKOFF_MS
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire import mq_to_pb, pull_status_from_pb
 

@@ -30,10 +30,16 @@ from rmq_spark.offsets.journal import read_journal
 from rmq_spark.offsets.json_codec import OffsetTable, offset_table_from_json
 from rmq_spark.store import geometry
 from rmq_spark.store.checkpoint import ROCKETLITE_FILE, StoreCheckpoints
+from rmq_spark.store.config_files import (
+    DELAY_OFFSETS_FILE,
+    SUBSCRIPTION_GROUPS_FILE,
+    delay_offsets_from_json,
+    groups_from_json,
+)
 from rmq_spark.store.topics import FILE_NAME as TOPICS_FILE
 from rmq_spark.store.topics import TopicConfig, topic_table_from_json
 
-DELAY_FILE = "delayOffset.json"  # rmq_spark.broker.schedule.FILE_NAME
+DELAY_FILE = DELAY_OFFSETS_FILE
 
 StoreKind = Literal["rocketlite", "apache-rocketmq", "unknown"]
 
@@ -228,7 +234,6 @@ def read_delay_offsets(config_dir: Path) -> dict[int, int]:
     """``delayOffset.json``: ``{delay level: next schedule-queue offset to deliver}``."""
     # Imported here, as in read_subscription_groups: the broker package costs a Spark
     # worker half a second to import.
-    from rmq_spark.broker.schedule import delay_offsets_from_json
 
     document, source = read_json_with_backup(
         config_dir / DELAY_FILE, validate=lambda d: delay_offsets_from_json(_text_keys(d))
@@ -238,9 +243,10 @@ def read_delay_offsets(config_dir: Path) -> dict[int, int]:
 
 def read_subscription_groups(config_dir: Path) -> list[str]:
     """Group names of RocketMQ's ``subscriptionGroup.json``; empty when there is none."""
-    from rmq_spark.broker.subscription_groups import FILE_NAME, groups_from_json
 
-    document, source = read_json_with_backup(config_dir / FILE_NAME, validate=groups_from_json)
+    document, source = read_json_with_backup(
+        config_dir / SUBSCRIPTION_GROUPS_FILE, validate=groups_from_json
+    )
     return [] if source == "none" else sorted(groups_from_json(document))
 
 

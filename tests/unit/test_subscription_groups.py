@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from rmq_spark.broker.subscription_groups import FILE_NAME, SubscriptionGroups, groups_from_json
+from rmq_spark.broker.subscription_groups import FILE_NAME, SubscriptionGroups
 from rmq_spark.errors import CorruptDataError
+from rmq_spark.store.config_files import groups_from_json
 
 # As Apache RocketMQ 4.9 writes it (fastjson: a field rocketlite does not know included).
 ROCKETMQ_FILE = """{

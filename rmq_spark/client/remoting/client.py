@@ -28,6 +28,7 @@ from rmq_spark.client.connection import ClientConfig
 from rmq_spark.client.message import new_unique_keys
 from rmq_spark.client.remoting.transport import RemotingConnection, RemotingError, raise_for
 from rmq_spark.clock import now_ms
+from rmq_spark.codec import fastjson
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.properties import UNIQ_KEY, encode_properties
 from rmq_spark.errors import (
@@ -37,7 +38,6 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.names import validate_key_query
-from rmq_spark.remoting import fastjson
 from rmq_spark.remoting.codes import (
     PERM_READ,
     PERM_WRITE,

@@ -12,7 +12,7 @@ from typing import TypedDict, TypeVar, cast
 
 from rmq_spark.client.connection import ClientConfig, RetryPolicy
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.source.option_values import RawOptions, bad
+from rmq_spark.spark_options.option_values import RawOptions, bad
 
 __all__ = [
     "MAX_RETRY_BACKOFF_MS",
