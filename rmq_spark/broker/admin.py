@@ -5,7 +5,7 @@ Each broker answers for itself only; clients merge the routes of several brokers
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import rmq_spark
 from rmq_spark.auth import acl_admin
@@ -74,11 +74,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             topic=topic_config_pb(config),
             broker_name=self._broker.name,
             endpoint=self._broker.endpoint,
-            broker_perm=broker_perm,
+            broker_perm=cast("common_pb2.Permission", broker_perm),
             queues=[
                 admin_pb2.QueueRoute(
                     queue=checks.queue_pb(self._broker, topic, queue_id),
-                    perm=queue_perm(config, queue_id, broker_perm),
+                    perm=cast("common_pb2.Permission", queue_perm(config, queue_id, broker_perm)),
                 )
                 for queue_id in range(max(config.read_queue_nums, config.write_queue_nums))
             ],
@@ -102,7 +102,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             version=rmq_spark.__version__,
             endpoint=broker.endpoint,
             store_host=broker.store_host,
-            broker_perm=config.broker_perm,
+            broker_perm=cast("common_pb2.Permission", config.broker_perm),
             auto_create_topics=config.auto_create_topics,
             default_topic_queues=config.default_topic_queues,
             flush_mode=_FLUSH_MODES[broker.store.config.flush_mode],
@@ -262,5 +262,5 @@ def store_stats_pb(stats: dict) -> admin_pb2.StoreStats:
     )
 
 
-def _optional(request, field: str) -> int | None:
+def _optional(request, field: str) -> Any:
     return getattr(request, field) if request.HasField(field) else None

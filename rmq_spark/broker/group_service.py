@@ -8,7 +8,8 @@ group's retry topic on its first CLUSTERING heartbeat (RocketMQ does the same).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from rmq_spark.broker import checks
 from rmq_spark.broker.groups import MembershipEvent
@@ -54,7 +55,7 @@ def validate_client_id(client_id: object) -> str:
     return client_id
 
 
-def _enum_value(table: dict[int, str], value: int, field: str) -> str:
+def _enum_value(table: Mapping[Any, str], value: int, field: str) -> str:
     try:
         return table[value]
     except KeyError:
