@@ -10,7 +10,8 @@
 * verify_store reports damage that recovery does not look for.
 
 Set RMQ_CRASH_SEED to replay a crash loop's choices (its kill timing still varies with the
-machine) and RMQ_CRASH_ITERATIONS to change its length.
+machine) and RMQ_CRASH_ITERATIONS to change its length (a long loop outlasts the suite's
+per-test timeout: pass ``--timeout 0``).
 """
 
 from __future__ import annotations
