@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
 
     # The executors' Python must have the package: here the same environment as the driver
-    # (the README lists the other ways: a wheel in spark.submit.pyFiles, spark.archives).
+    # (docs/spark.md lists the other ways: a wheel in spark.submit.pyFiles, spark.archives).
     spark = (
         SparkSession.builder.master(master)
         .appName("rocketlite-cluster-test")
