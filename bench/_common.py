@@ -305,8 +305,10 @@ class ServerProcess:
         argv: list[str],
         log_path: Path,
         preexec: Callable[[], None] | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> None:
         self.name = name
+        self.ready_timeout_s = ready_timeout_s
         self.argv = argv
         self.log_path = log_path
         #: run in the child before it execs (e.g. to set its file limit)
@@ -321,7 +323,7 @@ class ServerProcess:
                 self.argv, stdout=subprocess.PIPE, stderr=log, preexec_fn=self.preexec
             )
         assert self.process.stdout is not None
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
             if not ready:

@@ -53,20 +53,29 @@ from rmq_spark.structs import MessageQueue
 QUEUES = 8
 SEGMENT_BYTES = 128 << 20
 FILE_LIMIT = 1024
+#: how long a broker may take to start on the largest store before the run fails
+READY_TIMEOUT_S = 300
 FULL = (100, 1_000, 10_000)
 QUICK = (100, 1_000)
 
 
 def fill(store_dir: str, topics: int) -> None:
     """(In a child process.) N topics x 8 queues, one message in each."""
+    from rmq_spark.durable_json import write_json_atomic
     from rmq_spark.store import MessageStore, StoreConfig
     from rmq_spark.store.mapped_file import raise_file_limit
+    from rmq_spark.store.topics import FILE_NAME as TOPICS_FILE
+    from rmq_spark.store.topics import TopicConfig, topic_table_to_json
 
     raise_file_limit()
-    store = MessageStore.open(StoreConfig(store_dir, commitlog_segment_bytes=SEGMENT_BYTES))
+    config = StoreConfig(store_dir, commitlog_segment_bytes=SEGMENT_BYTES)
+    # The topic table written once (creating topics one by one rewrites it each time).
+    config.config_dir.mkdir(parents=True, exist_ok=True)
+    table = {topic_name(t): TopicConfig(topic_name(t), QUEUES, QUEUES) for t in range(topics)}
+    write_json_atomic(config.config_dir / TOPICS_FILE, topic_table_to_json(table))
+    store = MessageStore.open(config)
     for t in range(topics):
         name = topic_name(t)
-        store.topics.create(name, QUEUES)
         for q in range(QUEUES):
             store.append(name, q, [f"{name}/{q}".encode()], tags=["scale"])
     store.close()
@@ -118,7 +127,9 @@ def start_rocketlite(store: Path, log: Path, topics: int) -> Start:
     argv = [sys.executable, "-m", "rmq_spark.broker", "--store", str(store), "--port", "0"]
     argv += ["--remoting-port", "0", "--log-level", "WARNING", "--name", "broker-a"]
     argv += ["--commitlog-segment-bytes", str(SEGMENT_BYTES)]
-    server = ServerProcess("rocketlite broker", argv, log, preexec=limit_files)
+    server = ServerProcess(
+        "rocketlite broker", argv, log, preexec=limit_files, ready_timeout_s=READY_TIMEOUT_S
+    )
     started = time.perf_counter()
     server.start()
     ready = time.perf_counter() - started

@@ -49,24 +49,27 @@ class ConsumeQueue:
         self.max_offset = 0
         #: first readable queue offset (moves up when retention deletes the commit log)
         self.min_offset = 0
+        #: (physical offset, size) of the last entry, as found when the queue was opened
+        #: (None when it is empty, or changed since): recovery checks it without a read
+        self.opened_last: tuple[int, int] | None = None
         if directory.exists():
             paths = sorted(p for p in directory.iterdir() if p.name.isdigit())
             # A file shorter than the others was left by a crash while it was created or
-            # truncated; its missing tail is unwritten slots.
-            self._publish(
-                [
-                    MappedFile(
-                        p,
-                        int(p.name),
-                        max(p.stat().st_size, self.file_bytes),
-                        create=False,
-                        grow=True,
-                        files=files,
-                    )
-                    for p in paths
-                ]
-            )
+            # truncated; its missing tail is unwritten slots (such a file is opened now to
+            # extend it, the others at their first use).
+            self._publish([self._existing(p, files) for p in paths])
         self._load_positions()
+
+    def _existing(self, path: Path, files: OpenFiles) -> MappedFile:
+        size = path.stat().st_size
+        return MappedFile(
+            path,
+            int(path.name),
+            max(size, self.file_bytes),
+            create=False,
+            grow=size < self.file_bytes,
+            files=files,
+        )
 
     def _publish(self, files: list[MappedFile]) -> None:
         self._index = ([f.start_offset for f in files], files)
@@ -82,21 +85,22 @@ class ConsumeQueue:
             return
         self.min_offset = self.files[0].start_offset // ENTRY_SIZE
         for seg in reversed(self.files):
-            end = self._written_end(seg)
+            end, last = self._written_end(seg)
             if end:
                 seg.write_pos = seg.flushed_pos = end
                 self.max_offset = (seg.start_offset + seg.write_pos) // ENTRY_SIZE
+                self.opened_last = last
                 break
         for seg in self.files:
             if seg.start_offset + seg.size <= self.max_offset * ENTRY_SIZE:
                 seg.write_pos = seg.flushed_pos = seg.size
 
     @staticmethod
-    def _written_end(seg: MappedFile) -> int:
-        """Where the written entries of ``seg`` end (relative bytes), 0 when none is. The
-        file system tells where the last written block ends (the unwritten tail is a
-        hole): only the tail before it is read, backwards in chunks, with ``pread`` (not
-        the map: see MappedFile.read_copy)."""
+    def _written_end(seg: MappedFile) -> tuple[int, tuple[int, int] | None]:
+        """Where the written entries of ``seg`` end (relative bytes), 0 when none is, and
+        the last one's (physical offset, size). The file system tells where the last
+        written block ends (the unwritten tail is a hole): only the tail before it is read,
+        backwards in chunks, with ``pread`` (not the map: see MappedFile.read_copy)."""
         stop = seg.data_end()
         stop -= stop % ENTRY_SIZE
         while stop > 0:
@@ -105,9 +109,13 @@ class ConsumeQueue:
             sizes = np.frombuffer(data, dtype=">i4").reshape(-1, 5)[:, 2]
             last = last_written(sizes)
             if last >= 0:
-                return start + (last + 1) * ENTRY_SIZE
+                entry = decode_entries(data[last * ENTRY_SIZE : (last + 1) * ENTRY_SIZE])[0]
+                return start + (last + 1) * ENTRY_SIZE, (
+                    int(entry["physical_offset"]),
+                    int(entry["size"]),
+                )
             stop = start
-        return 0
+        return 0, None
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -124,6 +132,7 @@ class ConsumeQueue:
             seg.write_at(rel, memoryview(data)[chunk_start : chunk_start + take])
             pos += take
         self.max_offset = max(self.max_offset, end // ENTRY_SIZE)
+        self.opened_last = None
 
     def open_for_write(self, first_offset: int) -> None:
         """Make sure the file that entry ``first_offset`` goes to exists and is open now
@@ -158,6 +167,7 @@ class ConsumeQueue:
         """
         if max_offset >= self.max_offset and not erase_beyond:
             return
+        self.opened_last = None
         cut = max_offset * ENTRY_SIZE
         while self.files and self.files[-1].start_offset >= cut:
             doomed = self.files[-1]
@@ -206,7 +216,10 @@ class ConsumeQueue:
 
     def drop_below_physical(self, commitlog_min: int) -> None:
         """Forget entries pointing below the commit log's new minimum (after retention)."""
-        if self.max_offset <= self.min_offset:
+        if self.max_offset <= self.min_offset or commitlog_min <= 0:
+            return  # nothing was ever deleted from the commit log: no read needed
+        head = self.entry(self.min_offset)
+        if head is not None and head[0] >= commitlog_min:
             return
         # Whole files whose last entry points below the minimum can go.
         while len(self.files) > 1:

@@ -163,6 +163,13 @@ class MappedFile:
         self.write_pos = 0
         self.flushed_pos = 0
         self.closed = False
+        if not create and not grow:
+            # An existing file that needs no fixing: checked by its size alone, opened at
+            # its first use (a store of many queues opens only what it reads).
+            actual = path.stat().st_size
+            if actual != size:
+                raise OSError(f"{path} is {actual} bytes, expected {size}")
+            return
         with files.lock:
             files.make_room()
             fd = self._open_fd(os.O_RDWR | (os.O_CREAT if create else 0))

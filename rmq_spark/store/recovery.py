@@ -252,6 +252,9 @@ def _dispatch(
 def _first_entry_at_or_after(cq: ConsumeQueue, physical_end: int) -> int:
     """Smallest queue offset whose entry points at or past ``physical_end`` (entries of a
     queue grow with the physical offset), or max_offset when none does."""
+    last = cq.opened_last
+    if last is not None and last[1] and last[0] + last[1] <= physical_end:
+        return cq.max_offset  # its last entry, read when it was opened, is within the log
     lo, hi = cq.min_offset, cq.max_offset
     while lo < hi:
         mid = (lo + hi) // 2
