@@ -374,7 +374,8 @@ def test_a_client_that_reopens_its_stream_within_the_grace_keeps_its_messages(ra
     assert 0.9 < waited < 2.5, waited
 
 
-def test_messages_a_leaving_client_gives_back_reach_a_receive_already_waiting(raw_clients):
+def test_messages_a_leaving_client_gives_back_reach_a_receive_already_waiting(setup, raw_clients):
+    broker, _ = setup
     topic, raw, stub = raw_clients
     group = "g-v2-goodbye"
     client_id = f"leaving@{uuid.uuid4().hex[:8]}"
@@ -390,7 +391,11 @@ def test_messages_a_leaving_client_gives_back_reach_a_receive_already_waiting(ra
 
     receiver = threading.Thread(target=wait_long)
     receiver.start()
-    time.sleep(0.3)  # the receive is waiting
+    with Admin(broker.endpoint) as admin:  # the broker holds the receive: it waits
+        eventually(
+            lambda: admin.broker_info()["broker-v2-failover"].server_stats["held_pulls"] >= 1,
+            what="the receive held by the broker",
+        )
     answer = stub.NotifyClientTermination(
         spb.NotifyClientTerminationRequest(group=pb.Resource(name=group)),
         metadata=(("x-mq-client-id", client_id),),
