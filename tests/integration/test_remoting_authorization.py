@@ -49,6 +49,7 @@ BROKER_TOPICS = [
 MAX_BATCH = 8
 MAX_BODY = 4096
 MAX_SUBSCRIPTION = 64
+MAX_ITEMS = 16
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,8 @@ def broker(tmp_path_factory):
         str(MAX_BODY),
         "--max-subscription-chars",
         str(MAX_SUBSCRIPTION),
+        "--max-request-items",
+        str(MAX_ITEMS),
     ]
     process = BrokerProcess("broker-z", root / "store", root / "broker.log", flags).start()
     config = ClientConfig(access_key="root", secret_key=SECRETS["root"])
@@ -252,6 +255,20 @@ def test_every_limit_holds_on_the_remoting_port(broker):
         }
         answer = call(wire, "reader", C.HEART_BEAT, {}, json.dumps(heartbeat).encode())
         refused(answer, ResponseCode.INVALID_PARAMETER, "--max-subscription-chars")
+        many = [{"topic": "TopicA", "subString": "*"}] * (MAX_ITEMS + 1)
+        heartbeat["consumerDataSet"][0]["subscriptionDataSet"] = many
+        answer = call(wire, "reader", C.HEART_BEAT, {}, json.dumps(heartbeat).encode())
+        refused(
+            answer, ResponseCode.INVALID_PARAMETER, "subscriptionDataSet", "--max-request-items"
+        )
+        mq = {"topic": "TopicA", "brokerName": "broker-z", "queueId": 0}
+        lock = {
+            "consumerGroup": "GroupC",
+            "clientId": "authz-client",
+            "mqSet": [mq] * (MAX_ITEMS + 1),
+        }
+        answer = call(wire, "reader", C.LOCK_BATCH_MQ, {}, json.dumps(lock).encode())
+        refused(answer, ResponseCode.INVALID_PARAMETER, "mqSet", "--max-request-items")
 
 
 # -- the differential test ---------------------------------------------------------------------

@@ -132,10 +132,10 @@ class Membership:
             raise InvalidArgumentError(f"the heartbeat's clientID {shown(client_id)} is empty")
         producers = [
             producer["groupName"]
-            for producer in _list(data, "producerDataSet")
+            for producer in self._items(data, "producerDataSet")
             if isinstance(producer, dict) and isinstance(producer.get("groupName"), str)
         ]
-        consumers = [self._consumer(item) for item in _list(data, "consumerDataSet")]
+        consumers = [self._consumer(item) for item in self._items(data, "consumerDataSet")]
         return Heartbeat(client_id, producers, consumers)
 
     async def heartbeat(self, connection: Connection, request: Command, hb: Heartbeat) -> Command:
@@ -163,6 +163,14 @@ class Membership:
                 connection.watches[group] = connection.spawn(watch)
         return request.reply()
 
+    def _items(self, data: dict, name: str) -> list:
+        """The list ``name`` of a JSON body, no longer than --max-request-items allows."""
+        items = _list(data, name)
+        checks.at_most(
+            len(items), name, self._broker.config.max_request_items, "--max-request-items"
+        )
+        return items
+
     def _consumer(self, item: object) -> ConsumerData:
         if not isinstance(item, dict):
             raise InvalidArgumentError(f"consumerDataSet holds {shown(item)}, not an object")
@@ -176,7 +184,7 @@ class Membership:
         from_where = _FROM_WHERE.get(_enum(item, "consumeFromWhere", _FROM_WHERE), "LAST_OFFSET")
         subscriptions = []
         limit = self._broker.config.max_subscription_chars
-        for sub in _list(item, "subscriptionDataSet"):
+        for sub in self._items(item, "subscriptionDataSet"):
             if not isinstance(sub, dict):
                 raise InvalidArgumentError(f"subscriptionDataSet holds {shown(sub)}")
             topic = validate_topic(sub.get("topic"), allow_system=True)
@@ -323,7 +331,7 @@ class Membership:
         if not isinstance(client_id, str) or not client_id:
             raise InvalidArgumentError("the lock request names no clientId")
         queues = []
-        for item in data.get("mqSet") or ():
+        for item in self._items(data, "mqSet"):
             queue_id = item.get("queueId") if isinstance(item, dict) else None
             if not isinstance(queue_id, int) or not 0 <= queue_id < MAX_QUEUES:
                 raise InvalidArgumentError(f"mqSet holds {shown(item)}, not a message queue")
