@@ -105,6 +105,17 @@ def check_sendable(topic: str) -> str:
     return topic
 
 
+def check_manageable(topic: str) -> str:
+    """``topic`` if tools may create, change or delete it; InvalidArgumentError naming it
+    for the broker's own topics (their records are state the broker acts on), whoever
+    asks, as RocketMQ refuses them too."""
+    if is_broker_topic(topic):
+        raise InvalidArgumentError(
+            f"topic {topic!r} is the broker's own: it cannot be created, changed or deleted"
+        )
+    return topic
+
+
 def validate_group(name: object) -> str:
     """Return ``name`` if it is a valid consumer/producer group name."""
     return _check("group", name, MAX_GROUP_LENGTH)

@@ -38,6 +38,7 @@ from rmq_spark.errors import (
     RocketliteError,
     UnauthenticatedError,
 )
+from rmq_spark.log_limit import LogLimiter
 
 if TYPE_CHECKING:
     from rmq_spark.auth.remoting_rules import RemotingRule
@@ -219,7 +220,7 @@ def _v2_response(method: str):
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, authorizer: Authorizer) -> None:
         self.authorizer = authorizer
-        self._last_log: dict[tuple, float] = {}
+        self._log_limit = LogLimiter(log)
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -229,13 +230,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     def _note(self, method: str, refusal: Refused) -> None:
         """Log refusals, each (method, reason) at most once a minute."""
-        key = (method, str(refusal))
-        now = time.monotonic()
-        if now - self._last_log.get(key, -1e9) >= 60:
-            if len(self._last_log) > 10_000:
-                self._last_log.clear()
-            self._last_log[key] = now
-            log.warning("refused %s: %s", method, refusal)
+        self._log_limit.warning((method, str(refusal)), "refused %s: %s", method, refusal)
 
     def _wrap(self, handler, method: str):
         auth = self.authorizer

@@ -13,8 +13,8 @@ from rmq_spark.broker import checks
 from rmq_spark.broker.core import Broker
 from rmq_spark.broker.status import Workers, blocking
 from rmq_spark.clock import now_ms
-from rmq_spark.errors import InvalidArgumentError, StoreError
-from rmq_spark.names import is_broker_topic, validate_topic
+from rmq_spark.errors import StoreError
+from rmq_spark.names import check_manageable, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from rmq_spark.store.topics import TopicConfig
 from rmq_spark.structs import Permission
@@ -31,7 +31,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @blocking
     def CreateTopic(self, request, context):
-        topic = _not_the_brokers(validate_topic(request.topic))
+        topic = check_manageable(validate_topic(request.topic))
         default = self._broker.config.default_topic_queues
         read = checks.non_negative(request.read_queue_nums, "read_queue_nums") or default
         write = checks.non_negative(request.write_queue_nums, "write_queue_nums") or default
@@ -48,7 +48,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @blocking
     def UpdateTopic(self, request, context):
-        topic = _not_the_brokers(validate_topic(request.topic, allow_system=True))
+        topic = check_manageable(validate_topic(request.topic, allow_system=True))
         config = self._broker.store.topics.update(
             topic,
             read_queues=_optional(request, "read_queue_nums"),
@@ -60,7 +60,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @blocking
     def DeleteTopic(self, request, context):
-        topic = _not_the_brokers(validate_topic(request.topic, allow_system=True))
+        topic = check_manageable(validate_topic(request.topic, allow_system=True))
         self._broker.store.delete_topic(topic)
         self._broker.notifier.notify_topic(topic)  # held pulls on it answer NOT_FOUND now
         return admin_pb2.DeleteTopicResponse()
@@ -227,17 +227,6 @@ def queue_perm(config: TopicConfig, queue_id: int, broker_perm: int) -> int:
         Permission.WRITE if queue_id < config.write_queue_nums else 0
     )
     return int(perm) & config.perm & broker_perm
-
-
-def _not_the_brokers(topic: str) -> str:
-    """A topic admin calls may create, change or delete: not one the broker keeps for
-    itself (its half, op, timer and delay topics hold state it acts on), also for super
-    users, as on the remoting port."""
-    if is_broker_topic(topic):
-        raise InvalidArgumentError(
-            f"topic {topic!r} is the broker's own: it cannot be created, changed or deleted"
-        )
-    return topic
 
 
 def topic_config_pb(config: TopicConfig) -> admin_pb2.TopicConfig:

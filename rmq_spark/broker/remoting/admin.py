@@ -28,7 +28,7 @@ from rmq_spark.broker.status import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import decode_record
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
-from rmq_spark.names import is_broker_topic, validate_group, validate_topic
+from rmq_spark.names import check_manageable, validate_group, validate_topic
 from rmq_spark.remoting import bodies
 from rmq_spark.remoting.codes import OUR_VERSION, UNIQUE_KEY_QUERY, RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
@@ -353,24 +353,14 @@ def _any_topic(name: str) -> str:
     return validate_topic(name, allow_system=True)
 
 
-def _not_the_brokers(topic: str) -> str:
-    """A topic that tools may change or delete: not one the broker keeps for itself
-    (RocketMQ refuses those too)."""
-    if is_broker_topic(topic):
-        raise InvalidArgumentError(
-            f"topic {topic!r} is the broker's own: it cannot be created, changed or deleted"
-        )
-    return topic
-
-
 def _user_topic(name: str) -> str:
     """A topic a tool may create: a user's name (no reserved prefix), not the broker's."""
-    return _not_the_brokers(validate_topic(name))
+    return check_manageable(validate_topic(name))
 
 
 def _deletable_topic(name: str) -> str:
     """A topic a tool may delete: a user's or a group's retry or dead-letter topic."""
-    return _not_the_brokers(validate_topic(name, allow_system=True))
+    return check_manageable(validate_topic(name, allow_system=True))
 
 
 def _consume_stats(request: Command) -> tuple[str, str]:

@@ -33,8 +33,8 @@ from rmq_spark.remoting.frame import (
 )
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.remoting.answers import LogLimiter
     from rmq_spark.broker.remoting.service import RemotingService
+    from rmq_spark.log_limit import LogLimiter
 
 log = logging.getLogger("rmq_spark.broker.remoting")
 
