@@ -5,9 +5,9 @@ SIGKILLed): it copies topic SRC to topic DST through the ``rocketlite`` sink.
 
 Each row's body is upper-cased and its key kept as the sharding key. Once per MARKER file,
 the first task attempt that gets a full Arrow batch (40 rows, the session's
-maxRecordsPerBatch) passes it on, waits for the sink to stage it (a full batch reaches the
-sink's writer at once; a partial one would wait in the JVM until the task's end), then fails
-(Spark retries the task: ``local[2,4]`` allows 4 attempts): staged rows that must never
+maxRecordsPerBatch) passes it on and then fails (Spark retries the task: ``local[2,4]``
+allows 4 attempts). The Python worker buffers its output until the failure, so the batch
+reaches the sink's writer, and may be staged, just as the task fails: rows that must never
 become visible.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +36,6 @@ def fail_once(marker: str):
             )
             if attempt == 0 and out.num_rows >= FULL_BATCH and not os.path.exists(marker):
                 yield out
-                time.sleep(1.5)  # the sink stages those rows meanwhile
                 Path(marker).write_text("failed once")
                 raise RuntimeError(f"injected task failure after {out.num_rows} rows")
             yield out

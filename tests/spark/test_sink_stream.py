@@ -16,6 +16,7 @@ from sink_helpers import read_all
 from spark_helpers import create_topic, log_tail, start_job, stream, unless_exited
 
 from rmq_spark.client import Admin, Producer
+from rmq_spark.errors import NotFoundError
 from rmq_spark.structs import MessageQueue
 from tests.eventually import eventually
 
@@ -107,6 +108,38 @@ def _wait_for_commit(job: subprocess.Popen, checkpoint: Path, log: Path) -> None
     )
 
 
+def _written(endpoint: str, target: str) -> tuple[int, int]:
+    """(rows the broker ever staged for a sink, rows visible in ``target``)."""
+    with Admin(endpoint) as admin:
+        queues = admin.describe_topic(target).readable
+        (name,) = {mq.broker_name for mq in queues}
+        try:
+            (half,) = admin.query_offsets([MessageQueue(HALF_TOPIC, name, 0)]).values()
+        except NotFoundError:  # nothing staged yet
+            staged = 0
+        else:
+            staged = half.max_offset
+        visible = sum(q.max_offset for q in admin.query_offsets(queues).values())
+    return staged, visible
+
+
+def _wait_for_staged_epoch(job: subprocess.Popen, endpoint: str, target: str, log: Path) -> None:
+    """Until more rows were staged than became visible since the call: a micro-batch is
+    being written and is not committed yet."""
+    staged0, visible0 = _written(endpoint, target)
+
+    def in_flight() -> bool:
+        staged, visible = _written(endpoint, target)
+        return staged - staged0 > visible - visible0
+
+    eventually(
+        unless_exited(job, log, in_flight),
+        what="a micro-batch staged and not yet committed",
+        timeout=120,
+        interval=0.01,
+    )
+
+
 def _kill_python_workers(session: int) -> int:
     """SIGKILL the job's forked Python workers (children of its pyspark.daemon processes),
     as an executor losing them; returns how many."""
@@ -178,10 +211,10 @@ def test_exactly_once_through_task_failure_and_driver_kills(broker_factory, topi
     watcher.start()
     kills = 0
     try:
-        # Kill the driver twice while a batch is being written, at different points; in the
-        # first run, kill the Python workers that run the sink's tasks (the executor's side)
-        # once before, and let Spark retry them.
-        for run, kill_after_s in enumerate((0.4, 1.1)):
+        # Kill the driver twice while a batch is staged and not committed, at different
+        # points; in the first run, kill the Python workers that run the sink's tasks (the
+        # executor's side) once before, and let Spark retry them.
+        for run, kill_after_s in enumerate((0.0, 0.7)):
             job = start_job(JOB, args, log)
             try:
                 _wait_for_commit(job, checkpoint, log)
@@ -189,6 +222,7 @@ def test_exactly_once_through_task_failure_and_driver_kills(broker_factory, topi
                     workers_killed = _kill_python_workers(job.pid)
                     _wait_for_commit(job, checkpoint, log)
                 time.sleep(kill_after_s)
+                _wait_for_staged_epoch(job, broker.endpoint, target, log)
             finally:
                 os.killpg(job.pid, signal.SIGKILL)
                 job.wait(30)
