@@ -2,7 +2,8 @@
 
 The callers own their loops (what is retried, what is logged, how a wait is cut short);
 they take their waits from :func:`backoff_delays`, so every retry in the package grows the
-same way. (Messages a consumer sends back for redelivery are :mod:`rmq_spark.broker.retry`.)
+same way. (Messages a consumer sends back for redelivery are
+:mod:`rmq_spark.broker.delivery.retry`.)
 """
 
 from __future__ import annotations

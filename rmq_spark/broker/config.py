@@ -46,7 +46,7 @@ class BrokerConfig:
     #: 0 = any free port (the bound one is BrokerServer.remoting_port)
     remoting_port: int | None = None
     #: the Unix socket of short-circuit reads (readers on this host read the store files,
-    #: rmq_spark.broker.short_circuit): "" = <temp dir>/rocketlite-<port>.sock, None = off
+    #: rmq_spark.broker.v1.short_circuit): "" = <temp dir>/rocketlite-<port>.sock, None = off
     short_circuit_socket: str | None = ""
     flush_mode: str = "ASYNC"
     #: broker-wide permission: 6 read+write, 4 read-only (writes answer PERMISSION_DENIED)

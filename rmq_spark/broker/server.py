@@ -20,14 +20,15 @@ from pathlib import Path
 
 import grpc
 
-from rmq_spark.broker import messaging, v2
-from rmq_spark.broker.admin import AdminServicer
+from rmq_spark.broker import v2
 from rmq_spark.broker.config import BrokerConfig
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.group_service import GroupServicer
-from rmq_spark.broker.messaging import MessagingServicer
-from rmq_spark.broker.offset_service import OffsetServicer
-from rmq_spark.broker.status import Workers
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.v1 import messaging
+from rmq_spark.broker.v1.admin import AdminServicer
+from rmq_spark.broker.v1.groups import GroupServicer
+from rmq_spark.broker.v1.messaging import MessagingServicer
+from rmq_spark.broker.v1.offsets import OffsetServicer
+from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import InvalidArgumentError, StoreFailedError, UnavailableError
 from rmq_spark.proto_gen.rocketlite.v1 import (
     admin_pb2_grpc,
@@ -443,7 +444,7 @@ def _short_circuit(config: BrokerConfig, broker: Broker, port: int, authorizer):
     readers then pull, as they do from another host)."""
     if config.short_circuit_socket is None:
         return None
-    from rmq_spark.broker.short_circuit import ShortCircuitServer, default_socket_path
+    from rmq_spark.broker.v1.short_circuit import ShortCircuitServer, default_socket_path
 
     path = Path(config.short_circuit_socket or default_socket_path(port))
     try:

@@ -203,7 +203,7 @@ class BrokerProcess:
             except BaseException:
                 self.kill()
         if self.port:
-            from rmq_spark.broker.short_circuit import default_socket_path
+            from rmq_spark.broker.v1.short_circuit import default_socket_path
 
             default_socket_path(self.port).unlink(missing_ok=True)
 

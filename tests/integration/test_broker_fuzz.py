@@ -754,7 +754,7 @@ def test_hostile_requests_get_deliberate_answers(fuzz_broker):
 def test_fast_property_encoding_agrees_with_the_reference():
     """The send path's fast encoder must accept exactly what the field-by-field reference
     accepts, with the same bytes; hostile messages come from the same generator."""
-    from rmq_spark.broker.send import fast_properties, message_properties
+    from rmq_spark.broker.v1.send import fast_properties, message_properties
     from rmq_spark.errors import InvalidArgumentError
 
     fuzzer = Fuzzer(random.Random(SEED), "127.0.0.1:1")

@@ -16,7 +16,7 @@ import grpc
 import pytest
 from broker_harness import LocalBroker, Stubs, start_in_process_broker
 
-from rmq_spark.broker.schedule import SCHEDULE_TOPIC
+from rmq_spark.broker.delivery.schedule import SCHEDULE_TOPIC
 from rmq_spark.codec.properties import (
     DELAY,
     ORIGIN_MESSAGE_ID,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from broker_harness import TEST_STORE_FLAGS, BrokerProcess, start_in_process_broker
 
-from rmq_spark.broker.timer import JOURNAL_FILE, PROGRESS_FILE
-from rmq_spark.broker.timer_progress import parse_done
+from rmq_spark.broker.delivery.timer import JOURNAL_FILE, PROGRESS_FILE
+from rmq_spark.broker.delivery.timer_progress import parse_done
 from rmq_spark.codec.properties import (
     REAL_QID,
     REAL_TOPIC,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq_spark.broker.groups import RECONNECT_GRACE_MS
+from rmq_spark.broker.membership.groups import RECONNECT_GRACE_MS
 from rmq_spark.client.admin import Admin
 from tests.eventually import eventually
 from tests.integration import test_remoting_java

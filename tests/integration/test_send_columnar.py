@@ -198,7 +198,7 @@ def test_reserved_user_property_keeps_the_per_message_error(in_process_broker, s
 
 
 def test_producer_falls_back_for_a_broker_without_columns(in_process_broker_factory, monkeypatch):
-    from rmq_spark.broker import messaging
+    from rmq_spark.broker.v1 import messaging
 
     # A broker from before MessageColumns ignores the field and sees an empty batch.
     original = messaging.MessagingServicer.SendMessages

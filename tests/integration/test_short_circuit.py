@@ -11,7 +11,7 @@ import json
 import pytest
 from broker_harness import TEST_STORE_FLAGS, BrokerProcess, read_queue
 
-from rmq_spark.broker.short_circuit import default_socket_path
+from rmq_spark.broker.v1.short_circuit import default_socket_path
 from rmq_spark.client import Admin, ClientConfig, Producer
 from rmq_spark.client.producer import ProducerConfig
 from rmq_spark.client.short_circuit import ShortCircuit, ShortCircuitUnavailable

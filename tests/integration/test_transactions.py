@@ -16,8 +16,8 @@ import tx_broker_process
 from broker_harness import TEST_STORE_OPTIONS
 
 from rmq_spark.broker import BrokerConfig
-from rmq_spark.broker import transaction_state as ts
-from rmq_spark.broker.core import Broker
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.transactions import state as ts
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.properties import decode_properties, encode_properties
 from rmq_spark.errors import (
@@ -35,7 +35,7 @@ def open_broker(store_dir: Path, **kw) -> Broker:
     broker = Broker(config, 10911)
     if kw:
         broker.transactions.close()
-        from rmq_spark.broker.transactions import TransactionService
+        from rmq_spark.broker.transactions.service import TransactionService
 
         broker.transactions = TransactionService(broker, **kw)
     if broker.store.topics.find(TOPIC) is None:

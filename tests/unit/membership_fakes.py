@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rmq_spark.broker.groups import MembershipEvent
+from rmq_spark.broker.membership.groups import MembershipEvent
 
 
 class FakeClock:

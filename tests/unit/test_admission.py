@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rmq_spark.broker.admission import ByteBudget
+from rmq_spark.broker.v1.admission import ByteBudget
 
 
 def run(coroutine):

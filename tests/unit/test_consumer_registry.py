@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rmq_spark.broker.groups import ConsumerRegistry, MembershipEvent
+from rmq_spark.broker.membership.groups import ConsumerRegistry, MembershipEvent
 from tests.unit.membership_fakes import FakeClock, Stream
 
 TIMEOUT_MS = 10_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmq_spark.broker.key_query import within_bytes
+from rmq_spark.broker.core.key_query import within_bytes
 from rmq_spark.client.remoting.client import rows_with_key
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.properties import encode_properties

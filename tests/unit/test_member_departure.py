@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from rmq_spark.broker.groups import ConsumerRegistry, MembershipEvent, ends_leases
-from rmq_spark.broker.locks import Lease, QueueLockManager, leases_of
+from rmq_spark.broker.membership.groups import ConsumerRegistry, MembershipEvent, ends_leases
+from rmq_spark.broker.membership.locks import Lease, QueueLockManager, leases_of
 from rmq_spark.structs import MessageQueue
 from tests.unit.membership_fakes import FakeClock, Stream
 

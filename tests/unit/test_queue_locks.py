@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmq_spark.broker.locks import QueueLockManager
+from rmq_spark.broker.membership.locks import QueueLockManager
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.structs import MessageQueue
 

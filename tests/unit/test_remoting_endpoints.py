@@ -12,11 +12,11 @@ import json
 import pytest
 
 from rmq_spark.broker.config import BrokerConfig
-from rmq_spark.broker.core import Broker
+from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.service import RemotingService
-from rmq_spark.broker.status import Workers
-from rmq_spark.broker.transaction_state import HalfState
+from rmq_spark.broker.transactions.state import HalfState
+from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import InvalidArgumentError, ReservedTopicError
 from rmq_spark.remoting.codes import RequestCode as C
 from rmq_spark.remoting.codes import ResponseCode

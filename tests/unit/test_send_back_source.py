@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmq_spark.broker.retry import check_send_back_source
+from rmq_spark.broker.delivery.retry import check_send_back_source
 from rmq_spark.errors import InvalidArgumentError, PermissionDeniedError
 
 ALLOWED = [

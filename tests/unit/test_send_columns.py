@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-from rmq_spark.broker.send_columns import (
+from rmq_spark.broker.v1.send_columns import (
     check_property_blob,
     check_property_columns,
     suspect_property_blobs,

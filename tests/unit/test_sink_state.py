@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmq_spark.broker import sink_state as ss
+from rmq_spark.broker.sink_transactions import state as ss
 from rmq_spark.codec.properties import decode_properties
 from rmq_spark.errors import InvalidArgumentError
 

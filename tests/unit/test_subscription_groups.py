@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rmq_spark.broker.subscription_groups import FILE_NAME, SubscriptionGroups
+from rmq_spark.broker.membership.subscription_groups import FILE_NAME, SubscriptionGroups
 from rmq_spark.errors import CorruptDataError
 from rmq_spark.store.config_files import groups_from_json
 

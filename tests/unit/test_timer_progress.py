@@ -1,4 +1,4 @@
-"""The timer's progress rule and its encodings (rmq_spark.broker.timer_progress)."""
+"""The timer's progress rule and its encodings (rmq_spark.broker.delivery.timer_progress)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from rmq_spark.broker import timer_progress
-from rmq_spark.broker.timer_progress import (
+from rmq_spark.broker.delivery import timer_progress
+from rmq_spark.broker.delivery.timer_progress import (
     TimerProgress,
     encode_done,
     parse_done,

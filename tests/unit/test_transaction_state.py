@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmq_spark.broker import transaction_state as ts
+from rmq_spark.broker.transactions import state as ts
 from rmq_spark.codec.properties import decode_properties, encode_properties
 from rmq_spark.errors import InvalidArgumentError
 

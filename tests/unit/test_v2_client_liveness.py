@@ -10,7 +10,7 @@ import asyncio
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from rmq_spark.broker.groups import RECONNECT_GRACE_MS
+from rmq_spark.broker.membership.groups import RECONNECT_GRACE_MS
 from rmq_spark.broker.v2.clients import CLIENT_TIMEOUT_MS, ClientRegistry, client_alive
 from tests.unit.membership_fakes import FakeClock
 

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 
 from rmq_spark.auth.permissions import PUB_OR_SUB, SUB, SUB_OR_GET, Need
 from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.key_query import KeyMatches, find_by_key
-from rmq_spark.broker.offset_service import consuming_groups, progress_topics
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.key_query import KeyMatches, find_by_key
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.consume import MAX_PULL_BYTES
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import required
-from rmq_spark.broker.status import Workers
+from rmq_spark.broker.v1.offsets import consuming_groups, progress_topics
+from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import decode_record
 from rmq_spark.errors import InvalidArgumentError, NotFoundError

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 from rmq_spark.auth.permissions import SUB, Need
 from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
-from rmq_spark.broker import checks
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.pull import check_readable
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import TAG_EXPRESSION, Membership
-from rmq_spark.broker.status import Workers
+from rmq_spark.broker.v1.pull import check_readable
+from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, shown
 from rmq_spark.names import validate_group, validate_topic

@@ -1,7 +1,7 @@
 """Group membership over remoting: HEART_BEAT (34), UNREGISTER_CLIENT (35),
 GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42).
 
-Members go into the broker's one :class:`~rmq_spark.broker.groups.ConsumerRegistry` and
+Members go into the broker's one :class:`~rmq_spark.broker.membership.groups.ConsumerRegistry` and
 queue locks into its one lock table, so a group's members are the same whichever protocol
 each speaks, and so are its locks. A remoting member's connection stands for it as
 RocketMQ's channel does: while the connection is open a watch of the group sends it
@@ -24,13 +24,14 @@ from typing import cast
 
 from rmq_spark.auth.permissions import SUB, Need
 from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
-from rmq_spark.broker import checks, retry
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.groups import ConsumeFromWhere, ConsumeType, MessageModel
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.delivery import retry
+from rmq_spark.broker.membership.groups import ConsumeFromWhere, ConsumeType, MessageModel
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.server import Connection
-from rmq_spark.broker.status import Workers
+from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.properties import REAL_QID, UNIQ_KEY, decode_properties
 from rmq_spark.codec.record import Record, encode_record, offset_msg_id
 from rmq_spark.codec.subscription import parse_subscription

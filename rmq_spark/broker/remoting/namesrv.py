@@ -15,7 +15,7 @@ import threading
 
 from rmq_spark.auth.permissions import PUB_OR_SUB, Need
 from rmq_spark.auth.remoting_rules import LOGIN, RemotingRule, topic_need
-from rmq_spark.broker.core import Broker
+from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.names import validate_topic

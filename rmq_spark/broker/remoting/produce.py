@@ -21,14 +21,14 @@ from dataclasses import dataclass
 
 from rmq_spark.auth.permissions import PUB, SUB, Need
 from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
-from rmq_spark.broker import retry
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.group_commit import GroupCommit
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.ids import RoundRobin, UniqueIdGenerator
+from rmq_spark.broker.delivery import retry
 from rmq_spark.broker.remoting.answers import Refusal, failure_reply
 from rmq_spark.broker.remoting.endpoint import Endpoint
-from rmq_spark.broker.send import RoundRobin, UniqueIdGenerator
-from rmq_spark.broker.status import Workers
-from rmq_spark.broker.transaction_state import HalfState, check_end
+from rmq_spark.broker.remoting.group_commit import GroupCommit
+from rmq_spark.broker.transactions.state import HalfState, check_end
+from rmq_spark.broker.workers import Workers
 from rmq_spark.codec import properties as props
 from rmq_spark.codec.record import (
     decode_record,

@@ -24,7 +24,7 @@ from typing import Any
 from rmq_spark.auth.acl import User
 from rmq_spark.auth.interceptor import Refused
 from rmq_spark.auth.remoting_check import authenticate, authorize
-from rmq_spark.broker.core import Broker
+from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.remoting.admin import Administration
 from rmq_spark.broker.remoting.answers import failure_reply
 from rmq_spark.broker.remoting.consume import Consuming
@@ -33,7 +33,7 @@ from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import NameServerRole
 from rmq_spark.broker.remoting.produce import Producing
 from rmq_spark.broker.remoting.server import Connection
-from rmq_spark.broker.status import Workers
+from rmq_spark.broker.workers import Workers
 from rmq_spark.log_limit import LogLimiter
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import DEFAULT_MAX_FRAME_BYTES, Command

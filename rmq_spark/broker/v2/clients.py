@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from rmq_spark.broker.groups import RECONNECT_GRACE_MS
+from rmq_spark.broker.membership.groups import RECONNECT_GRACE_MS
 from rmq_spark.clock import monotonic_ms
 
 #: a client not heard from (heartbeat every 10 s, telemetry stream open) for this long is gone

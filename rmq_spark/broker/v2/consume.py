@@ -10,9 +10,8 @@ import functools
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from rmq_spark.broker import checks
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.status import Workers
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.v2 import convert
 from rmq_spark.broker.v2.codes import Code, V2Error, status
 from rmq_spark.broker.v2.convert import Handle
@@ -29,6 +28,7 @@ from rmq_spark.broker.v2.requests import (
     required_client_id,
     topic_name,
 )
+from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
 
 MIN_INVISIBLE_MS = 10_000

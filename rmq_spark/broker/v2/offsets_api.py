@@ -10,9 +10,9 @@ import functools
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from rmq_spark.broker import long_poll
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.pull import check_readable
+from rmq_spark.broker.core import long_poll
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.v1.pull import check_readable
 from rmq_spark.broker.v2 import convert
 from rmq_spark.broker.v2.codes import Code, V2Error, status
 from rmq_spark.broker.v2.requests import (

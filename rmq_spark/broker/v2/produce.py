@@ -9,10 +9,9 @@ import functools
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from rmq_spark.broker import transaction_state as ts
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.send import RoundRobin, born_host
-from rmq_spark.broker.status import Workers
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.ids import RoundRobin, born_host
+from rmq_spark.broker.transactions import state as ts
 from rmq_spark.broker.v2 import convert
 from rmq_spark.broker.v2.codes import Code, V2Error, status
 from rmq_spark.broker.v2.requests import (
@@ -23,6 +22,7 @@ from rmq_spark.broker.v2.requests import (
     sendable_topic_name,
     topic_name,
 )
+from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.java_hash import queue_by_hash
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, shown

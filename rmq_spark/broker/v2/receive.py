@@ -17,9 +17,9 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.pull import check_readable
-from rmq_spark.broker.retry import plan_send_back, write_send_back
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.delivery.retry import plan_send_back, write_send_back
+from rmq_spark.broker.v1.pull import check_readable
 from rmq_spark.broker.v2.codes import Code, V2Error
 from rmq_spark.broker.v2.convert import Handle
 from rmq_spark.broker.v2.pop import PopQueue, attempts_exhausted

@@ -3,7 +3,7 @@ checking names and topics, and the broker facts several calls need (FIFO groups,
 the endpoints and message types a queue is announced with).
 
 Names are checked by the rules every protocol of the broker uses (:mod:`rmq_spark.names`,
-:mod:`rmq_spark.broker.checks`); only the code a refusal is answered with is v2's own.
+:mod:`rmq_spark.broker.core.checks`); only the code a refusal is answered with is v2's own.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from rmq_spark.broker import checks
-from rmq_spark.broker.core import Broker
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.v2.codes import Code, V2Error, code_of, status
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, ReservedTopicError, RocketliteError

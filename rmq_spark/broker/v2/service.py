@@ -8,7 +8,7 @@ there without holding a thread.
 
 This module is the facade: routes, settings over Telemetry, heartbeats and client
 termination live here (with the question about an orphaned transaction the broker's
-:mod:`~rmq_spark.broker.transaction_checks` sends a producer); producing in :mod:`.produce`,
+:mod:`~rmq_spark.broker.transactions.checks` sends a producer); producing in :mod:`.produce`,
 consuming in :mod:`.consume`, the offset calls in :mod:`.offsets_api`.
 """
 
@@ -24,10 +24,9 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from rmq_spark.broker import checks
-from rmq_spark.broker.admin import queue_perm
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.status import Workers
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.v1.admin import queue_perm
 from rmq_spark.broker.v2 import convert, settings
 from rmq_spark.broker.v2.clients import ClientRegistry
 from rmq_spark.broker.v2.codes import Code, V2Error, status
@@ -48,6 +47,7 @@ from rmq_spark.broker.v2.requests import (
     required_client_id,
     topic_name,
 )
+from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import RocketliteError, shown
 from rmq_spark.structs import Permission
 
@@ -59,7 +59,7 @@ _BAD_SETTINGS = object()
 _GRACE_SLACK_S = 0.02
 
 
-#: a queue's permission (:func:`~rmq_spark.broker.admin.queue_perm`) as v2 announces it
+#: a queue's permission (:func:`~rmq_spark.broker.v1.admin.queue_perm`) as v2 announces it
 _PERMISSIONS = {
     int(Permission.READ_WRITE): pb.READ_WRITE,
     int(Permission.READ): pb.READ,

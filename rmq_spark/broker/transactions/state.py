@@ -1,5 +1,5 @@
 """Transactions without I/O: record shapes, pairing half messages with operations, and
-which half messages a check is due for. :mod:`rmq_spark.broker.transactions` does the I/O.
+which half messages a check is due for. :mod:`rmq_spark.broker.transactions.service` does the I/O.
 
 A half message lives in ``RMQ_SYS_TRANS_HALF_TOPIC`` (queue 0) with ``REAL_TOPIC``,
 ``REAL_QID``, ``TRAN_MSG=true`` and its transaction id as ``UNIQ_KEY``. Every operation on

@@ -1,6 +1,6 @@
 """One staged send of the Spark sink and the I/O of its rows: the forms they are held in,
 the copies a commit writes to the real queue, and the reads that count or fetch them again.
-:mod:`rmq_spark.broker.sink_transactions` decides when.
+:mod:`rmq_spark.broker.sink_transactions.service` decides when.
 
 * :func:`final_form` makes, at staging time, what the commit will write: a plain send's
   records laid out for their real queue (:class:`Ready`, only the PREPARED_TX_OFFSET left to
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rmq_spark.broker import sink_state as ss
+from rmq_spark.broker.sink_transactions import state as ss
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import record_parts
 from rmq_spark.codec.batch_encode import EncodedBatch, encode_unstamped, prepare_batch

@@ -22,8 +22,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.status import Workers
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import RocketliteError
 from rmq_spark.store import AppendResult
 

@@ -1,8 +1,7 @@
 """The Spark sink's transactions without I/O: names, the marks a staged record carries, the
 decision of :func:`plan_end` (what ending a batch commits, rolls back and records), and the
 expiry of abandoned transactions (:func:`expired`).
-:mod:`rmq_spark.broker.sink_transactions` (and :mod:`rmq_spark.broker.sink_sends`, for the rows
-of one send) does the I/O.
+:mod:`.service` (and :mod:`.sends`, for the rows of one send) does the I/O.
 
 A sink (one streaming query, or one batch job) writes each micro-batch as transactions: a
 Spark task's rows on one broker are one transaction, staged invisibly by one or more sends

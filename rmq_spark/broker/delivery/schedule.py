@@ -55,7 +55,7 @@ from rmq_spark.store.config_files import (
 from rmq_spark.structs import PullStatus
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core import Broker
+    from rmq_spark.broker.core.broker import Broker
     from rmq_spark.store import AppendResult
     from rmq_spark.store.topics import TopicConfig
 

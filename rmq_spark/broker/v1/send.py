@@ -3,27 +3,20 @@ store's append takes, the answer, and the ids the broker makes (UNIQ_KEY, offset
 
 from __future__ import annotations
 
-import functools
-import itertools
-import os
-import random
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 import numpy as np
 
-from rmq_spark.broker import checks
-from rmq_spark.broker.core import Broker
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.ids import UniqueIdGenerator
+from rmq_spark.broker.v1.queues import queue_pb
 from rmq_spark.clock import now_ms
 from rmq_spark.codec import properties as props
 from rmq_spark.codec.record import (
-    encode_host,
     offset_msg_id_prefix,
     offset_msg_ids,
-    parse_host,
 )
 from rmq_spark.errors import InvalidArgumentError, PermissionDeniedError
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
@@ -31,7 +24,6 @@ from rmq_spark.store.topics import TopicConfig
 
 #: property names a sender may not set: they have their own fields or belong to the broker
 RESERVED_PROPERTIES = props.RESERVED_PROPERTIES
-UNKNOWN_BORN_HOST = "127.0.0.1:0"
 #: what one message adds to a send answer at most: an entry with two 32-character ids, a
 #: queue id and a queue offset (row form), or a physical offset (columnar form)
 ANSWER_BYTES_PER_ROW = 96
@@ -196,7 +188,7 @@ def send_response(
     broker: Broker, topic: str, queue_id: int, msg_ids: list[str], result, *, delayed: bool
 ) -> messaging_pb2.SendMessagesResponse:
     response = messaging_pb2.SendMessagesResponse(
-        queue=checks.queue_pb(broker, topic, queue_id), store_timestamp_ms=result.store_timestamp
+        queue=queue_pb(broker, topic, queue_id), store_timestamp_ms=result.store_timestamp
     )
     add = response.entries.add  # twice as fast as building entries and passing a list
     offset_ids = offset_msg_ids(offset_msg_id_prefix(broker.store_host), result.physical_offsets)
@@ -209,58 +201,3 @@ def send_response(
         for i, (msg_id, offset_id) in enumerate(pairs):
             add(msg_id=msg_id, offset_msg_id=offset_id, queue_id=queue_id, queue_offset=first + i)
     return response
-
-
-@functools.lru_cache(maxsize=4096)
-def born_host(peer: str) -> str:
-    """The sender's address from gRPC's peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``);
-    other transports (unix sockets) give :data:`UNKNOWN_BORN_HOST`. Cached: a connection
-    sends many batches, and parsing the address costs ~10 us a call."""
-    kind, _, address = peer.partition(":")
-    if kind in ("ipv4", "ipv6"):
-        address = unquote(address)  # older gRPC versions percent-encode the brackets
-        try:
-            parse_host(address)
-        except InvalidArgumentError:
-            return UNKNOWN_BORN_HOST
-        return address
-    return UNKNOWN_BORN_HOST
-
-
-class RoundRobin:
-    """One counter per topic, like a RocketMQ producer's sendWhichQueue, but on the broker."""
-
-    def __init__(self) -> None:
-        self._counters: dict[str, itertools.count] = {}
-        self._lock = threading.Lock()
-
-    def next(self, topic: str) -> int:
-        with self._lock:
-            counter = self._counters.get(topic)
-            if counter is None:
-                counter = self._counters[topic] = itertools.count()
-            return next(counter)
-
-
-class UniqueIdGenerator:
-    """Client-style message ids (UNIQ_KEY): 32 upper-case hex characters, unique.
-
-    Layout, like RocketMQ's MessageClientIDSetter: a fixed prefix of the store IP (4 bytes),
-    the process id (2 bytes) and 2 random bytes, then the time in seconds (4 bytes) and a
-    counter (4 bytes) that starts at a random value and wraps.
-    """
-
-    def __init__(self, store_host: str) -> None:
-        address, _ = encode_host(store_host)
-        ip = address[:-4][-4:]  # the IPv4 address, or the last 4 bytes of an IPv6 one
-        prefix = ip + (os.getpid() & 0xFFFF).to_bytes(2, "big") + random.randbytes(2)
-        self._prefix = prefix.hex().upper()
-        self._counter = random.getrandbits(32)
-        self._lock = threading.Lock()
-
-    def next_ids(self, count: int) -> list[str]:
-        with self._lock:
-            start = self._counter
-            self._counter = (start + count) & 0xFFFFFFFF
-        head = f"{self._prefix}{int(time.time()) & 0xFFFFFFFF:08X}"
-        return [f"{head}{(start + i) & 0xFFFFFFFF:08X}" for i in range(count)]

@@ -12,15 +12,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from rmq_spark.broker.config import BrokerConfig
-from rmq_spark.broker.groups import RECONNECT_GRACE_MS, ConsumerRegistry
-from rmq_spark.broker.locks import QueueLockManager
-from rmq_spark.broker.long_poll import PullNotifier
-from rmq_spark.broker.schedule import DelayScheduler
-from rmq_spark.broker.sink_transactions import SinkTransactions
-from rmq_spark.broker.subscription_groups import SubscriptionGroups
-from rmq_spark.broker.timer import TimerService
-from rmq_spark.broker.transaction_checks import TransactionChecks
-from rmq_spark.broker.transactions import TransactionService
+from rmq_spark.broker.core.long_poll import PullNotifier
+from rmq_spark.broker.delivery.schedule import DelayScheduler
+from rmq_spark.broker.delivery.timer import TimerService
+from rmq_spark.broker.membership.groups import RECONNECT_GRACE_MS, ConsumerRegistry
+from rmq_spark.broker.membership.locks import QueueLockManager
+from rmq_spark.broker.membership.subscription_groups import SubscriptionGroups
+from rmq_spark.broker.sink_transactions.service import SinkTransactions
+from rmq_spark.broker.transactions.checks import TransactionChecks
+from rmq_spark.broker.transactions.service import TransactionService
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.batch_encode import EncodedBatch
 from rmq_spark.errors import NotFoundError, PermissionDeniedError

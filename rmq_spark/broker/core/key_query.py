@@ -17,7 +17,7 @@ from rmq_spark.codec.record import store_timestamp_in
 from rmq_spark.errors import StoreError
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core import Broker
+    from rmq_spark.broker.core.broker import Broker
 
 #: records a query answers when the caller names no count (RocketMQ's maxNum of mqadmin)
 DEFAULT_MAX_COUNT = 64

@@ -1,8 +1,8 @@
 """GroupService: consumer-group membership and queue locks over gRPC.
 
 A thin servicer: it validates requests, converts protocol messages to plain values and
-delegates to :class:`~rmq_spark.broker.groups.ConsumerRegistry` and
-:class:`~rmq_spark.broker.locks.QueueLockManager`. The only store access is creating a
+delegates to :class:`~rmq_spark.broker.membership.groups.ConsumerRegistry` and
+:class:`~rmq_spark.broker.membership.locks.QueueLockManager`. The only store access is creating a
 group's retry topic on its first CLUSTERING heartbeat (RocketMQ does the same).
 """
 
@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rmq_spark.broker import checks
-from rmq_spark.broker.groups import MembershipEvent
-from rmq_spark.broker.status import Workers, blocking, streaming
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.membership.groups import MembershipEvent
+from rmq_spark.broker.v1.queues import check_queue
+from rmq_spark.broker.v1.status import blocking, streaming
+from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError
@@ -23,7 +25,7 @@ from rmq_spark.structs import MessageQueue
 from rmq_spark.wire import mq_to_pb
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core import Broker
+    from rmq_spark.broker.core.broker import Broker
 
 MAX_CLIENT_ID_LENGTH = 255
 
@@ -196,5 +198,5 @@ def _queues(broker: Broker, queues, *, must_exist: bool) -> list[MessageQueue]:
     checked = []
     for i, pb in enumerate(queues):
         with checks.item(f"queues[{i}]"):
-            checked.append(checks.check_queue(broker, pb, must_exist=must_exist)[0])
+            checked.append(check_queue(broker, pb, must_exist=must_exist)[0])
     return checked

@@ -42,7 +42,7 @@ from rmq_spark.names import (
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core import Broker
+    from rmq_spark.broker.core.broker import Broker
 
 #: RocketMQ's first retry level: 3 = 10 s with the default levels
 FIRST_RETRY_LEVEL = 3

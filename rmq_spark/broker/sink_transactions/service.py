@@ -1,6 +1,6 @@
 """The Spark sink's transactions, kept by the broker: staged sends and the batch ends that
-make them visible once (the rules are in :mod:`rmq_spark.broker.sink_state`; a staged send's
-rows are held, read back and copied by :mod:`rmq_spark.broker.sink_sends`).
+make them visible once (the rules are in :mod:`.state`; a staged send's rows are held, read
+back and copied by :mod:`.sends`).
 
 * :meth:`SinkTransactions.stage` appends a send's messages to ``RMQ_SYS_SINK_HALF_TOPIC``
   (queue 0) with the prepared sys flag and marks naming the sink, transaction, send number,
@@ -29,8 +29,8 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
-from rmq_spark.broker import sink_sends as sends
-from rmq_spark.broker import sink_state as ss
+from rmq_spark.broker.sink_transactions import sends
+from rmq_spark.broker.sink_transactions import state as ss
 from rmq_spark.clock import now_ms
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import decode_records

@@ -18,12 +18,9 @@ INTERNAL, and the broker keeps serving. A cancelled call (its client went away) 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 
@@ -32,20 +29,6 @@ from rmq_spark.errors import ERROR_CLASS_METADATA, RocketliteError
 log = logging.getLogger("rmq_spark.broker")
 
 T = TypeVar("T")
-
-
-class Workers:
-    """The bounded pool of threads that runs store work for the event loop."""
-
-    def __init__(self, threads: int) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="rmq-worker")
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
-
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _status(exc: BaseException) -> tuple[grpc.StatusCode, str, tuple]:

@@ -17,7 +17,7 @@
   service) sends the checks to producers over their Telemetry streams.
 
 Restart: the pending set is rebuilt by pairing the half queue with the op queue (see
-:mod:`rmq_spark.broker.transaction_state`). Because the commit op is written before the
+:mod:`rmq_spark.broker.transactions.state`). Because the commit op is written before the
 committed copy, a kill between the two leaves an op without its copy; at start the real
 queues are scanned from the op's recorded floor for a copy pointing at the half message,
 and a missing one is written then. ``config/transactionState.json`` records up to which op
@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rmq_spark import clock
-from rmq_spark.broker import transaction_state as ts
+from rmq_spark.broker.transactions import state as ts
 from rmq_spark.codec import properties as props
 from rmq_spark.codec import record as rec
 from rmq_spark.durable_json import read_json_with_backup, write_json_atomic
@@ -47,7 +47,7 @@ from rmq_spark.errors import (
 from rmq_spark.store import AppendResult
 from rmq_spark.structs import PullStatus
 
-log = logging.getLogger("rmq_spark.broker.transactions")
+log = logging.getLogger("rmq_spark.broker.transactions.service")
 
 #: outcomes of resolved transactions remembered (answering a repeated end) after a restart
 RESOLVED_MEMORY = 100_000

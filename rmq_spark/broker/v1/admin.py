@@ -9,9 +9,11 @@ from typing import Any, cast
 
 import rmq_spark
 from rmq_spark.auth import acl_admin
-from rmq_spark.broker import checks
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.status import Workers, blocking
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.v1.queues import queue_pb
+from rmq_spark.broker.v1.status import blocking
+from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.errors import StoreError
 from rmq_spark.names import check_manageable, validate_topic
@@ -77,7 +79,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             broker_perm=cast("common_pb2.Permission", broker_perm),
             queues=[
                 admin_pb2.QueueRoute(
-                    queue=checks.queue_pb(self._broker, topic, queue_id),
+                    queue=queue_pb(self._broker, topic, queue_id),
                     perm=cast("common_pb2.Permission", queue_perm(config, queue_id, broker_perm)),
                 )
                 for queue_id in range(max(config.read_queue_nums, config.write_queue_nums))

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmq_spark.broker import checks
-from rmq_spark.broker.send import RESERVED_PROPERTIES, check_delay_level
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.v1.send import RESERVED_PROPERTIES, check_delay_level
 from rmq_spark.clock import now_ms
 from rmq_spark.codec import properties as props
 from rmq_spark.codec.byte_column import ByteColumn

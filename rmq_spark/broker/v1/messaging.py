@@ -1,6 +1,6 @@
 """MessagingService: writes and reads of the message log (docs/protocol.md, "Messaging").
 
-The servicer checks requests, calls the store or :class:`~rmq_spark.broker.core.Broker`, and
+The servicer checks requests, calls the store or :class:`~rmq_spark.broker.core.broker.Broker`, and
 builds answers; the conversions live in the small functions below it.
 """
 
@@ -12,22 +12,23 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 
-from rmq_spark.broker import checks, long_poll, retry
-from rmq_spark.broker.admission import ByteBudget
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.key_query import DEFAULT_MAX_COUNT, NO_END_MS, find_by_key
-from rmq_spark.broker.pull import PullArgs, pull_response
-from rmq_spark.broker.send import (
-    RoundRobin,
+from rmq_spark.broker.core import checks, long_poll
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.ids import RoundRobin, UniqueIdGenerator, born_host
+from rmq_spark.broker.core.key_query import DEFAULT_MAX_COUNT, NO_END_MS, find_by_key
+from rmq_spark.broker.delivery import retry
+from rmq_spark.broker.v1.admission import ByteBudget
+from rmq_spark.broker.v1.pull import PullArgs, pull_response
+from rmq_spark.broker.v1.queues import check_queue, queue_pb
+from rmq_spark.broker.v1.send import (
     SendBatch,
-    UniqueIdGenerator,
-    born_host,
     check_batch_size,
     check_writable,
     send_response,
 )
-from rmq_spark.broker.send_columns import ColumnBatch
-from rmq_spark.broker.status import Workers, blocking, waiting
+from rmq_spark.broker.v1.send_columns import ColumnBatch
+from rmq_spark.broker.v1.status import blocking, waiting
+from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.codec.java_hash import queue_by_hash
 from rmq_spark.codec.record import (
@@ -115,9 +116,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             )
         broker = self._broker
         first = broker.sinks.stage(request.stage, topic, queue_id, batch, born_host(peer))
-        response = messaging_pb2.SendMessagesResponse(
-            queue=checks.queue_pb(broker, topic, queue_id)
-        )
+        response = messaging_pb2.SendMessagesResponse(queue=queue_pb(broker, topic, queue_id))
         response.columns_result.first_queue_offset = first
         return response
 
@@ -186,7 +185,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         checked = []
         for i, query in enumerate(request.queries):
             with checks.item(f"queries[{i}]"):
-                mq, _ = checks.check_queue(broker, query.queue)
+                mq, _ = check_queue(broker, query.queue)
                 timestamp = query.timestamp_ms if query.HasField("timestamp_ms") else None
                 if timestamp is not None:
                     checks.non_negative(timestamp, "timestamp_ms")
@@ -229,7 +228,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     ) -> messaging_pb2.SendMessagesResponse:
         broker = self._broker
         response = messaging_pb2.SendMessagesResponse(
-            queue=checks.queue_pb(broker, topic, queue_id),
+            queue=queue_pb(broker, topic, queue_id),
             store_timestamp_ms=result.store_timestamp,
         )
         answer = response.columns_result
@@ -262,7 +261,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         return self._round_robin.next(config.name) % count
 
     async def _hold(self, pull: PullArgs, result: GetResult) -> GetResult:
-        """Long polling (:func:`rmq_spark.broker.long_poll.hold`): wait for a message
+        """Long polling (:func:`rmq_spark.broker.core.long_poll.hold`): wait for a message
         that passes the filter, up to the suspend time; a cancelled call stops waiting."""
         store = self._broker.store
         return await long_poll.hold(
@@ -330,7 +329,7 @@ def _queue_offsets(
 ) -> messaging_pb2.QueueOffsets:
     store = broker.store
     answer = messaging_pb2.QueueOffsets(
-        queue=checks.queue_pb(broker, mq.topic, mq.queue_id),
+        queue=queue_pb(broker, mq.topic, mq.queue_id),
         min_offset=store.min_offset(mq.topic, mq.queue_id),
         max_offset=store.max_offset(mq.topic, mq.queue_id),
     )

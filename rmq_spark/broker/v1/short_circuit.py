@@ -39,7 +39,7 @@ from rmq_spark.short_circuit_wire import (
 )
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core import Broker
+    from rmq_spark.broker.core.broker import Broker
 
 log = logging.getLogger("rmq_spark.broker")
 

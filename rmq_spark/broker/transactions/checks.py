@@ -22,8 +22,8 @@ from rmq_spark.codec.properties import REAL_TOPIC, decode_properties
 from rmq_spark.codec.record import Record
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core import Broker
-    from rmq_spark.broker.status import Workers
+    from rmq_spark.broker.core.broker import Broker
+    from rmq_spark.broker.workers import Workers
 
 log = logging.getLogger("rmq_spark.broker")
 

@@ -6,7 +6,7 @@ progress is not one offset but a low-water mark plus the set above it: every off
 ``low`` moves up over every done offset right after it). A journal record is a list of
 offsets done since; replaying records in any order, or twice, gives the same progress.
 
-This module holds the rule and the encodings; :mod:`rmq_spark.broker.timer` does the I/O.
+This module holds the rule and the encodings; :mod:`rmq_spark.broker.delivery.timer` does the I/O.
 
 >>> p = TimerProgress(0)
 >>> p.mark([1, 3])

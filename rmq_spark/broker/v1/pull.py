@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rmq_spark.broker import checks
-from rmq_spark.broker.core import Broker
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.v1.queues import check_queue
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from rmq_spark.names import validate_group
@@ -36,7 +37,7 @@ class PullArgs:
     @classmethod
     def from_request(cls, request, broker: Broker) -> PullArgs:
         config = broker.config
-        mq, topic_config = checks.check_queue(broker, request.queue)
+        mq, topic_config = check_queue(broker, request.queue)
         assert topic_config is not None
         check_readable(broker, topic_config, mq.queue_id)
         group = validate_group(request.consumer_group) if request.consumer_group else ""

@@ -1,7 +1,7 @@
-"""Checks of request fields shared by the servicers, and the queue values they answer with.
+"""Checks of request fields shared by the three front-ends.
 
-Each check raises an :mod:`rmq_spark.errors` class naming the field and the bad value; the
-servicer boundary (:mod:`rmq_spark.broker.status`) turns it into the status code. Batch
+Each check raises an :mod:`rmq_spark.errors` class naming the field and the bad value; each
+front-end's boundary turns it into its protocol's code (:mod:`rmq_spark.broker.core.errors`). Batch
 requests check every item before acting and wrap each check in :func:`item` so the message
 says which item was bad (``queries[3]: topic 'x' does not exist ...``).
 """
@@ -20,12 +20,9 @@ from rmq_spark.errors import (
     shown,
 )
 from rmq_spark.names import SCHEDULE_TOPIC, SYSTEM_PREFIXES, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2
-from rmq_spark.store.topics import TopicConfig
-from rmq_spark.structs import MessageQueue
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core import Broker
+    from rmq_spark.broker.core.broker import Broker
 
 
 @contextmanager
@@ -91,36 +88,3 @@ def check_broker_name(broker: Broker, name: str) -> None:
             f"the queue belongs to broker {shown(name)} but this is broker {broker.name!r}; "
             f"send the request to {name!r}'s endpoint (refresh the topic route)"
         )
-
-
-def check_queue(
-    broker: Broker, pb: common_pb2.MessageQueue, *, must_exist: bool = True
-) -> tuple[MessageQueue, TopicConfig | None]:
-    """The queue a request names, on this broker, and its topic's config.
-
-    With ``must_exist`` the topic must be on this broker (NOT_FOUND otherwise) and the queue
-    id below its read or write queue count; without it only the names and the id are
-    checked and the config may be None.
-    """
-    topic = validate_topic(pb.topic, allow_system=True)
-    check_broker_name(broker, pb.broker_name)
-    queue_id = non_negative(pb.queue_id, "queue_id")
-    config = broker.store.topics.find(topic)
-    if must_exist:
-        if config is None:
-            raise NotFoundError(
-                f"topic {topic!r} does not exist on broker {broker.name!r}; create it first "
-                "or ask the brokers in the topic route"
-            )
-        queue_count = max(config.read_queue_nums, config.write_queue_nums)
-        if queue_id >= queue_count:
-            raise NotFoundError(
-                f"topic {topic!r} has {queue_count} queues on broker {broker.name!r} "
-                f"(0..{queue_count - 1}); queue {queue_id} does not exist"
-            )
-    return MessageQueue(topic, broker.name, queue_id), config
-
-
-def queue_pb(broker: Broker, topic: str, queue_id: int) -> common_pb2.MessageQueue:
-    """A queue of this broker as answers carry it (broker_name filled in)."""
-    return common_pb2.MessageQueue(topic=topic, broker_name=broker.name, queue_id=queue_id)

@@ -18,7 +18,7 @@ can tell a delay message. Delivery is at or after the asked time (RocketMQ round
 its 1 s precision and may deliver up to a second early; this timer does not).
 
 Durability. The heap lives in memory only; the timer queue itself holds the messages, and
-the progress (:mod:`rmq_spark.broker.timer_progress`: every offset below a low-water mark,
+the progress (:mod:`rmq_spark.broker.delivery.timer_progress`: every offset below a low-water mark,
 plus the set delivered above it) is kept in ``config/timerProgress.json`` and the journal
 ``config/timerProgress.journal`` (one framed record per delivered batch, appended right
 after the batch was stored; fdatasynced in SYNC flush mode). The journal is folded into
@@ -43,7 +43,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rmq_spark.broker.schedule import (
+from rmq_spark.broker.delivery.schedule import (
     MAX_SLEEP_S,
     RETRY_BACKOFF_MS,
     Due,
@@ -52,7 +52,7 @@ from rmq_spark.broker.schedule import (
     put_due,
     with_marks,
 )
-from rmq_spark.broker.timer_progress import (
+from rmq_spark.broker.delivery.timer_progress import (
     TimerProgress,
     encode_done,
     parse_done,
@@ -77,7 +77,7 @@ from rmq_spark.offsets.journal import OffsetJournal, read_journal
 from rmq_spark.structs import PullStatus
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core import Broker
+    from rmq_spark.broker.core.broker import Broker
     from rmq_spark.store import AppendResult
 
 log = logging.getLogger("rmq_spark.broker")

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rmq_spark.broker import checks
-from rmq_spark.broker.core import Broker
-from rmq_spark.broker.status import Workers, blocking
+from rmq_spark.broker.core import checks
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.v1.queues import check_queue, queue_pb
+from rmq_spark.broker.v1.status import blocking
+from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import retry_topic, validate_group, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import offsets_pb2, offsets_pb2_grpc
@@ -44,7 +46,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
         return offsets_pb2.UpdateConsumerOffsetsResponse(
             results=[
                 offsets_pb2.CommittedOffset(
-                    queue=checks.queue_pb(self._broker, mq.topic, mq.queue_id),
+                    queue=queue_pb(self._broker, mq.topic, mq.queue_id),
                     offset=stored[mq.topic][mq.queue_id],
                     updated=stored[mq.topic][mq.queue_id] == offset,
                 )
@@ -65,9 +67,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
             committed[topic] = self._broker.store.offsets.query(group, topic)
         answers = []
         for mq in queues:
-            answer = offsets_pb2.ConsumerOffset(
-                queue=checks.queue_pb(self._broker, mq.topic, mq.queue_id)
-            )
+            answer = offsets_pb2.ConsumerOffset(queue=queue_pb(self._broker, mq.topic, mq.queue_id))
             offset = committed[mq.topic].get(mq.queue_id)
             if offset is not None:
                 answer.offset = offset
@@ -97,7 +97,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
         wanted: dict[MessageQueue, int] = {}
         for i, item in enumerate(items):
             with checks.item(f"offsets[{i}]"):
-                mq, _ = checks.check_queue(self._broker, item.queue)
+                mq, _ = check_queue(self._broker, item.queue)
                 checks.non_negative(item.offset, "offset")
                 if mq in wanted:
                     raise InvalidArgumentError(
@@ -112,7 +112,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
         queues = []
         for i, pb in enumerate(items):
             with checks.item(f"queues[{i}]"):
-                mq, _ = checks.check_queue(self._broker, pb, must_exist=False)
+                mq, _ = check_queue(self._broker, pb, must_exist=False)
             queues.append(mq)
         return queues
 
@@ -168,7 +168,7 @@ def queue_progress(broker: Broker, group: str, topic: str) -> list[offsets_pb2.Q
     for queue_id in queue_ids:
         low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
         answer = offsets_pb2.QueueProgress(
-            queue=checks.queue_pb(broker, topic, queue_id),
+            queue=queue_pb(broker, topic, queue_id),
             broker_min_offset=low,
             broker_max_offset=high,
         )
