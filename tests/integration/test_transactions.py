@@ -37,7 +37,7 @@ def open_broker(store_dir: Path, **kw) -> Broker:
         broker.transactions.close()
         from rmq_spark.broker.transactions.service import TransactionService
 
-        broker.transactions = TransactionService(broker, **kw)
+        broker.transactions = TransactionService(broker.writes, **kw)
     if broker.store.topics.find(TOPIC) is None:
         broker.store.topics.create(TOPIC, 2)
     return broker
@@ -177,7 +177,7 @@ def test_commit_whose_copy_was_not_written_is_written_at_restart(tmp_path, monke
         raise OSError("simulated stop between the op and the copy")
 
     with monkeypatch.context() as m:
-        m.setattr(broker, "put_messages", fail)
+        m.setattr(broker.writes, "put_messages", fail)
         with pytest.raises(OSError):
             broker.transactions.end("T1", True)
     assert broker.transactions.status("T1") == ts.COMMIT
@@ -197,7 +197,9 @@ def test_commit_whose_copy_was_not_written_is_written_at_restart(tmp_path, monke
 def test_failed_copy_is_retried_by_a_repeated_commit(broker, monkeypatch):
     prepare(broker, "T1")
     with monkeypatch.context() as m:
-        m.setattr(broker, "put_messages", lambda *a, **k: (_ for _ in ()).throw(OSError("x")))
+        m.setattr(
+            broker.writes, "put_messages", lambda *a, **k: (_ for _ in ()).throw(OSError("x"))
+        )
         with pytest.raises(OSError):
             broker.transactions.end("T1", True)
     assert broker.transactions.end("T1", False) is False  # already committed

@@ -1,32 +1,28 @@
-"""Broker state shared by the servicers: the store plus the in-memory services around it.
+"""The broker's state that the front-ends share: the store, the write path, and the
+services around them (delays and timers, transactions, the sink's transactions, members,
+locks and subscription groups), each handed only the parts it uses.
 
-Every write goes through :meth:`Broker.put_messages` (sends, delayed re-puts, send-backs), so
-permission checks, auto-creation and long-poll wake-ups happen in one place.
+Every write goes through :attr:`Broker.writes` (:class:`~rmq_spark.broker.write_path.WritePath`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-
-import numpy as np
 
 from rmq_spark.broker.config import BrokerConfig
-from rmq_spark.broker.core.long_poll import PullNotifier
+from rmq_spark.broker.core.messaging import MessagingCore
 from rmq_spark.broker.delivery.schedule import DelayScheduler
 from rmq_spark.broker.delivery.timer import TimerService
+from rmq_spark.broker.long_poll import PullNotifier
 from rmq_spark.broker.membership.groups import RECONNECT_GRACE_MS, ConsumerRegistry
 from rmq_spark.broker.membership.locks import QueueLockManager
 from rmq_spark.broker.membership.subscription_groups import SubscriptionGroups
 from rmq_spark.broker.sink_transactions.service import SinkTransactions
 from rmq_spark.broker.transactions.checks import TransactionChecks
 from rmq_spark.broker.transactions.service import TransactionService
+from rmq_spark.broker.write_path import WritePath
 from rmq_spark.clock import now_ms
-from rmq_spark.codec.batch_encode import EncodedBatch
-from rmq_spark.errors import NotFoundError, PermissionDeniedError
-from rmq_spark.names import check_sendable
-from rmq_spark.store import AppendResult, MessageStore
-from rmq_spark.store.topics import TopicConfig
+from rmq_spark.store import MessageStore
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -47,6 +43,8 @@ class Broker:
         self.store = MessageStore.open(store_config)
         self.start_ms = now_ms()
         self.notifier = PullNotifier()
+        #: the one write path (every service and front-end writes through it)
+        self.writes = WritePath(config, self.store, self.notifier, self.store_host)
         self.locks = QueueLockManager(config.queue_lock_lease_ms)
         # A member that leaves without unregistering loses its queue leases at once.
         self.consumers = ConsumerRegistry(
@@ -69,23 +67,34 @@ class Broker:
             seen=self._groups_seen,
         )
         self.subscription_groups.start()
-        self.delays = DelayScheduler(self, config.delay_levels_ms)
+        self.delays = DelayScheduler(self.writes, config.delay_levels_ms)
         self.delays.start()
         try:
             #: half messages and their commit/rollback/check (the v2 service drives checks)
             self.transactions = TransactionService(
-                self,
+                self.writes,
                 check_interval_ms=config.transaction_check_interval_ms,
                 check_after_ms=config.transaction_check_after_ms,
                 max_checks=config.transaction_max_checks,
             )
             #: who is asked about orphaned transactions (each protocol adds its producers)
-            self.transaction_checks = TransactionChecks(self)
+            self.transaction_checks = TransactionChecks(self.transactions)
             #: the Spark sink's staged sends and the batch ends that commit them
-            self.sinks = SinkTransactions(self, config.sink_transaction_timeout_ms)
+            self.sinks = SinkTransactions(
+                self.writes, self.delays, config.sink_transaction_timeout_ms
+            )
             #: RocketMQ 5 timer (delay) messages with a delivery time in ms
-            self.timers = TimerService(self)
+            self.timers = TimerService(self.writes)
             self.timers.start()
+            #: the operations every front-end calls (reads, offsets, send-backs, look-ups)
+            self.messaging = MessagingCore(
+                config,
+                self.store,
+                self.writes,
+                self.notifier,
+                self.delays,
+                self.subscription_groups,
+            )
         except BaseException:
             self.delays.stop()
             self.store.close()
@@ -102,77 +111,7 @@ class Broker:
 
     @property
     def writable(self) -> bool:
-        return bool(self.config.broker_perm & 2)
-
-    def topic_for_write(self, topic: str, *, own: bool = False) -> TopicConfig:
-        """The topic's config, auto-creating it when the broker allows; checks permissions.
-        Every client's write names its topic here, so the broker's own topics are refused
-        here (ReservedTopicError) for every protocol; the broker's own writers into them
-        pass ``own=True``."""
-        if not own:
-            check_sendable(topic)
-        if not self.writable:
-            raise PermissionDeniedError(
-                f"broker {self.name} is read-only (perm {self.config.broker_perm}); "
-                "send to another broker"
-            )
-        config = self.store.topics.find(topic)
-        if config is None:
-            if not self.config.auto_create_topics:
-                raise NotFoundError(
-                    f"topic {topic!r} does not exist on broker {self.name}; create it with "
-                    f"'rocketlite topic create {topic}' (auto-creation is off)"
-                )
-            config = self.store.topics.create(topic, self.config.default_topic_queues)
-            log.info("auto-created topic %s with %d queues", topic, config.write_queue_nums)
-        return config
-
-    def put_messages(
-        self,
-        topic: str,
-        queue_id: int,
-        bodies: Sequence[bytes],
-        properties: Sequence[bytes],
-        tags: Sequence[str | None],
-        **fields,
-    ) -> AppendResult:
-        """The single write path: append to the store, then wake long-polling pulls. The
-        broker's own topics are refused (see topic_for_write)."""
-        self.topic_for_write(topic)
-        return self._put(topic, queue_id, bodies, properties, tags, **fields)
-
-    def put_own(
-        self,
-        topic: str,
-        queue_id: int,
-        bodies: Sequence[bytes],
-        properties: Sequence[bytes],
-        tags: Sequence[str | None],
-        **fields,
-    ) -> AppendResult:
-        """:meth:`put_messages` for the broker's writes into its own topics (delayed and
-        timer messages waiting for their time)."""
-        self.topic_for_write(topic, own=True)
-        return self._put(topic, queue_id, bodies, properties, tags, **fields)
-
-    def _put(self, topic, queue_id, bodies, properties, tags, **fields) -> AppendResult:
-        result = self.store.append(topic, queue_id, bodies, properties, tags=tags, **fields)
-        self.notifier.notify(topic, queue_id)
-        return result
-
-    def put_encoded(
-        self,
-        topic: str,
-        queue_id: int,
-        records: EncodedBatch,
-        tag_codes: np.ndarray,
-    ) -> AppendResult:
-        """Like :meth:`put_messages`, for records laid out beforehand (a committed sink
-        transaction's, see :meth:`MessageStore.append_encoded`)."""
-        self.topic_for_write(topic)
-        result = self.store.append_encoded(topic, queue_id, records, tag_codes)
-        self.notifier.notify(topic, queue_id)
-        return result
+        return self.writes.writable
 
     def close(self) -> None:
         self.timers.stop()

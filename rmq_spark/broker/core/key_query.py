@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING
 
 from rmq_spark.codec.record import store_timestamp_in
 from rmq_spark.errors import StoreError
+from rmq_spark.store.index import MAX_MSGS_NUM_BATCH
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core.broker import Broker
+    from rmq_spark.store import MessageStore
 
 #: records a query answers when the caller names no count (RocketMQ's maxNum of mqadmin)
 DEFAULT_MAX_COUNT = 64
+#: the most records one query of RocketMQ's index answers (its maxMsgsNumBatch)
+MAX_KEY_MATCHES = MAX_MSGS_NUM_BATCH
 #: the end of time for a query without an upper bound (Java's Long.MAX_VALUE)
 NO_END_MS = 2**63 - 1
 #: how finely the index keeps a record's store time
@@ -36,7 +39,8 @@ class KeyMatches:
 
 
 def find_by_key(
-    broker: Broker,
+    store: MessageStore,
+    broker_name: str,
     topic: str,
     key: str,
     max_count: int,
@@ -55,15 +59,15 @@ def find_by_key(
     instead. Those a wider index window lets in are all older than the answer's (records
     are indexed in store order), so they never push a record of the window out.
     """
-    if broker.store.index is None:
+    if store.index is None:
         raise StoreError(
-            f"broker {broker.name!r} keeps no message index (it was started with "
+            f"broker {broker_name!r} keeps no message index (it was started with "
             "--no-message-index), so it cannot find messages by key; restart it without "
             "that flag (the index is then built from the whole commit log)"
         )
     # a record stored at t is indexed as t rounded down to its index file's second
     index_begin = max(begin_ms - INDEX_RESOLUTION_MS, 0) if exact_times else begin_ms
-    found = broker.store.query_messages(topic, key, max_count + 1, index_begin, end_ms)
+    found = store.query_messages(topic, key, max_count + 1, index_begin, end_ms)
     if exact_times:
         found = [r for r in found if begin_ms <= (store_timestamp_in(r) or 0) <= end_ms]
     kept = within_bytes(found[:max_count], max_bytes)

@@ -11,8 +11,10 @@ The copy keeps the body, flag, born host and time, tags and every property, so i
 are set only the first time: ``RETRY_TOPIC`` (the topic the consumer subscribed to, where the
 message returns) and ``ORIGIN_MESSAGE_ID`` (the offset message id of the first stored copy).
 
-:func:`plan_send_back` is the rule as a pure function; :func:`send_back` looks the record up
-and writes the copy through the broker's write path (delayed copies via the scheduler).
+:func:`plan_send_back` is the rule as a pure function, :func:`check_send_back_source` what a
+consumer may give back; :func:`write_send_back` writes the copy through the broker's write
+path (delayed copies via the scheduler). The broker core
+(:meth:`rmq_spark.broker.core.messaging.MessagingCore.send_back`) is what front-ends call.
 """
 
 from __future__ import annotations
@@ -28,21 +30,20 @@ from rmq_spark.codec.properties import (
     decode_properties,
     encode_properties,
 )
-from rmq_spark.codec.record import Record, decode_record, offset_msg_id, parse_offset_msg_id
-from rmq_spark.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from rmq_spark.codec.record import Record
+from rmq_spark.errors import InvalidArgumentError, PermissionDeniedError
 from rmq_spark.names import (
     DLQ_PREFIX,
     RETRY_PREFIX,
     dlq_topic,
     is_broker_topic,
     retry_topic,
-    validate_group,
-    validate_topic,
 )
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core.broker import Broker
+    from rmq_spark.broker.delivery.schedule import DelayScheduler
+    from rmq_spark.broker.write_path import WritePath
+    from rmq_spark.store import AppendResult
 
 #: RocketMQ's first retry level: 3 = 10 s with the default levels
 FIRST_RETRY_LEVEL = 3
@@ -155,44 +156,14 @@ back a message this group received, naming the topic it subscribed to
     )
 
 
-def send_back(broker: Broker, request, context=None) -> messaging_pb2.ConsumerSendBackResponse:
-    """Serve ConsumerSendBack: write the copy to ``%RETRY%`` (delayed) or ``%DLQ%``."""
-    group = validate_group(request.consumer_group)
-    if not broker.writable:
-        broker.topic_for_write(retry_topic(group))  # raises PermissionDeniedError, creates nothing
-    if request.original_topic:
-        validate_topic(request.original_topic, allow_system=True)
-    record, msg_id = find_record(broker, request.message)
-    # The access check authorized the group and original_topic: the copied record must be
-    # one of theirs.
-    check_send_back_source(record.topic, group, request.original_topic)
-    plan = plan_send_back(
-        record,
-        group=group,
-        record_msg_id=msg_id,
-        original_topic=request.original_topic,
-        delay_level=request.delay_level,
-        max_reconsume_times=request.max_reconsume_times
-        or broker.subscription_groups.retry_max_times(group),
-        dead_letter_now=request.dead_letter_now,
-        consumer_reconsume_times=request.reconsume_times,
-    )
-    result, level = write_send_back(broker, record, plan)
-    return messaging_pb2.ConsumerSendBackResponse(
-        queue=common_pb2.MessageQueue(topic=plan.topic, broker_name=broker.name, queue_id=0),
-        dead_lettered=plan.dead_lettered,
-        reconsume_times=plan.reconsume_times,
-        delay_level=level,
-        offset_msg_id=result.msg_ids(broker.store_host)[0],
-    )
-
-
-def write_send_back(broker: Broker, record: Record, plan: SendBackPlan) -> tuple[Any, int]:
+def write_send_back(
+    writes: WritePath, delays: DelayScheduler, record: Record, plan: SendBackPlan
+) -> tuple[AppendResult, int]:
     """Write the copy ``plan`` describes: at once to ``%DLQ%``, or through the delay
     scheduler to ``%RETRY%``; returns the append result and the delay level used."""
     queues = DLQ_QUEUE_NUMS if plan.dead_lettered else RETRY_QUEUE_NUMS
-    broker.store.topics.ensure_system_topic(plan.topic, queues)
-    level = 0 if plan.dead_lettered else broker.delays.clamp_level(plan.delay_level)
+    writes.store.topics.ensure_system_topic(plan.topic, queues)
+    level = 0 if plan.dead_lettered else delays.clamp_level(plan.delay_level)
     fields: dict[str, Any] = {
         "born_host": record.born_host,
         "born_timestamps": [record.born_timestamp],
@@ -202,29 +173,5 @@ def write_send_back(broker: Broker, record: Record, plan: SendBackPlan) -> tuple
     }
     args = ([record.body], [encode_properties(plan.properties)], [plan.properties.get(TAGS)])
     if plan.dead_lettered:
-        return broker.put_own(plan.topic, 0, *args, **fields), level
-    return broker.delays.submit(plan.topic, 0, *args, level, **fields), level
-
-
-def find_record(broker: Broker, ref) -> tuple[Record, str]:
-    """The record a MessageRef names on this broker, and its offset message id."""
-    which = ref.WhichOneof("ref")
-    if which == "offset_msg_id":
-        host, physical = parse_offset_msg_id(ref.offset_msg_id)
-    elif which == "physical_offset":
-        host, physical = None, ref.physical_offset
-        if physical < 0:
-            raise InvalidArgumentError(f"physical_offset {physical} must be >= 0")
-    else:
-        raise InvalidArgumentError("message: set offset_msg_id or physical_offset")
-    record = decode_record(broker.store.read_record(physical))
-    if record.physical_offset != physical:  # bytes inside another record, not a record
-        raise NotFoundError(f"no message starts at physical offset {physical}")
-    # The record keeps the store host of the run that wrote it (the port may have changed
-    # since), so an id is this broker's exactly when it names the record's own store host.
-    if host is not None and host != record.store_host:
-        raise NotFoundError(
-            f"message {ref.offset_msg_id} was stored by {host}, not by this broker "
-            f"({broker.store_host}); send it back to the broker that delivered it"
-        )
-    return record, offset_msg_id(record.store_host, physical)
+        return writes.put_own(plan.topic, 0, *args, **fields), level
+    return delays.submit(plan.topic, 0, *args, level, **fields), level

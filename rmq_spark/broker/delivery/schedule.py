@@ -55,7 +55,7 @@ from rmq_spark.store.config_files import (
 from rmq_spark.structs import PullStatus
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core.broker import Broker
+    from rmq_spark.broker.write_path import WritePath
     from rmq_spark.store import AppendResult
     from rmq_spark.store.topics import TopicConfig
 
@@ -97,11 +97,11 @@ class DelayScheduler:
     """
 
     def __init__(
-        self, broker: Broker, levels_ms: Sequence[int], *, clock: Callable[[], int] = now_ms
+        self, writes: WritePath, levels_ms: Sequence[int], *, clock: Callable[[], int] = now_ms
     ) -> None:
         if not levels_ms or any(ms <= 0 for ms in levels_ms):
             raise InvalidArgumentError(f"delay levels {list(levels_ms)!r} must be positive ms")
-        self._broker = broker
+        self._writes = writes
         self.levels_ms = list(levels_ms)
         self._clock = clock
         self._lock = threading.Lock()
@@ -172,14 +172,14 @@ class DelayScheduler:
         if properties is None:
             properties = [encode_properties({TAGS: t}) if t else b"" for t in tags]
         if delay_level == 0:
-            return self._broker.put_messages(topic, queue_id, bodies, properties, tags, **fields)
+            return self._writes.put_messages(topic, queue_id, bodies, properties, tags, **fields)
         level = self.clamp_level(delay_level)
-        config = self._broker.topic_for_write(topic)
+        config = self._writes.topic_for_write(topic)
         check_queue_id(config, queue_id)
         marks = encode_properties({DELAY: str(level), REAL_TOPIC: topic, REAL_QID: str(queue_id)})
         marked = [with_marks(blob, marks, _SCHEDULE_MARKS) for blob in properties]
         # The entries hold the delivery time (store time + the level's delay), as RocketMQ's.
-        result = self._broker.put_own(
+        result = self._writes.put_own(
             SCHEDULE_TOPIC,
             level - 1,
             bodies,
@@ -197,7 +197,7 @@ class DelayScheduler:
 
     def pending(self) -> dict[int, int]:
         """Messages waiting per level (schedule queue index + 1), for statistics."""
-        store = self._broker.store
+        store = self._writes.store
         return {
             qid + 1: store.max_offset(SCHEDULE_TOPIC, qid) - offset
             for qid, offset in enumerate(list(self._offsets))
@@ -233,7 +233,7 @@ class DelayScheduler:
     def _deliver_queue(self, qid: int, now: int) -> float:
         """Deliver the due messages of one schedule queue; returns when to look again."""
         delay = self._queue_delays_ms[qid]
-        got = self._broker.store.get_messages(
+        got = self._writes.store.get_messages(
             SCHEDULE_TOPIC, qid, self._offsets[qid], max_count=DELIVER_BATCH
         )
         if got.status == PullStatus.OFFSET_ILLEGAL:
@@ -265,7 +265,7 @@ class DelayScheduler:
 
     def _put(self, qid: int, batch: list[Due]) -> bool:
         """Append one run of due messages to their real queue. False: try again later."""
-        error = put_due(self._broker, batch)
+        error = put_due(self._writes, batch)
         if error is not None:
             if qid not in self._failing:
                 log.warning(
@@ -286,7 +286,7 @@ class DelayScheduler:
     # -- topic and progress ------------------------------------------------------------------
 
     def _ensure_topic(self) -> None:
-        topics = self._broker.store.topics
+        topics = self._writes.store.topics
         wanted = len(self.levels_ms)
         config = topics.find(SCHEDULE_TOPIC)
         if config is None:
@@ -307,12 +307,12 @@ class DelayScheduler:
 
     @property
     def _path(self) -> Path:
-        return self._broker.store.config.config_dir / FILE_NAME
+        return self._writes.store.config.config_dir / FILE_NAME
 
     def _load_offsets(self) -> list[int]:
         document, _ = read_json_with_backup(self._path, validate=delay_offsets_from_json)
         saved = delay_offsets_from_json(document) if document is not None else {}
-        store = self._broker.store
+        store = self._writes.store
         offsets = []
         for qid in range(len(self._queue_delays_ms)):
             low = store.min_offset(SCHEDULE_TOPIC, qid)
@@ -396,14 +396,14 @@ def decode_due(
     return Due(record, topic, int(qid_text), encode_properties(props), props.get(TAGS))
 
 
-def put_due(broker: Broker, batch: Sequence[Due]) -> RocketliteError | None:
+def put_due(writes: WritePath, batch: Sequence[Due]) -> RocketliteError | None:
     """Append one run of due messages (one :attr:`Due.batch_key`) to their real queue with
     their body, flag, born host and time and reconsume count. None when done, including
     when the destination is gone (topic deleted, queues shrunk: logged and dropped, as
     waiting will not help); else the error that refused it, to try again later."""
     first = batch[0]
     try:
-        broker.put_messages(
+        writes.put_messages(
             first.topic,
             first.queue_id,
             [d.record.body for d in batch],

@@ -77,7 +77,7 @@ from rmq_spark.offsets.journal import OffsetJournal, read_journal
 from rmq_spark.structs import PullStatus
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core.broker import Broker
+    from rmq_spark.broker.write_path import WritePath
     from rmq_spark.store import AppendResult
 
 log = logging.getLogger("rmq_spark.broker")
@@ -104,12 +104,12 @@ class TimerService:
 
     def __init__(
         self,
-        broker: Broker,
+        writes: WritePath,
         *,
         max_delay_ms: int = MAX_DELAY_MS,
         clock: Callable[[], int] = now_ms,
     ) -> None:
-        self._broker = broker
+        self._writes = writes
         self.max_delay_ms = max_delay_ms
         self._clock = clock
         self._lock = threading.Lock()  # the heap, and creating the timer topic
@@ -178,14 +178,14 @@ class TimerService:
         if deliver_at_ms <= now:
             stamp = encode_properties({TIMER_DELIVER_MS: str(deliver_at_ms)})
             marked = [with_marks(blob, stamp, _TIMER_MARKS) for blob in properties]
-            return self._broker.put_messages(topic, queue_id, bodies, marked, tags, **fields)
-        check_queue_id(self._broker.topic_for_write(topic), queue_id)
+            return self._writes.put_messages(topic, queue_id, bodies, marked, tags, **fields)
+        check_queue_id(self._writes.topic_for_write(topic), queue_id)
         self._ensure_topic()
         marks = encode_properties(
             {REAL_TOPIC: topic, REAL_QID: str(queue_id), TIMER_DELIVER_MS: str(deliver_at_ms)}
         )
         marked = [with_marks(blob, marks, _TIMER_MARKS) for blob in properties]
-        result = self._broker.put_own(TIMER_TOPIC, TIMER_QUEUE, bodies, marked, tags, **fields)
+        result = self._writes.put_own(TIMER_TOPIC, TIMER_QUEUE, bodies, marked, tags, **fields)
         first = result.first_queue_offset
         with self._lock:
             for offset in range(first, first + result.count):
@@ -256,7 +256,7 @@ class TimerService:
             batch = list(run)
             dues = [d for _, d in batch if d is not None]
             if dues:
-                error = put_due(self._broker, dues)
+                error = put_due(self._writes, dues)
                 if error is not None:
                     if not self._failing:
                         self._failing = True
@@ -278,7 +278,7 @@ class TimerService:
 
     def _read(self, offsets: list[int]) -> dict[int, Record]:
         """The timer-queue records at ``offsets`` (sorted) that the queue still holds."""
-        store = self._broker.store
+        store = self._writes.store
         wanted = set(offsets)
         found: dict[int, Record] = {}
         pos = 0
@@ -320,18 +320,18 @@ class TimerService:
 
     @property
     def _sync(self) -> bool:
-        return self._broker.store.config.flush_mode == "SYNC"
+        return self._writes.store.config.flush_mode == "SYNC"
 
     @property
     def _progress_path(self) -> Path:
-        return self._broker.store.config.config_dir / PROGRESS_FILE
+        return self._writes.store.config.config_dir / PROGRESS_FILE
 
     @property
     def _journal_path(self) -> Path:
-        return self._broker.store.config.config_dir / JOURNAL_FILE
+        return self._writes.store.config.config_dir / JOURNAL_FILE
 
     def _ensure_topic(self) -> None:
-        topics = self._broker.store.topics
+        topics = self._writes.store.topics
         if topics.find(TIMER_TOPIC) is not None:
             return
         with self._lock:
@@ -350,7 +350,7 @@ class TimerService:
 
     def _rebuild(self) -> None:
         """Fill the heap with every message of the timer queue not yet delivered."""
-        store = self._broker.store
+        store = self._writes.store
         if store.topics.find(TIMER_TOPIC) is None:
             return
         low = store.min_offset(TIMER_TOPIC, TIMER_QUEUE)

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from rmq_spark.auth.permissions import PUB_OR_SUB, SUB, SUB_OR_GET, Need
 from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
 from rmq_spark.broker.core.broker import Broker
-from rmq_spark.broker.core.key_query import KeyMatches, find_by_key
+from rmq_spark.broker.core.groups_seen import consuming_groups, progress_topics
+from rmq_spark.broker.core.key_query import MAX_KEY_MATCHES, KeyMatches
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.consume import MAX_PULL_BYTES
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import required
-from rmq_spark.broker.v1.offsets import consuming_groups, progress_topics
 from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import decode_record
@@ -33,13 +33,12 @@ from rmq_spark.remoting import bodies
 from rmq_spark.remoting.codes import OUR_VERSION, UNIQUE_KEY_QUERY, RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
 from rmq_spark.remoting.headers import INT32, whole
-from rmq_spark.store.index import MAX_MSGS_NUM_BATCH
 from rmq_spark.structs import MessageQueue
 
 #: how ``clusterList`` shows this broker's version
 VERSION_DESC = "V5_3_3"
 #: the count a unique-key query asks for, whatever its maxNum (RocketMQ's
-#: defaultQueryMaxNum); a key query asks for at most MAX_MSGS_NUM_BATCH
+#: defaultQueryMaxNum); a key query asks for at most MAX_KEY_MATCHES
 UNIQUE_KEY_MAX_NUM = 32
 
 
@@ -102,7 +101,7 @@ class Administration:
         return TopicUpdate(topic, read, write, perm)
 
     async def update_topic(self, connection, request: Command, update: TopicUpdate) -> Command:
-        topics = self._broker.store.topics
+        topics = self._broker.messaging.topics
         topic, read, write = update.topic, update.read_queues, update.write_queues
 
         def create_or_update():
@@ -117,16 +116,15 @@ class Administration:
     async def delete_topic(self, connection, request: Command, topic: str) -> Command:
         def delete():
             try:
-                self._broker.store.delete_topic(topic)
+                self._broker.messaging.delete_topic(topic)
             except NotFoundError:
                 pass  # RocketMQ answers success for a topic it does not have
 
         await self._workers.run(delete)
-        self._broker.notifier.notify_topic(topic)
         return request.reply()
 
     async def topic_config(self, connection, request: Command, topic: str) -> Command:
-        config = self._broker.store.topics.find(topic)
+        config = self._broker.messaging.topics.find(topic)
         if config is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
         response = request.reply()
@@ -134,7 +132,7 @@ class Administration:
         return response
 
     async def all_topic_configs(self, connection, request: Command, _: None) -> Command:
-        configs = self._broker.store.topics.list()
+        configs = self._broker.messaging.topics.list()
         response = request.reply()
         table = {config.name: _topic_config_json(config) for config in configs}
         body = {"dataVersion": _data_version(), "topicConfigTable": table}
@@ -143,7 +141,7 @@ class Administration:
 
     async def runtime_info(self, connection, request: Command, _: None) -> Command:
         broker = self._broker
-        stats = broker.store.stats()
+        stats = broker.messaging.stats()
         table = {
             "brokerVersionDesc": VERSION_DESC,
             "brokerVersion": str(OUR_VERSION),
@@ -170,7 +168,7 @@ class Administration:
         return response
 
     async def topic_stats(self, connection, request: Command, topic: str) -> Command:
-        store = self._broker.store
+        store = self._broker.messaging
         config = store.topics.find(topic)
         if config is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
@@ -195,7 +193,7 @@ class Administration:
     ) -> Command:
         group, only = group_topic
         broker = self._broker
-        store = broker.store
+        store = broker.messaging
 
         def stats():
             topics = [only] if only else progress_topics(broker, group)
@@ -257,7 +255,7 @@ class Administration:
         return response
 
     async def all_offsets(self, connection, request: Command, _: None) -> Command:
-        snapshot = self._broker.store.offsets.snapshot()
+        snapshot = self._broker.messaging.offsets.snapshot()
         table = {
             f"{topic}@{group}": {str(q): offset for q, offset in sorted(queues.items())}
             for (topic, group), queues in snapshot.items()
@@ -278,7 +276,7 @@ class Administration:
             raise InvalidArgumentError(f"offset {physical} must be >= 0")
 
         def read() -> bytes:
-            record = self._broker.store.read_record(physical)
+            record = self._broker.messaging.read_record(physical)
             if decode_record(record, check_crc=False).physical_offset != physical:
                 raise NotFoundError(f"no message starts at commit-log offset {physical}")
             return record
@@ -299,11 +297,11 @@ class Administration:
         broker = self._broker
         found = KeyMatches([], more=False)
         if query.max_num > 0:  # the answer stops at a pull's size: it must fit RocketMQ's frame
-            find = functools.partial(find_by_key, max_bytes=MAX_PULL_BYTES)
+            find = functools.partial(broker.messaging.find_by_key, max_bytes=MAX_PULL_BYTES)
             found = await self._workers.run(
-                find, broker, query.topic, query.key, query.max_num, query.begin, query.end
+                find, query.topic, query.key, query.max_num, query.begin, query.end
             )
-        index = broker.store.index
+        index = broker.messaging.index
         header = {
             "indexLastUpdateTimestamp": str(index.last_timestamp if index else 0),
             "indexLastUpdatePhyoffset": str(index.end_phy_offset if index else 0),
@@ -389,7 +387,7 @@ def _key_query(request: Command) -> KeyQuery:
     if ext.get(UNIQUE_KEY_QUERY) == "true":  # Java compares with equals("true")
         max_num = UNIQUE_KEY_MAX_NUM
     else:
-        max_num = min(whole(ext, "maxNum", bounds=INT32), MAX_MSGS_NUM_BATCH)
+        max_num = min(whole(ext, "maxNum", bounds=INT32), MAX_KEY_MATCHES)
     if max_num < 0:
         raise InvalidArgumentError(f"maxNum {max_num} is negative; it must be >= 0")
     return KeyQuery(topic, key, max_num, whole(ext, "beginTimestamp"), whole(ext, "endTimestamp"))
@@ -438,7 +436,7 @@ def _last_store_time(store, topic: str, queue_id: int) -> int:
 
 def _disk_ratio(broker: Broker) -> float:
     try:
-        usage = os.statvfs(broker.store.config.store_dir)
+        usage = os.statvfs(broker.messaging.store_config.store_dir)
     except OSError:
         return 0.0
     total = usage.f_blocks * usage.f_frsize

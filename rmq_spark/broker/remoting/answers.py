@@ -10,16 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from rmq_spark.errors import (
-    FlushTimeoutError,
-    InvalidArgumentError,
-    NotFoundError,
-    PermissionDeniedError,
-    ResourceExhaustedError,
-    RocketliteError,
-    UnauthenticatedError,
-    UnavailableError,
-)
+from rmq_spark.broker.core.errors import codes_of
+from rmq_spark.errors import RocketliteError
 from rmq_spark.log_limit import LogLimiter
 from rmq_spark.remoting.codes import ResponseCode
 from rmq_spark.remoting.frame import Command
@@ -35,21 +27,10 @@ class Refusal(RocketliteError):
         self.code = code
 
 
-#: the first matching class wins: subclasses before their bases
-_CODES: tuple[tuple[type[RocketliteError], int], ...] = (
-    (InvalidArgumentError, ResponseCode.INVALID_PARAMETER),
-    (NotFoundError, ResponseCode.TOPIC_NOT_EXIST),
-    (UnauthenticatedError, ResponseCode.NO_PERMISSION),
-    (PermissionDeniedError, ResponseCode.NO_PERMISSION),
-    (FlushTimeoutError, ResponseCode.FLUSH_DISK_TIMEOUT),
-    (UnavailableError, ResponseCode.SERVICE_NOT_AVAILABLE),
-    (ResourceExhaustedError, ResponseCode.SYSTEM_BUSY),
-)
-
-
 def response_code(error: RocketliteError) -> int:
     """The response code a RocketMQ client expects for ``error``.
 
+    >>> from rmq_spark.errors import NotFoundError
     >>> response_code(NotFoundError("topic 'x' does not exist"))
     17
     >>> response_code(Refusal(22, "no offset"))
@@ -57,10 +38,7 @@ def response_code(error: RocketliteError) -> int:
     """
     if isinstance(error, Refusal):
         return error.code
-    for cls, code in _CODES:
-        if isinstance(error, cls):
-            return int(code)
-    return int(ResponseCode.SYSTEM_ERROR)
+    return int(codes_of(error).remoting)
 
 
 def failure_reply(

@@ -20,10 +20,10 @@ from rmq_spark.auth.permissions import SUB, Need
 from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.messaging import GetResult, Read
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import TAG_EXPRESSION, Membership
-from rmq_spark.broker.v1.pull import check_readable
 from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, shown
@@ -32,7 +32,6 @@ from rmq_spark.remoting import codes
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
 from rmq_spark.remoting.headers import INT32, encode_sizes, text, whole
-from rmq_spark.store.message_store import GetResult
 from rmq_spark.structs import PullStatus
 
 #: rocketlite's own clients ask for the records' sizes with this field ("true"), and get
@@ -94,6 +93,7 @@ _QUEUE = RemotingRule(needs=_queue_needs)
 class Consuming:
     def __init__(self, broker: Broker, workers: Workers, membership: Membership) -> None:
         self._broker = broker
+        self._core = broker.messaging
         self._workers = workers
         self._membership = membership
 
@@ -154,20 +154,12 @@ class Consuming:
         tag_codes = pull.tag_codes
         if not pull.carries_subscription:
             tag_codes = self._heartbeat_tag_codes(group, topic)
-        read = functools.partial(
-            self._read, group, topic, queue_id, offset, pull.max_count, pull.max_bytes, tag_codes
-        )
-        result = await self._workers.run(read, pull.commit)
+        self._check_pull(topic, queue_id)
+        # below every queue's minimum: answered as OFFSET_MOVED
+        read = Read(topic, queue_id, max(offset, -1), pull.max_count, pull.max_bytes, tag_codes)
+        result = await self._workers.run(self._read, group, read, pull.commit)
         if result.status == PullStatus.NO_NEW_MSG and pull.sys_flag & codes.PULL_SUSPEND:
-            store = self._broker.store
-            arrived = await self._broker.notifier.wait(
-                topic,
-                queue_id,
-                pull.suspend_ms / 1000,
-                is_ready=lambda: store.max_offset(topic, queue_id) > offset,
-            )
-            if arrived:
-                result = await self._workers.run(read)
+            result = await self._core.hold(self._workers.run, read, result, pull.suspend_ms / 1000)
         code, remark = _STATUS[result.status]
         response = request.reply(
             code,
@@ -196,46 +188,35 @@ class Consuming:
             )
         return _tag_codes(found, self._broker.config.max_subscription_chars)
 
-    def _read(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        max_bytes: int,
-        tag_codes: list[int] | None,
-        commit: int | None = None,
-    ) -> GetResult:
-        broker = self._broker
-        config = broker.store.topics.find(topic)
+    def _check_pull(self, topic: str, queue_id: int) -> None:
+        config = self._core.topic(topic)
         if config is None:
             raise Refusal(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{topic}] not exist, apply first please!",
             )
         try:
-            check_readable(broker, config, queue_id)
+            self._core.check_readable(config, queue_id)
         except NotFoundError as exc:
             raise Refusal(ResponseCode.INVALID_PARAMETER, str(exc)) from None
         if queue_id < 0:
             raise Refusal(ResponseCode.INVALID_PARAMETER, f"queueId {queue_id} is negative")
+
+    def _read(self, group: str, read: Read, commit: int | None) -> GetResult:
+        """Commit the offset the pull carries, then read: one hop to a worker."""
         if commit is not None and commit >= 0:
-            broker.store.offsets.commit(group, topic, {queue_id: commit})
-        if offset < 0:
-            offset = -1  # below every queue's minimum: answered as OFFSET_MOVED
-        return broker.store.get_messages(topic, queue_id, offset, max_count, max_bytes, tag_codes)
+            self._core.commit_offsets(group, read.topic, {read.queue_id: commit})
+        return self._core.read(read)
 
     # -- offsets ----------------------------------------------------------------------------
 
     async def query_offset(self, connection, request: Command, query: QueueRequest) -> Command:
         group, topic, queue_id = query.group, query.topic, query.queue_id
-        store = self._broker.store
-        offset = store.offsets.query_one(group, topic, queue_id)
+        offset = self._core.committed(group, topic, queue_id)
         if offset is None:
             # RocketMQ 4.9's rule: a group with no offset starts at 0 while nothing of the
             # queue was deleted yet (a new group reads a young queue from its start).
-            if query.flag and store.min_offset(topic, queue_id) == 0:
+            if query.flag and self._core.min_offset(topic, queue_id) == 0:
                 offset = 0
             else:
                 raise Refusal(
@@ -248,44 +229,41 @@ class Consuming:
         topic, queue_id, offset = commit.topic, commit.queue_id, commit.number
         if queue_id < 0 or offset < 0:
             raise InvalidArgumentError(f"queueId {queue_id} and commitOffset {offset} must be >= 0")
-        if self._broker.store.topics.find(topic) is None:
+        if self._core.topic(topic) is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
         write = functools.partial(
-            self._broker.store.offsets.commit, commit.group, topic, {queue_id: offset}
+            self._core.commit_offsets, commit.group, topic, {queue_id: offset}
         )
         await self._workers.run(write)
         return request.reply()
 
     async def max_offset(self, connection, request: Command, queue: QueueRequest) -> Command:
         self._check_queue(queue)
-        return request.reply(offset=str(self._broker.store.max_offset(queue.topic, queue.queue_id)))
+        return request.reply(offset=str(self._core.max_offset(queue.topic, queue.queue_id)))
 
     async def min_offset(self, connection, request: Command, queue: QueueRequest) -> Command:
         self._check_queue(queue)
-        return request.reply(offset=str(self._broker.store.min_offset(queue.topic, queue.queue_id)))
+        return request.reply(offset=str(self._core.min_offset(queue.topic, queue.queue_id)))
 
     async def search_offset(self, connection, request: Command, search: QueueRequest) -> Command:
         self._check_queue(search)
         topic, queue_id, timestamp = search.topic, search.queue_id, search.number
-        store = self._broker.store
+        core = self._core
 
         def find() -> int:
             if not search.flag:
-                return store.offset_by_timestamp(topic, queue_id, timestamp)
-            # the last offset stored at or before the time
-            after = store.offset_by_timestamp(topic, queue_id, timestamp + 1)
-            return max(store.min_offset(topic, queue_id), after - 1)
+                return core.offset_at(topic, queue_id, timestamp)
+            return core.last_offset_at(topic, queue_id, timestamp)
 
         return request.reply(offset=str(await self._workers.run(find)))
 
     async def earliest_time(self, connection, request: Command, queue: QueueRequest) -> Command:
         self._check_queue(queue)
         topic, queue_id = queue.topic, queue.queue_id
-        store = self._broker.store
+        core = self._core
 
         def earliest() -> int:
-            low = store.min_offset(topic, queue_id)
-            stored = store.queue_store_timestamp(topic, queue_id, low)
+            stored = core.queue_store_timestamp(topic, queue_id, core.min_offset(topic, queue_id))
             if stored is None:
                 raise Refusal(ResponseCode.SYSTEM_ERROR, f"queue {queue_id} of {topic!r} is empty")
             return stored
@@ -293,7 +271,7 @@ class Consuming:
         return request.reply(timestamp=str(await self._workers.run(earliest)))
 
     def _check_queue(self, queue: QueueRequest) -> None:
-        if self._broker.store.topics.find(queue.topic) is None:
+        if self._core.topic(queue.topic) is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {queue.topic!r} does not exist")
         if queue.queue_id < 0:
             raise InvalidArgumentError(f"queueId {queue.queue_id} must be >= 0")

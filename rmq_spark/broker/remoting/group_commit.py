@@ -8,7 +8,7 @@ gathered, they are a handful of appends. A send waits only while an earlier grou
 written, so a lone send goes out at once and a busy broker writes bigger groups, as a
 database's group commit does.
 
-Each group is one :meth:`Broker.put_messages` call, so a group is stored whole or not at all.
+Each group is one :meth:`WritePath.put_messages` call, so a group is stored whole or not at all.
 When a group is refused (one message of it is too big, say), each of its sends is written
 on its own, so only the bad one fails.
 
@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.messaging import AppendResult
 from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import RocketliteError
-from rmq_spark.store import AppendResult
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -179,7 +179,7 @@ class GroupCommit:
 
     def _append(self, key: _Key, sends: list[_Send]) -> AppendResult:
         topic, queue_id, born_host, sysflag = key
-        result = self._broker.put_messages(
+        result = self._broker.writes.put_messages(
             topic,
             queue_id,
             [body for send in sends for body in send.bodies],

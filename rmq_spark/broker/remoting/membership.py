@@ -214,7 +214,7 @@ class Membership:
             if c.message_model == "CLUSTERING":
                 # RocketMQ creates the group's retry topic on its first heartbeat; mqadmin's
                 # consumerProgress and consumerConnection start from its route.
-                self._broker.store.topics.ensure_system_topic(
+                self._broker.messaging.topics.ensure_system_topic(
                     retry_topic(group), retry.RETRY_QUEUE_NUMS
                 )
 

@@ -78,7 +78,7 @@ class NameServerRole:
     def queue_data(self, topic: str) -> tuple[str, int, int, int] | None:
         """(broker name, read queues, write queues, perm) of ``topic`` here, or None."""
         broker = self._broker
-        config = broker.store.topics.find(topic)
+        config = broker.messaging.topics.find(topic)
         if config is not None:
             perm = config.perm & broker.config.broker_perm
             return broker.name, config.read_queue_nums, config.write_queue_nums, perm
@@ -96,7 +96,7 @@ class NameServerRole:
         return response
 
     async def topic_list(self, connection, request: Command, _: None) -> Command:
-        topics = sorted(config.name for config in self._broker.store.topics.list())
+        topics = sorted(config.name for config in self._broker.messaging.topics.list())
         response = request.reply()
         response.body = bodies.dumps({"topicList": topics}).encode()
         return response

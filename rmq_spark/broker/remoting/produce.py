@@ -10,7 +10,7 @@ A message is stored as the producer sent it: its properties text, flag, born tim
 compression bits of its sysFlag (a compressed body stays compressed; consumers inflate it).
 The broker adds a UNIQ_KEY when the producer sent none. ``DELAY`` goes through the delay
 levels, ``TRAN_MSG`` makes a half message, and everything else through
-:meth:`Broker.put_messages`, the one write path every protocol shares.
+:class:`~rmq_spark.broker.write_path.WritePath`, the one write path every protocol shares.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from rmq_spark.auth.permissions import PUB, SUB, Need
 from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.ids import RoundRobin, UniqueIdGenerator
+from rmq_spark.broker.core.messaging import AppendResult, MessagingCore, TopicConfig
 from rmq_spark.broker.delivery import retry
 from rmq_spark.broker.remoting.answers import Refusal, failure_reply
 from rmq_spark.broker.remoting.endpoint import Endpoint
@@ -31,8 +32,6 @@ from rmq_spark.broker.transactions.state import HalfState, check_end
 from rmq_spark.broker.workers import Workers
 from rmq_spark.codec import properties as props
 from rmq_spark.codec.record import (
-    decode_record,
-    offset_msg_id,
     offset_msg_id_prefix,
     offset_msg_ids,
 )
@@ -41,8 +40,6 @@ from rmq_spark.names import RETRY_PREFIX, check_sendable, validate_group, valida
 from rmq_spark.remoting import headers
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
-from rmq_spark.store import AppendResult
-from rmq_spark.store.topics import TopicConfig
 
 #: sysFlag bits a producer may set: compressed, multi tags, compression type
 SENDER_SYSFLAG_MASK = 0x1 | 0x2 | 0x700
@@ -155,7 +152,7 @@ class Producing:
         answered when its group is stored, with no task or coroutine of its own; the others
         get a task (:meth:`_send_later`) for the work that waits on a worker."""
         header = plan.header
-        config = self._broker.store.topics.find(plan.topic)
+        config = self._broker.messaging.topic(plan.topic)
         if config is None or plan.transaction or plan.delay_level or plan.topic[0] == "%":
             connection.spawn(self._send_later(connection, request, header, plan, config))
             return
@@ -315,8 +312,8 @@ class Producing:
     def _writable_topic(self, topic: str) -> TopicConfig:
         if topic.startswith(RETRY_PREFIX):
             # A consumer's fallback when CONSUMER_SEND_MSG_BACK failed: a plain send there.
-            self._broker.store.topics.ensure_system_topic(topic, retry.RETRY_QUEUE_NUMS)
-        return self._broker.topic_for_write(topic)
+            self._broker.messaging.topics.ensure_system_topic(topic, retry.RETRY_QUEUE_NUMS)
+        return self._broker.writes.topic_for_write(topic)
 
     def _topic(self, name: str) -> str:
         topic = check_sendable(validate_topic(name, allow_system=True))
@@ -372,7 +369,7 @@ class Producing:
         return request.reply()
 
     async def send_back(self, connection, request: Command, back: SendBackRequest) -> Command:
-        send_back = functools.partial(_send_back, self._broker, back)
+        send_back = functools.partial(_send_back, self._broker.messaging, back)
         await self._workers.run(send_back)
         return request.reply()
 
@@ -425,27 +422,23 @@ def decode_send_back(request: Command) -> SendBackRequest:
     )
 
 
-def _send_back(broker: Broker, back: SendBackRequest) -> None:
+def _send_back(core: MessagingCore, back: SendBackRequest) -> None:
     """RocketMQ's send-back rule (:func:`retry.plan_send_back`): delay level 0 lets the
     broker pick, a negative level dead-letters now. The record copied must be one the group
     could have consumed: of the topic its rule authorized, or of the group's retry topic."""
-    physical = back.physical_offset
-    record = decode_record(broker.store.read_record(physical))
-    if record.physical_offset != physical:
-        raise NotFoundError(f"no message starts at commit-log offset {physical}")
+    record, msg_id = core.find_record(back.physical_offset)
     retry.check_send_back_source(record.topic, back.group, back.origin_topic)
     plan = retry.plan_send_back(
         record,
         group=back.group,
-        record_msg_id=offset_msg_id(record.store_host, physical),
+        record_msg_id=msg_id,
         original_topic=back.origin_topic,
         delay_level=max(back.delay_level, 0),
-        max_reconsume_times=back.max_reconsume_times
-        or broker.subscription_groups.retry_max_times(back.group),
+        max_reconsume_times=back.max_reconsume_times or core.retry_max_times(back.group),
         dead_letter_now=back.delay_level < 0,
         consumer_reconsume_times=record.reconsume_times,
     )
-    retry.write_send_back(broker, record, plan)
+    core.send_back(record, plan)
 
 
 def _with_unique_key(blob: bytes, key: str) -> bytes:

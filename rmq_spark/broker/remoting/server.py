@@ -20,7 +20,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rmq_spark.errors import UnavailableError
 from rmq_spark.remoting.frame import (
@@ -33,7 +33,6 @@ from rmq_spark.remoting.frame import (
 )
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.remoting.service import RemotingService
     from rmq_spark.log_limit import LogLimiter
 
 log = logging.getLogger("rmq_spark.broker.remoting")
@@ -45,11 +44,21 @@ FIRST_BYTE_TIMEOUT_S = 30.0
 WRITE_HIGH_WATER = 8 << 20
 
 
+class RequestHandler(Protocol):
+    """What a connection hands its requests to (the remoting service's request table)."""
+
+    def connection_opened(self, connection: Connection) -> None: ...
+
+    def dispatch(self, connection: Connection, request: Command) -> None: ...
+
+    def connection_closed(self, connection: Connection) -> None: ...
+
+
 class Connection(asyncio.Protocol):
     """One client connection (a RocketMQ "channel")."""
 
     def __init__(
-        self, service: RemotingService, max_frame_bytes: int, log_limit: LogLimiter
+        self, service: RequestHandler, max_frame_bytes: int, log_limit: LogLimiter
     ) -> None:
         self.service = service
         self._log_limit = log_limit

@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from rmq_spark.broker.delivery.schedule import DelayScheduler
 from rmq_spark.broker.sink_transactions import state as ss
+from rmq_spark.broker.write_path import WritePath
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import record_parts
 from rmq_spark.codec.batch_encode import EncodedBatch, encode_unstamped, prepare_batch
@@ -115,10 +117,10 @@ def queue_end(store, topic: str, queue_id: int) -> int:
     return store.max_offset(topic, queue_id)
 
 
-def landing(broker, block: Block) -> tuple[str, int]:
+def landing(delays: DelayScheduler, block: Block) -> tuple[str, int]:
     """The queue the commit writes ``block`` to: its real one, or its delay level's."""
     if block.delay:
-        return SCHEDULE_TOPIC, broker.delays.clamp_level(block.delay) - 1
+        return SCHEDULE_TOPIC, delays.clamp_level(block.delay) - 1
     return block.topic, block.queue_id
 
 
@@ -138,14 +140,14 @@ def check_still_staged(store, blocks: list[Block]) -> None:
         )
 
 
-def write_copies(broker, block: Block, skip: int) -> None:
+def write_copies(writes: WritePath, delays: DelayScheduler, block: Block, skip: int) -> None:
     """Write the rows of ``block`` from its ``skip``-th on to the queue the commit lands
     them in."""
     held = block.held
     if isinstance(held, Ready) and not skip:
-        broker.put_encoded(block.topic, block.queue_id, held.records, held.tag_codes)
+        writes.put_encoded(block.topic, block.queue_id, held.records, held.tag_codes)
         return
-    staged = held if isinstance(held, Staged) else read_back(broker.store, block)
+    staged = held if isinstance(held, Staged) else read_back(writes.store, block)
     if skip:
         staged = sliced(staged, skip)
     fields = {
@@ -156,7 +158,7 @@ def write_copies(broker, block: Block, skip: int) -> None:
         "prepared_tx_offset": block.marker,
     }
     if block.delay:
-        broker.delays.submit(
+        delays.submit(
             block.topic,
             block.queue_id,
             staged.bodies,
@@ -166,7 +168,7 @@ def write_copies(broker, block: Block, skip: int) -> None:
             **fields,
         )
     else:
-        broker.put_messages(
+        writes.put_messages(
             block.topic, block.queue_id, staged.bodies, staged.properties, staged.tags, **fields
         )
 

@@ -29,8 +29,10 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
+from rmq_spark.broker.delivery.schedule import DelayScheduler
 from rmq_spark.broker.sink_transactions import sends
 from rmq_spark.broker.sink_transactions import state as ss
+from rmq_spark.broker.write_path import WritePath
 from rmq_spark.clock import now_ms
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import decode_records
@@ -51,9 +53,16 @@ MAX_SINKS = 10_000
 
 
 class SinkTransactions:
-    def __init__(self, broker, timeout_ms: int, memory_bytes: int = 256 << 20) -> None:
-        self.broker = broker
-        self.store = broker.store
+    def __init__(
+        self,
+        writes: WritePath,
+        delays: DelayScheduler,
+        timeout_ms: int,
+        memory_bytes: int = 256 << 20,
+    ) -> None:
+        self.writes = writes
+        self.delays = delays
+        self.store = writes.store
         self.timeout_ms = timeout_ms
         self.memory_bytes = memory_bytes
         self._lock = threading.Lock()  # the maps below
@@ -178,7 +187,7 @@ class SinkTransactions:
                     batch_id=batch_id,
                     commit=commit,
                     decision=decision,
-                    broker_name=self.broker.name,
+                    broker_name=self.writes.name,
                     now_ms=now,
                 )
                 blocks = [
@@ -188,7 +197,7 @@ class SinkTransactions:
                 ]
             # Refuse before anything changes: a topic gone, staged rows deleted by retention.
             for topic in sorted({b.topic for b in blocks}):
-                self.broker.topic_for_write(topic)
+                self.writes.topic_for_write(topic)
             sends.check_still_staged(self.store, blocks)
             committing = [self._commit_entry(b) for b in blocks]
             with self._lock:
@@ -202,7 +211,7 @@ class SinkTransactions:
             if committing:
                 self._save()  # the decision is durable before any row is visible
             for block in blocks:
-                sends.write_copies(self.broker, block, 0)
+                sends.write_copies(self.writes, self.delays, block, 0)
             with self._lock:
                 self._committing = None
                 for txn in plan.commit + plan.rollback:
@@ -223,7 +232,7 @@ class SinkTransactions:
     # -- commit ----------------------------------------------------------------------------
 
     def _commit_entry(self, block: sends.Block) -> dict:
-        topic, queue_id = sends.landing(self.broker, block)
+        topic, queue_id = sends.landing(self.delays, block)
         return {
             "txn": block.transaction_id,
             "seq": block.sequence,
@@ -247,7 +256,7 @@ class SinkTransactions:
                     f"a commit in progress names send {entry['seq']} of transaction "
                     f"{entry['txn']!r}, which is not in {ss.HALF_TOPIC} any more"
                 )
-            todo.append((block, sends.landing(self.broker, block), entry["floor"]))
+            todo.append((block, sends.landing(self.delays, block), entry["floor"]))
         # the copies already written, counted in one pass per queue (a marker is one
         # staged send's: copies of other sends, and those written below, do not count)
         done_by_marker: dict[int, int] = {}
@@ -264,7 +273,7 @@ class SinkTransactions:
                     block.count,
                     block.transaction_id,
                 )
-                sends.write_copies(self.broker, block, done)
+                sends.write_copies(self.writes, self.delays, block, done)
         with self._lock:
             for entry in self._committing["entries"]:
                 self._drop(entry["txn"])

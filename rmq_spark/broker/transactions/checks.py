@@ -22,7 +22,7 @@ from rmq_spark.codec.properties import REAL_TOPIC, decode_properties
 from rmq_spark.codec.record import Record
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.core.broker import Broker
+    from rmq_spark.broker.transactions.service import TransactionService
     from rmq_spark.broker.workers import Workers
 
 log = logging.getLogger("rmq_spark.broker")
@@ -34,8 +34,8 @@ Asker = Callable[[str, Record, str], bool]
 
 
 class TransactionChecks:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, transactions: TransactionService) -> None:
+        self._transactions = transactions
         self._askers: list[Asker] = []
         self._checks: asyncio.Task | None = None
 
@@ -58,7 +58,7 @@ class TransactionChecks:
         while True:
             await asyncio.sleep(CHECK_LOOP_S)
             try:
-                due = await workers.run(self._broker.transactions.due_checks)
+                due = await workers.run(self._transactions.due_checks)
             except Exception as exc:  # the store failed or is full: try again later
                 log.warning("transaction checks skipped: %s", exc)
                 continue

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from rmq_spark import clock
 from rmq_spark.broker.transactions import state as ts
+from rmq_spark.broker.write_path import WritePath
 from rmq_spark.codec import properties as props
 from rmq_spark.codec import record as rec
 from rmq_spark.durable_json import read_json_with_backup, write_json_atomic
@@ -58,13 +59,13 @@ _SAVE_EVERY_MS = 1_000
 class TransactionService:
     def __init__(
         self,
-        broker,
+        writes: WritePath,
         check_interval_ms: int = 30_000,
         check_after_ms: int = 6_000,
         max_checks: int = 15,
     ) -> None:
-        self.broker = broker
-        self.store = broker.store
+        self.writes = writes
+        self.store = writes.store
         self.check_interval_ms = check_interval_ms
         self.check_after_ms = check_after_ms
         self.max_checks = max_checks
@@ -96,7 +97,7 @@ class TransactionService:
         """Store a half message for ``topic``/``queue_id``; invisible until committed."""
         if not isinstance(transaction_id, str) or not transaction_id:
             raise InvalidArgumentError("a transaction id must be a non-empty string")
-        config = self.broker.topic_for_write(topic)
+        config = self.writes.topic_for_write(topic)
         if not isinstance(queue_id, int) or not 0 <= queue_id < config.write_queue_nums:
             raise InvalidArgumentError(
                 f"queue id {queue_id!r} is out of range for topic {topic!r}: "
@@ -182,7 +183,7 @@ class TransactionService:
                 if outcome is None:
                     raise NotFoundError(
                         f"no pending transaction {transaction_id!r} on broker "
-                        f"{self.broker.name}: it was never prepared here, or resolved long ago"
+                        f"{self.writes.name}: it was never prepared here, or resolved long ago"
                     )
                 log.info(
                     "%s of transaction %s ignored: already %s",
@@ -197,7 +198,7 @@ class TransactionService:
                 self._resolve(half, ts.ROLLBACK)
                 return True
             # Refuse before the op is recorded when the copy could not be written now.
-            if not self.broker.topic_for_write(half.real_topic).is_writable:
+            if not self.writes.topic_for_write(half.real_topic).is_writable:
                 raise PermissionDeniedError(
                     f"topic {half.real_topic!r} is not writable; transaction "
                     f"{transaction_id!r} stays pending until it is"
@@ -302,7 +303,7 @@ class TransactionService:
     def _write_committed(self, transaction_id: str, half: ts.HalfState, op_offset: int) -> None:
         """Write the committed copy to the real queue (its op is already recorded)."""
         record = self._read_half(half)
-        self.broker.put_messages(
+        self.writes.put_messages(
             half.real_topic,
             half.real_queue_id,
             [record.body],

@@ -11,6 +11,8 @@ import rmq_spark
 from rmq_spark.auth import acl_admin
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.messaging import TopicConfig
+from rmq_spark.broker.core.routes import queue_perm
 from rmq_spark.broker.v1.queues import queue_pb
 from rmq_spark.broker.v1.status import blocking
 from rmq_spark.broker.workers import Workers
@@ -18,7 +20,6 @@ from rmq_spark.clock import now_ms
 from rmq_spark.errors import StoreError
 from rmq_spark.names import check_manageable, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc, common_pb2
-from rmq_spark.store.topics import TopicConfig
 from rmq_spark.structs import Permission
 
 _FLUSH_MODES = {"ASYNC": admin_pb2.FLUSH_MODE_ASYNC, "SYNC": admin_pb2.FLUSH_MODE_SYNC}
@@ -38,7 +39,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         read = checks.non_negative(request.read_queue_nums, "read_queue_nums") or default
         write = checks.non_negative(request.write_queue_nums, "write_queue_nums") or default
         # Same config again is a no-op (retried creates succeed); a different one conflicts.
-        config = self._broker.store.topics.create(
+        config = self._broker.messaging.topics.create(
             topic,
             default,
             read_queues=read,
@@ -51,7 +52,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     @blocking
     def UpdateTopic(self, request, context):
         topic = check_manageable(validate_topic(request.topic, allow_system=True))
-        config = self._broker.store.topics.update(
+        config = self._broker.messaging.topics.update(
             topic,
             read_queues=_optional(request, "read_queue_nums"),
             write_queues=_optional(request, "write_queue_nums"),
@@ -63,14 +64,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     @blocking
     def DeleteTopic(self, request, context):
         topic = check_manageable(validate_topic(request.topic, allow_system=True))
-        self._broker.store.delete_topic(topic)
-        self._broker.notifier.notify_topic(topic)  # held pulls on it answer NOT_FOUND now
+        self._broker.messaging.delete_topic(topic)  # held pulls on it answer NOT_FOUND now
         return admin_pb2.DeleteTopicResponse()
 
     @blocking
     def GetTopicRoute(self, request, context):
         topic = validate_topic(request.topic, allow_system=True)
-        config = self._broker.store.topics.get(topic)
+        config = self._broker.messaging.topics.get(topic)
         broker_perm = self._broker.config.broker_perm
         return admin_pb2.GetTopicRouteResponse(
             topic=topic_config_pb(config),
@@ -88,7 +88,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @blocking
     def ListTopics(self, request, context):
-        topics = self._broker.store.topics.list()
+        topics = self._broker.messaging.topics.list()
         if not request.include_system_topics:
             topics = [t for t in topics if not checks.is_system_topic(t.name)]
         return admin_pb2.ListTopicsResponse(
@@ -107,7 +107,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             broker_perm=cast("common_pb2.Permission", config.broker_perm),
             auto_create_topics=config.auto_create_topics,
             default_topic_queues=config.default_topic_queues,
-            flush_mode=_FLUSH_MODES[broker.store.config.flush_mode],
+            flush_mode=_FLUSH_MODES[broker.messaging.store_config.flush_mode],
             start_timestamp_ms=broker.start_ms,
             now_timestamp_ms=now_ms(),
             limits=admin_pb2.BrokerLimits(
@@ -117,9 +117,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 max_pull_messages=config.max_pull_messages,
                 max_pull_bytes=config.max_pull_bytes,
                 max_suspend_timeout_ms=config.max_suspend_timeout_ms,
-                commitlog_segment_bytes=broker.store.config.commitlog_segment_bytes,
+                commitlog_segment_bytes=broker.messaging.store_config.commitlog_segment_bytes,
             ),
-            store_stats=store_stats_pb(broker.store.stats()),
+            store_stats=store_stats_pb(broker.messaging.stats()),
             server_stats=admin_pb2.ServerStats(
                 held_pulls=broker.notifier.waiting(),
                 watch_streams=broker.consumers.watch_streams(),
@@ -220,15 +220,6 @@ def _user_acl_pb(name: str, rows: list[acl_admin.EntryRow]) -> admin_pb2.UserAcl
             for r in rows
         ],
     )
-
-
-def queue_perm(config: TopicConfig, queue_id: int, broker_perm: int) -> int:
-    """What clients may do with one queue: its place among the read / write queues,
-    narrowed by the topic's and the broker's permission (0 = nothing)."""
-    perm = (Permission.READ if queue_id < config.read_queue_nums else 0) | (
-        Permission.WRITE if queue_id < config.write_queue_nums else 0
-    )
-    return int(perm) & config.perm & broker_perm
 
 
 def topic_config_pb(config: TopicConfig) -> admin_pb2.TopicConfig:

@@ -125,14 +125,14 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
         first use): only then does it get a retry topic here."""
         if self._broker.config.auto_create_topics:
             return True
-        topics = self._broker.store.topics
+        topics = self._broker.messaging.topics
         return any(
             not topic.startswith(RETRY_PREFIX) and topics.find(topic) is not None
             for topic, _ in subscriptions
         )
 
     def _ensure_retry_topic(self, group: str) -> None:
-        topics = self._broker.store.topics
+        topics = self._broker.messaging.topics
         name = retry_topic(group)
         if topics.find(name) is not None:
             return

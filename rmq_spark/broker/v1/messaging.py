@@ -1,6 +1,7 @@
 """MessagingService: writes and reads of the message log (docs/protocol.md, "Messaging").
 
-The servicer checks requests, calls the store or :class:`~rmq_spark.broker.core.broker.Broker`, and
+The servicer checks requests, calls the broker core
+(:class:`~rmq_spark.broker.core.messaging.MessagingCore`, writes through its write path) and
 builds answers; the conversions live in the small functions below it.
 """
 
@@ -12,10 +13,11 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 
-from rmq_spark.broker.core import checks, long_poll
+from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.ids import RoundRobin, UniqueIdGenerator, born_host
-from rmq_spark.broker.core.key_query import DEFAULT_MAX_COUNT, NO_END_MS, find_by_key
+from rmq_spark.broker.core.key_query import DEFAULT_MAX_COUNT, NO_END_MS
+from rmq_spark.broker.core.messaging import GetResult, MessagingCore, TopicConfig
 from rmq_spark.broker.delivery import retry
 from rmq_spark.broker.v1.admission import ByteBudget
 from rmq_spark.broker.v1.pull import PullArgs, pull_response
@@ -34,16 +36,13 @@ from rmq_spark.codec.java_hash import queue_by_hash
 from rmq_spark.codec.record import (
     FIXED_WITHOUT_HOSTS,
     IPV4_HOST,
-    POS_PHYSICALOFFSET,
     encode_host,
     offset_msg_id_prefix,
     parse_offset_msg_id,
 )
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
-from rmq_spark.names import validate_message_key, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2, messaging_pb2_grpc
-from rmq_spark.store.message_store import GetResult
-from rmq_spark.store.topics import TopicConfig
+from rmq_spark.names import retry_topic, validate_group, validate_message_key, validate_topic
+from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 from rmq_spark.structs import PullStatus
 
 MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST  # empty body, topic and properties
@@ -52,6 +51,7 @@ MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST  # empty body, topic and 
 class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
+        self._core = broker.messaging
         self._workers = workers
         self._round_robin = RoundRobin()
         self._unique_ids = UniqueIdGenerator(broker.store_host)
@@ -85,7 +85,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             batch = SendBatch.from_request(request, delay_levels)
             msg_ids = batch.fill_unique_ids(self._unique_ids)
             encoded = batch.encode_properties(msg_ids)
-        config = broker.topic_for_write(topic)
+        config = broker.writes.topic_for_write(topic)
         check_writable(config)
         queue_id = self._select_queue(request, config)
         if request.HasField("stage"):
@@ -100,7 +100,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                 topic, queue_id, batch.bodies, encoded, batch.tags, batch.delay_level, **fields
             )
         else:
-            result = broker.put_messages(
+            result = broker.writes.put_messages(
                 topic, queue_id, batch.bodies, encoded, batch.tags, **fields
             )
         if columnar:
@@ -164,13 +164,12 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     def _pull_once(self, request) -> tuple[PullArgs, GetResult, bytes | None]:
         """Read once; the (serialised) answer too, in the same worker hop, unless the pull
         is to be held (then None)."""
-        store = self._broker.store
         pull = PullArgs.from_request(request, self._broker)
         if pull.commit_offset is not None:
-            store.offsets.commit(
+            self._core.commit_offsets(
                 pull.group, pull.topic, {pull.queue_id: pull.commit_offset}, increase_only=True
             )
-        result = pull.read(store, pull.offset)
+        result = self._core.read(pull.read)
         if result.status == PullStatus.NO_NEW_MSG and pull.suspend_ms > 0:
             return pull, result, None
         return pull, result, pull_response(result)
@@ -192,13 +191,13 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                 size = _size_query(query)
             checked.append((mq, timestamp, size))
         return messaging_pb2.QueryOffsetsResponse(
-            offsets=[_queue_offsets(broker, mq, ts, size) for mq, ts, size in checked]
+            offsets=[_queue_offsets(self._core, mq, ts, size) for mq, ts, size in checked]
         )
 
     @blocking
     def ViewMessage(self, request, context):
         physical = _physical_offset(self._broker, request.message)
-        return messaging_pb2.ViewMessageResponse(record=_read_record(self._broker, physical))
+        return messaging_pb2.ViewMessageResponse(record=self._core.record_at(physical))
 
     @blocking
     def QueryMessagesByKey(self, request, context):
@@ -212,14 +211,43 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         if request.HasField("end_timestamp_ms"):
             end = checks.non_negative(request.end_timestamp_ms, "end_timestamp_ms")
         budget = broker.config.max_pull_bytes
-        found = find_by_key(
-            broker, topic, key, count, begin, end, max_bytes=budget, exact_times=True
+        found = self._core.find_by_key(
+            topic, key, count, begin, end, max_bytes=budget, exact_times=True
         )
         return messaging_pb2.QueryMessagesByKeyResponse(records=found.records, more=found.more)
 
     @blocking
     def ConsumerSendBack(self, request, context):
-        return retry.send_back(self._broker, request, context)
+        """Write the copy to ``%RETRY%`` (delayed) or ``%DLQ%``."""
+        core = self._core
+        group = validate_group(request.consumer_group)
+        if not core.writes.writable:
+            # PermissionDeniedError, creating nothing
+            core.writes.topic_for_write(retry_topic(group))
+        if request.original_topic:
+            validate_topic(request.original_topic, allow_system=True)
+        record, msg_id = core.find_record(*_record_ref(request.message))
+        # The access check authorized the group and original_topic: the copied record must
+        # be one of theirs.
+        retry.check_send_back_source(record.topic, group, request.original_topic)
+        plan = retry.plan_send_back(
+            record,
+            group=group,
+            record_msg_id=msg_id,
+            original_topic=request.original_topic,
+            delay_level=request.delay_level,
+            max_reconsume_times=request.max_reconsume_times or core.retry_max_times(group),
+            dead_letter_now=request.dead_letter_now,
+            consumer_reconsume_times=request.reconsume_times,
+        )
+        result, level = core.send_back(record, plan)
+        return messaging_pb2.ConsumerSendBackResponse(
+            queue=queue_pb(self._broker, plan.topic, 0),
+            dead_lettered=plan.dead_lettered,
+            reconsume_times=plan.reconsume_times,
+            delay_level=level,
+            offset_msg_id=result.msg_ids(core.writes.store_host)[0],
+        )
 
     # -- helpers that need the servicer's state ---------------------------------------------
 
@@ -261,19 +289,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         return self._round_robin.next(config.name) % count
 
     async def _hold(self, pull: PullArgs, result: GetResult) -> GetResult:
-        """Long polling (:func:`rmq_spark.broker.core.long_poll.hold`): wait for a message
+        """Long polling (:meth:`MessagingCore.hold`): wait for a message
         that passes the filter, up to the suspend time; a cancelled call stops waiting."""
-        store = self._broker.store
-        return await long_poll.hold(
-            self._broker.notifier,
-            pull.topic,
-            pull.queue_id,
-            pull.offset,
-            pull.suspend_ms / 1000,
-            max_offset=functools.partial(store.max_offset, pull.topic, pull.queue_id),
-            read=lambda offset: self._workers.run(pull.read, store, offset),
-            result=result,
-        )
+        return await self._core.hold(self._workers.run, pull.read, result, pull.suspend_ms / 1000)
 
 
 def add_to_server(servicer: MessagingServicer, server: grpc.aio.Server) -> None:
@@ -325,19 +343,19 @@ def _size_query(query) -> tuple[int, int | None, int | None] | None:
 
 
 def _queue_offsets(
-    broker: Broker, mq, timestamp: int | None, size: tuple[int, int | None, int | None] | None
+    core: MessagingCore, mq, timestamp: int | None, size: tuple[int, int | None, int | None] | None
 ) -> messaging_pb2.QueueOffsets:
-    store = broker.store
+    low, high = core.queue_range(mq.topic, mq.queue_id)
     answer = messaging_pb2.QueueOffsets(
-        queue=queue_pb(broker, mq.topic, mq.queue_id),
-        min_offset=store.min_offset(mq.topic, mq.queue_id),
-        max_offset=store.max_offset(mq.topic, mq.queue_id),
+        queue=common_pb2.MessageQueue(topic=mq.topic, broker_name=core.name, queue_id=mq.queue_id),
+        min_offset=low,
+        max_offset=high,
     )
     if timestamp is not None:
-        answer.timestamp_offset = store.offset_by_timestamp(mq.topic, mq.queue_id, timestamp)
+        answer.timestamp_offset = core.offset_at(mq.topic, mq.queue_id, timestamp)
     if size is not None:
         start, end, budget = size
-        measured = store.range_size(mq.topic, mq.queue_id, start, end, budget)
+        measured = core.range_size(mq.topic, mq.queue_id, start, end, budget)
         answer.size_bytes = measured.size_bytes
         answer.size_estimated = measured.estimated
         if measured.budget_count is not None:
@@ -361,10 +379,13 @@ def _physical_offset(broker: Broker, ref) -> int:
     return checks.non_negative(physical, "physical offset of offset_msg_id")
 
 
-def _read_record(broker: Broker, physical: int) -> bytes:
-    record = broker.store.read_record(physical)
-    # A record always carries its own position; anything else is bytes inside another one.
-    stored = int.from_bytes(record[POS_PHYSICALOFFSET : POS_PHYSICALOFFSET + 8], "big", signed=True)
-    if len(record) < MIN_RECORD_BYTES or stored != physical:
-        raise NotFoundError(f"no message starts at physical offset {physical}")
-    return record
+def _record_ref(ref: messaging_pb2.MessageRef) -> tuple[int, str | None]:
+    """The physical offset a MessageRef names, and the store host its id names (None for
+    a bare physical offset)."""
+    which = ref.WhichOneof("ref")
+    if which == "offset_msg_id":
+        host, physical = parse_offset_msg_id(ref.offset_msg_id)
+        return physical, host
+    if which == "physical_offset":
+        return checks.non_negative(ref.physical_offset, "physical_offset"), None
+    raise InvalidArgumentError("message: set offset_msg_id or physical_offset")

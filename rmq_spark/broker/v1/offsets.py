@@ -1,7 +1,7 @@
 """OffsetService: consumer-group offsets kept by this broker (docs/protocol.md, "Offsets").
 
 The table itself is :class:`rmq_spark.offsets.broker_table.ConsumerOffsetTable`
-(``broker.store.offsets``); this module checks requests against it and the topic table.
+(``broker.messaging.offsets``); this module checks requests against it and the topic table.
 A committed offset is the next offset to consume; "never committed" is an absent field,
 never 0.
 """
@@ -12,11 +12,12 @@ from collections import defaultdict
 
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.groups_seen import committed_queues, progress_topics
 from rmq_spark.broker.v1.queues import check_queue, queue_pb
 from rmq_spark.broker.v1.status import blocking
 from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
-from rmq_spark.names import retry_topic, validate_group, validate_topic
+from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import offsets_pb2, offsets_pb2_grpc
 from rmq_spark.structs import MessageQueue
 
@@ -38,7 +39,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
         for mq, offset in wanted.items():
             by_topic[mq.topic][mq.queue_id] = offset
         stored = {
-            topic: self._broker.store.offsets.commit(
+            topic: self._broker.messaging.offsets.commit(
                 group, topic, offsets, increase_only=request.increase_only
             )
             for topic, offsets in by_topic.items()
@@ -64,7 +65,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
             queues = committed_queues(self._broker, group)
         committed: dict[str, dict[int, int]] = {}
         for topic in {mq.topic for mq in queues}:
-            committed[topic] = self._broker.store.offsets.query(group, topic)
+            committed[topic] = self._broker.messaging.offsets.query(group, topic)
         answers = []
         for mq in queues:
             answer = offsets_pb2.ConsumerOffset(queue=queue_pb(self._broker, mq.topic, mq.queue_id))
@@ -79,7 +80,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
         group = validate_group(request.consumer_group)
         if request.topic:
             topics = [validate_topic(request.topic, allow_system=True)]
-            if self._broker.store.topics.find(topics[0]) is None:
+            if self._broker.messaging.topics.find(topics[0]) is None:
                 raise NotFoundError(
                     f"topic {topics[0]!r} does not exist on broker {self._broker.name!r}"
                 )
@@ -117,47 +118,10 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
         return queues
 
 
-def committed_queues(broker: Broker, group: str) -> list[MessageQueue]:
-    """Every queue where ``group`` has a committed offset on this broker, sorted."""
-    snapshot = broker.store.offsets.snapshot()
-    return sorted(
-        MessageQueue(topic, broker.name, queue_id)
-        for (topic, name), queues in snapshot.items()
-        if name == group
-        for queue_id in queues
-    )
-
-
-def progress_topics(broker: Broker, group: str) -> list[str]:
-    """Topics to report for ``group``: those with commits, those its live members subscribe
-    to, and its retry topic, each only if it exists on this broker; sorted."""
-    topics = set(broker.store.offsets.topics_of_group(group))
-    for client_id in broker.consumers.members(group):
-        info = broker.consumers.consumer_info(group, client_id)
-        if info is not None:
-            topics.update(topic for topic, _ in info.subscriptions)
-    topics.add(retry_topic(group))
-    return sorted(t for t in topics if broker.store.topics.find(t) is not None)
-
-
-def consuming_groups(broker: Broker, topic: str) -> list[str]:
-    """Groups that consume ``topic``: those with commits on it and those whose live members
-    subscribe to it (RocketMQ's queryTopicConsumeByWho); sorted."""
-    groups = set(broker.store.offsets.groups_of_topic(topic))
-    registry = broker.consumers
-    for group in registry.groups():
-        for client_id in registry.members(group):
-            info = registry.consumer_info(group, client_id)
-            if info is not None and any(t == topic for t, _ in info.subscriptions):
-                groups.add(group)
-                break
-    return sorted(groups)
-
-
 def queue_progress(broker: Broker, group: str, topic: str) -> list[offsets_pb2.QueueProgress]:
     """Progress of ``group`` on every readable queue of ``topic``, plus any queue beyond them
     where it still has a commit (a topic whose read count was lowered)."""
-    store = broker.store
+    store = broker.messaging
     config = store.topics.get(topic)
     committed = store.offsets.query(group, topic)
     queue_count = max(config.read_queue_nums, config.write_queue_nums)

@@ -6,14 +6,12 @@ from dataclasses import dataclass
 
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.messaging import GetResult, Read
 from rmq_spark.broker.v1.queues import check_queue
 from rmq_spark.codec.subscription import parse_subscription
-from rmq_spark.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import validate_group
 from rmq_spark.pull_wire import encode_pull_response
-from rmq_spark.store.message_store import GetResult
-from rmq_spark.store.topics import TopicConfig
-from rmq_spark.structs import Permission
 from rmq_spark.wire import pull_status_to_pb
 
 DEFAULT_PULL_MESSAGES = 32  # RocketMQ's pullBatchSize default
@@ -39,7 +37,7 @@ class PullArgs:
         config = broker.config
         mq, topic_config = check_queue(broker, request.queue)
         assert topic_config is not None
-        check_readable(broker, topic_config, mq.queue_id)
+        broker.messaging.check_readable(topic_config, mq.queue_id)
         group = validate_group(request.consumer_group) if request.consumer_group else ""
         commit_offset = None
         if request.HasField("commit_offset"):
@@ -75,27 +73,16 @@ class PullArgs:
             commit_offset=commit_offset,
         )
 
-    def read(self, store, offset: int) -> GetResult:
-        return store.get_messages(
-            self.topic, self.queue_id, offset, self.max_messages, self.max_bytes, self.tag_codes
-        )
-
-
-def check_readable(broker: Broker, config: TopicConfig, queue_id: int) -> None:
-    if not broker.config.broker_perm & Permission.READ:
-        raise PermissionDeniedError(
-            f"broker {broker.name!r} is write-only (perm {broker.config.broker_perm}); "
-            "read from another broker"
-        )
-    if not config.is_readable:
-        raise PermissionDeniedError(
-            f"topic {config.name!r} is not readable (perm {config.perm}); update it with "
-            "perm 6 to allow reads"
-        )
-    if queue_id >= config.read_queue_nums:
-        raise NotFoundError(
-            f"topic {config.name!r} has {config.read_queue_nums} read queues "
-            f"(0..{config.read_queue_nums - 1}); queue {queue_id} is not readable"
+    @property
+    def read(self) -> Read:
+        """What the broker core reads for this pull."""
+        return Read(
+            self.topic,
+            self.queue_id,
+            self.offset,
+            self.max_messages,
+            self.max_bytes,
+            self.tag_codes,
         )
 
 

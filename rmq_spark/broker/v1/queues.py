@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.checks import check_broker_name, non_negative
+from rmq_spark.broker.core.messaging import TopicConfig
 from rmq_spark.errors import NotFoundError
 from rmq_spark.names import validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2
-from rmq_spark.store.topics import TopicConfig
 from rmq_spark.structs import MessageQueue
 
 
@@ -24,7 +24,7 @@ def check_queue(
     topic = validate_topic(pb.topic, allow_system=True)
     check_broker_name(broker, pb.broker_name)
     queue_id = non_negative(pb.queue_id, "queue_id")
-    config = broker.store.topics.find(topic)
+    config = broker.messaging.topics.find(topic)
     if must_exist:
         if config is None:
             raise NotFoundError(

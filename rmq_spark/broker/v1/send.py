@@ -11,6 +11,7 @@ import numpy as np
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.ids import UniqueIdGenerator
+from rmq_spark.broker.core.messaging import TopicConfig
 from rmq_spark.broker.v1.queues import queue_pb
 from rmq_spark.clock import now_ms
 from rmq_spark.codec import properties as props
@@ -20,7 +21,6 @@ from rmq_spark.codec.record import (
 )
 from rmq_spark.errors import InvalidArgumentError, PermissionDeniedError
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
-from rmq_spark.store.topics import TopicConfig
 
 #: property names a sender may not set: they have their own fields or belong to the broker
 RESERVED_PROPERTIES = props.RESERVED_PROPERTIES

@@ -144,7 +144,7 @@ class ShortCircuitServer:
         start, end = int(request["start"]), int(request["end"])
         group = request.get("group")
         self._check_access(request, topic, queue_id, group)
-        found = self.broker.store.range_files(topic, queue_id, start, end, MAX_FDS)
+        found = self.broker.messaging.range_files(topic, queue_id, start, end, MAX_FDS)
         fds: list[int] = []
         try:
             for span in [*found.queue_files, *found.segments]:
@@ -168,7 +168,7 @@ class ShortCircuitServer:
 
     def _check_access(self, request: dict[str, Any], topic: str, queue_id: int, group) -> None:
         """The rule of a pull of this queue by this group; readable topic and broker."""
-        config = self.broker.store.topics.find(topic)
+        config = self.broker.messaging.topics.find(topic)
         if config is None:
             raise NotFoundError(f"topic {topic!r} does not exist")
         if not config.perm & 4 or not self.broker.config.broker_perm & 4:

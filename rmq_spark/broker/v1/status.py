@@ -1,5 +1,5 @@
-"""The one place where exceptions become gRPC status codes (broker side), and where each
-servicer method is told where it runs.
+"""Where rocketlite.v1's exceptions become gRPC status codes (with the broker's one table,
+:mod:`rmq_spark.broker.core.errors`), and where each servicer method is told where it runs.
 
 The server is asynchronous (``grpc.aio``): its event loop only waits (held pulls, watch
 streams, calls in flight) and never runs store work, which may block on disk. A servicer
@@ -24,6 +24,7 @@ from typing import TypeVar
 
 import grpc
 
+from rmq_spark.broker.core.errors import codes_of
 from rmq_spark.errors import ERROR_CLASS_METADATA, RocketliteError
 
 log = logging.getLogger("rmq_spark.broker")
@@ -33,7 +34,7 @@ T = TypeVar("T")
 
 def _status(exc: BaseException) -> tuple[grpc.StatusCode, str, tuple]:
     if isinstance(exc, RocketliteError):
-        code = getattr(grpc.StatusCode, exc.grpc_code, grpc.StatusCode.INTERNAL)
+        code = getattr(grpc.StatusCode, codes_of(exc).v1, grpc.StatusCode.INTERNAL)
         return code, str(exc), ((ERROR_CLASS_METADATA, type(exc).__name__),)
     return grpc.StatusCode.INTERNAL, f"internal broker error: {type(exc).__name__}: {exc}", ()
 

@@ -10,17 +10,8 @@ from __future__ import annotations
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from rmq_spark.errors import (
-    AlreadyExistsError,
-    FlushTimeoutError,
-    InvalidArgumentError,
-    NotFoundError,
-    PermissionDeniedError,
-    ResourceExhaustedError,
-    RocketliteError,
-    UnauthenticatedError,
-    UnavailableError,
-)
+from rmq_spark.broker.core.errors import codes_of
+from rmq_spark.errors import RocketliteError
 
 
 class Code:
@@ -103,29 +94,12 @@ class V2Error(RocketliteError):
         self.grpc_code = grpc_code_of(code)
 
 
-#: the v2 code of each rocketlite error class: the first matching class wins, so
-#: subclasses come before their bases
-_CODES: tuple[tuple[type[RocketliteError], int], ...] = (
-    (NotFoundError, Code.NOT_FOUND),
-    (UnauthenticatedError, Code.UNAUTHORIZED),
-    (PermissionDeniedError, Code.FORBIDDEN),
-    (ResourceExhaustedError, Code.TOO_MANY_REQUESTS),
-    (FlushTimeoutError, Code.MASTER_PERSISTENCE_TIMEOUT),
-    (InvalidArgumentError, Code.BAD_REQUEST),
-    (AlreadyExistsError, Code.BAD_REQUEST),
-    (UnavailableError, Code.INTERNAL_ERROR),
-)
-
-
 def code_of(exc: BaseException) -> int:
     """The v2 code for an exception raised while serving a request: a V2Error's own,
-    else its class's; INTERNAL_SERVER_ERROR for anything else."""
+    else its class's in the broker's one table (:mod:`rmq_spark.broker.core.errors`)."""
     if isinstance(exc, V2Error):
         return exc.code
-    for cls, code in _CODES:
-        if isinstance(exc, cls):
-            return code
-    return Code.INTERNAL_SERVER_ERROR
+    return codes_of(exc).v2
 
 
 def status(code: int = Code.OK, message: str = "OK") -> pb.Status:

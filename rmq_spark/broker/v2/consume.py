@@ -49,7 +49,7 @@ class Consuming:
         topic = topic_name(request.topic)
         group_name(request.group)
         queue_ids = await self._workers.run(self.pop.readable_queues, topic)
-        config = self._broker.store.topics.get(topic)
+        config = self._broker.messaging.topics.get(topic)
         endpoints = endpoints_for(self._broker, request.endpoints)
         broker = pb.Broker(name=self._broker.name, id=0, endpoints=endpoints)
         accept = accepted_types(config.message_type)
@@ -133,7 +133,7 @@ class Consuming:
         remaining = context.time_remaining()
         if remaining is not None:
             poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 1000))
-        fifo = self._broker.store.topics.find(topic) is not None and is_fifo_group(
+        fifo = self._broker.messaging.topics.find(topic) is not None and is_fifo_group(
             self._broker, [topic]
         )
         args = ReceiveArgs(
@@ -164,7 +164,7 @@ class Consuming:
             ready = functools.partial(
                 self.pop.is_ready, args.group, args.topic, queue_ids, args.fifo
             )
-            await self._broker.notifier.wait_any(keys, remaining, ready)
+            await self._broker.messaging.wait_for_messages(keys, remaining, ready)
 
     @answered(spb.AckMessageResponse)
     async def AckMessage(self, request, context):

@@ -80,7 +80,7 @@ class Producing:
             return self._prepare(message, out, topic, queue_id, peer)
         if out.delivery_ms is not None:
             return self._schedule(out, topic, queue_id, peer, now)
-        result = self._broker.put_messages(
+        result = self._broker.writes.put_messages(
             topic,
             queue_id,
             [out.body],

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rmq_spark.broker.core.broker import Broker
-from rmq_spark.broker.delivery.retry import plan_send_back, write_send_back
-from rmq_spark.broker.v1.pull import check_readable
+from rmq_spark.broker.core.messaging import Read
+from rmq_spark.broker.delivery.retry import plan_send_back
 from rmq_spark.broker.v2.codes import Code, V2Error
 from rmq_spark.broker.v2.convert import Handle
 from rmq_spark.broker.v2.pop import PopQueue, attempts_exhausted
@@ -63,6 +63,7 @@ class ReceiveArgs:
 class PopService:
     def __init__(self, broker: Broker, pops: PopStore, alive: Callable[[str], bool]) -> None:
         self._broker = broker
+        self._core = broker.messaging
         self._pops = pops
         self._alive = alive
         self._rotation = itertools.count()
@@ -74,7 +75,7 @@ class PopService:
         """The topic's read queues; FORBIDDEN (PermissionDeniedError) when the broker or
         the topic does not allow reads, as for a pull."""
         config = existing_topic(self._broker, topic)
-        check_readable(self._broker, config, 0)  # every topic has read queue 0
+        self._core.check_readable(config, 0)  # every topic has read queue 0
         return list(range(config.read_queue_nums))
 
     def receive(self, args: ReceiveArgs) -> list[Delivery]:
@@ -93,10 +94,9 @@ class PopService:
 
     def _receive_queue(self, args: ReceiveArgs, queue_id: int, room: int) -> list[Delivery]:
         key: Key = (args.group, args.topic, queue_id)
-        store = self._broker.store
         with self._pops.queue(key, functools.partial(self._start_offset, key)) as state:
             base_before = state.base
-            committed = self._broker.store.offsets.query_one(*key)
+            committed = self._core.committed(*key)
             self._follow_committed(key, state, committed)
             now = now_ms()
             if args.fifo and state.blocked_for_fifo(now, self._alive):
@@ -126,8 +126,8 @@ class PopService:
             room -= len(out)
             new_offsets: list[int] = []
             if room > 0 and not (args.fifo and again):
-                result = store.get_messages(
-                    args.topic, queue_id, state.next, room, MAX_RECEIVE_BYTES, args.tag_codes
+                result = self._core.read(
+                    Read(args.topic, queue_id, state.next, room, MAX_RECEIVE_BYTES, args.tag_codes)
                 )
                 if result.status == PullStatus.FOUND:
                     records = list(iter_records(result.data))
@@ -164,7 +164,7 @@ class PopService:
         return Delivery(record, Handle(queue_id, offset, token), attempt, args.invisible_ms)
 
     def _read_one(self, topic: str, queue_id: int, offset: int) -> Record | None:
-        result = self._broker.store.get_messages(topic, queue_id, offset, 1)
+        result = self._core.read(Read(topic, queue_id, offset, 1, MAX_RECEIVE_BYTES))
         if result.status != PullStatus.FOUND or result.queue_offsets is None:
             return None
         if int(result.queue_offsets[0]) != offset:
@@ -173,10 +173,10 @@ class PopService:
 
     def _start_offset(self, key: Key) -> int:
         group, topic, queue_id = key
-        committed = self._broker.store.offsets.query_one(group, topic, queue_id)
+        committed = self._core.committed(group, topic, queue_id)
         if committed is not None:
             return committed
-        return self._broker.store.min_offset(topic, queue_id)
+        return self._core.min_offset(topic, queue_id)
 
     def _follow_committed(self, key: Key, state: PopQueue, committed: int | None) -> None:
         """An offset set by other means (an admin reset, a pull consumer of the same group)
@@ -192,7 +192,7 @@ class PopService:
     ) -> None:
         if state.base != base_before or first_seen:
             group, topic, queue_id = key
-            self._broker.store.offsets.commit(group, topic, {queue_id: state.base})
+            self._core.commit_offsets(group, topic, {queue_id: state.base})
 
     def _dead_letter(self, key: Key, state: PopQueue, offsets: list[int]) -> None:
         group, topic, queue_id = key
@@ -206,7 +206,7 @@ class PopService:
     def _forward_to_dlq(self, group: str, record: Record) -> None:
         msg_id = offset_msg_id(record.store_host, record.physical_offset)
         plan = plan_send_back(record, group=group, record_msg_id=msg_id, dead_letter_now=True)
-        write_send_back(self._broker, record, plan)
+        self._core.send_back(record, plan)
         log.info(
             "message %s of %s queue %d offset %d moved to %s",
             msg_id, record.topic, record.queue_id, record.queue_offset, plan.topic,
@@ -214,17 +214,17 @@ class PopService:
 
     def is_ready(self, group: str, topic: str, queue_ids: list[int], fifo: bool) -> bool:
         """Quick check (event loop): may a receive find something now?"""
-        store = self._broker.store
+        core = self._core
         now = now_ms()
         for queue_id in queue_ids:
             state = self._pops.find((group, topic, queue_id))
             if state is None:
-                if store.max_offset(topic, queue_id) > 0:
+                if core.max_offset(topic, queue_id) > 0:
                     return True
                 continue
             if fifo and state.blocked_for_fifo(now, self._alive):
                 continue
-            if store.max_offset(topic, queue_id) > state.next:
+            if core.max_offset(topic, queue_id) > state.next:
                 return True
             due = state.next_due_ms()
             if due is not None and due <= now:
@@ -276,7 +276,7 @@ class PopService:
                     self._pops.record_acks(key, acked)
                     self._commit(key, state, before)
             if acked:
-                self._broker.notifier.notify(topic, queue_id)  # a FIFO queue may be free now
+                self._core.wake(topic, queue_id)  # a FIFO queue may be free now
         return results
 
     def change_invisible(self, group: str, topic: str, handle: Handle, invisible_ms: int) -> Handle:
@@ -292,7 +292,7 @@ class PopService:
             if entry is None:
                 raise _stale(handle)
             self._pops.record_change(key, handle.offset, entry)
-        self._broker.notifier.notify(topic, handle.queue_id)  # waiting receives re-plan
+        self._core.wake(topic, handle.queue_id)  # waiting receives re-plan
         return Handle(handle.queue_id, handle.offset, new_token)
 
     def forward_to_dlq(self, group: str, topic: str, handle: Handle) -> None:
@@ -308,7 +308,7 @@ class PopService:
             state.drop(handle.offset)
             self._pops.record_acks(key, [handle.offset])
             self._commit(key, state, before)
-        self._broker.notifier.notify(topic, handle.queue_id)
+        self._core.wake(topic, handle.queue_id)
 
     def release_client(
         self, client_id: str, delay_ms: int = RELEASE_DELAY_MS
@@ -327,13 +327,13 @@ class PopService:
             if count:
                 queue = (key[1], key[2])
                 released[queue] = released.get(queue, 0) + count
-                self._broker.notifier.notify(*queue)
+                self._core.wake(*queue)
         return released
 
     def wake(self, queues: Iterable[tuple[str, int]]) -> None:
         """Wake the receives waiting on ``queues`` (messages there became visible)."""
         for topic, queue_id in queues:
-            self._broker.notifier.notify(topic, queue_id)
+            self._core.wake(topic, queue_id)
 
 
 def _token() -> int:

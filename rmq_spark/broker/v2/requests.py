@@ -16,11 +16,11 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.core.messaging import TopicConfig
 from rmq_spark.broker.v2.codes import Code, V2Error, code_of, status
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, ReservedTopicError, RocketliteError
 from rmq_spark.names import check_sendable, validate_group, validate_topic
-from rmq_spark.store.topics import TopicConfig
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -108,7 +108,7 @@ def group_name(resource: pb.Resource) -> str:
 def existing_topic(broker: Broker, topic: str) -> TopicConfig:
     """The config of a topic on this broker; TOPIC_NOT_FOUND when it has none (a v2
     client's topic is never created by a request)."""
-    config = broker.store.topics.find(topic)
+    config = broker.messaging.topics.find(topic)
     if config is None:
         raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this broker")
     return config
@@ -118,7 +118,7 @@ def is_fifo_group(broker: Broker, topics: list[str]) -> bool:
     """A group is FIFO when it subscribes to a FIFO topic (RocketMQ sets this on the
     group; rocketlite has no group table, so the topic's type says it)."""
     for topic in topics:
-        config = broker.store.topics.find(topic)
+        config = broker.messaging.topics.find(topic)
         if config is not None and config.message_type == "FIFO":
             return True
     return False

@@ -26,7 +26,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
-from rmq_spark.broker.v1.admin import queue_perm
+from rmq_spark.broker.core.routes import queue_perm
 from rmq_spark.broker.v2 import convert, settings
 from rmq_spark.broker.v2.clients import ClientRegistry
 from rmq_spark.broker.v2.codes import Code, V2Error, status
@@ -59,7 +59,7 @@ _BAD_SETTINGS = object()
 _GRACE_SLACK_S = 0.02
 
 
-#: a queue's permission (:func:`~rmq_spark.broker.v1.admin.queue_perm`) as v2 announces it
+#: a queue's permission (:func:`~rmq_spark.broker.core.routes.queue_perm`) as v2 announces it
 _PERMISSIONS = {
     int(Permission.READ_WRITE): pb.READ_WRITE,
     int(Permission.READ): pb.READ,
@@ -74,7 +74,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         self._workers = workers
         self.clients = ClientRegistry()
         sync = broker.config.flush_mode == "SYNC"
-        self.pops = PopStore(Path(broker.store.config.store_dir) / "config", sync=sync)
+        self.pops = PopStore(Path(broker.messaging.store_config.store_dir) / "config", sync=sync)
         self.pop = PopService(broker, self.pops, self.clients.alive)
         self._offsets = OffsetsApi(broker)
         self._producing = Producing(broker, workers)
