@@ -6,10 +6,10 @@ Python data source, and registers its ``DefaultSource`` under ``DefaultSource.na
     spark.readStream.format("rocketlite").option("endpoints", "127.0.0.1:10911") \\
         .option("topic", "orders").option("group", "etl").load()
 
-The source itself lives in :mod:`rmq_spark.source.datasource`.
+The data source itself lives in :mod:`rmq_spark.datasource`.
 """
 
-from rmq_spark.source.datasource import RocketliteDataSource as DefaultSource
-from rmq_spark.source.datasource import register
+from rmq_spark.datasource import RocketliteDataSource as DefaultSource
+from rmq_spark.datasource import register
 
 __all__ = ["DefaultSource", "register"]

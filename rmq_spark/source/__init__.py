@@ -1,15 +1,14 @@
-"""The ``rocketlite`` Spark source (Python Data Source API, pyspark >= 4.2).
+"""The ``rocketlite`` Spark source (Python Data Source API, pyspark >= 4.2): the readers.
 
-Usage needs no registration call (``pyspark_rocketlite`` exports the source as
-``DefaultSource``)::
+Usage needs no registration call (``pyspark_rocketlite`` exports the data source,
+:class:`rmq_spark.datasource.RocketliteDataSource`, as ``DefaultSource``; it hands out these
+readers and the sink's writers)::
 
     spark.readStream.format("rocketlite").option("endpoints", "127.0.0.1:10911") \\
         .option("topic", "orders").option("group", "etl").load()
 
 Modules, from the outside in:
 
-- :mod:`~rmq_spark.source.datasource`: the ``DataSource`` (name, schema, options at load,
-  parsed once for every mode by :mod:`~rmq_spark.source.load_options`).
 - :mod:`~rmq_spark.source.stream_reader` / :mod:`~rmq_spark.source.batch_reader`: offsets,
   triggers, commits to the group; the fixed ranges of a batch query.
 - :mod:`~rmq_spark.source.read`: one Spark task's pulls, yielding Arrow batches.

@@ -3,7 +3,7 @@ pulled from the broker (its own count, GetBrokerInfo.server_stats.messages_pulle
 reads pull, short-circuit reads turned off, so the broker sees every message read).
 
 Each query loads its own DataFrame: pyspark 4.3 keeps a pushed-down plan on the loaded
-DataFrame's data source (see rmq_spark.source.datasource.RocketliteDataSource)."""
+DataFrame's data source (see rmq_spark.datasource.RocketliteDataSource)."""
 
 from __future__ import annotations
 

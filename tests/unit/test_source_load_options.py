@@ -12,11 +12,11 @@ from pyspark import cloudpickle
 from pyspark.sql.datasource import EqualTo
 
 from rmq_spark import tls
+from rmq_spark.datasource import RocketliteDataSource
+from rmq_spark.datasource.load_options import load_error
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.sink.options import SinkOptions
 from rmq_spark.source.batch_reader import FilteringBatchReader, RocketliteBatchReader
-from rmq_spark.source.datasource import RocketliteDataSource
-from rmq_spark.source.load_options import load_error
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.schema import SPARK_SCHEMA
 from tests.integration.tls_ca import Pki, make_pki

@@ -23,8 +23,8 @@ from pyspark.sql.types import (
 
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.record import Record, encode_record
+from rmq_spark.datasource import RocketliteDataSource, check_options
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.source.datasource import RocketliteDataSource, check_options
 from rmq_spark.source.planning import PlannedPartition, QueueRange
 from rmq_spark.source.read import RocketlitePartition, decoded_columns
 from rmq_spark.source.schema import ALL_COLUMNS, ARROW_SCHEMA, SPARK_SCHEMA, Projection, to_rows

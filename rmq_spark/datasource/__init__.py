@@ -1,6 +1,8 @@
 """The ``rocketlite`` Python Data Source: the class Spark instantiates for
-``spark.read.format("rocketlite")`` and ``spark.readStream.format("rocketlite")``, and for
-``df.write`` / ``df.writeStream`` with that format (the sink, :mod:`rmq_spark.sink`).
+``spark.read.format("rocketlite")`` and ``spark.readStream.format("rocketlite")`` (the
+readers, :mod:`rmq_spark.source`), and for ``df.write`` / ``df.writeStream`` with that format
+(the writers, :mod:`rmq_spark.sink`). It is the one place that knows both: it lies above
+them, and the source and the sink do not import each other.
 
 It is registered without a call because the top-level module ``pyspark_rocketlite`` exports
 it as ``DefaultSource`` (pyspark registers every ``pyspark_*`` module's ``DefaultSource`` at
@@ -14,7 +16,7 @@ its mode's options and fails with its mode's error (``maxMessagesPerTrigger`` on
 ``spark.read`` fails when the query runs). Options valid for the sink only pass too; a
 writer checks them with the DataFrame's schema when the write starts. The options are parsed
 once, for every mode, when the data source is created
-(:mod:`~rmq_spark.source.load_options`): Spark pickles the data source, parsed options
+(:mod:`~rmq_spark.datasource.load_options`): Spark pickles the data source, parsed options
 included, to the Python processes that plan the read or the write.
 
 A schema given with ``.schema(...)`` reads only those of the source's columns, under those
@@ -35,9 +37,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from rmq_spark.datasource.load_options import LoadedOptions, parse_for_load
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.sink.options import SinkOptions
-from rmq_spark.source.load_options import LoadedOptions, parse_for_load
 from rmq_spark.source.schema import SPARK_SCHEMA, Projection
 
 __all__ = ["RocketliteDataSource", "check_options", "register"]
@@ -130,7 +132,7 @@ def _sink_setup(parsed: SinkOptions, schema: StructType):
 
 def check_options(options: MutableMapping[str, str]) -> LoadedOptions:
     """``options`` parsed for every mode; raises unless they are valid for a batch read, a
-    streaming read or a write (see :func:`~rmq_spark.source.load_options.load_error`)."""
+    streaming read or a write (see :func:`~rmq_spark.datasource.load_options.load_error`)."""
     loaded = parse_for_load(options)
     loaded.check({str(key).lower() for key in options})
     return loaded
