@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.offsets.spark import Offsets
-from rmq_spark.source.options import DEFAULT_MAX_TRIGGER_DELAY_MS
+from rmq_spark.source.trigger_options import DEFAULT_MAX_TRIGGER_DELAY_MS
 from rmq_spark.structs import MessageQueue
 
 if TYPE_CHECKING:

@@ -7,7 +7,10 @@ for ``maxOffsetsPerTrigger``). Every problem raises
 :class:`~rmq_spark.errors.InvalidArgumentError` naming the option, the bad value and what is
 allowed; unknown options are rejected with the closest valid names. The position options
 (``startingOffsets`` and the other starting and ending options) are read by
-:mod:`rmq_spark.source.position_options`; :class:`SourceOptions` holds what they give.
+:mod:`rmq_spark.source.position_options`, the trigger options by
+:mod:`rmq_spark.source.trigger_options` and the partitioning options by
+:mod:`rmq_spark.source.partition_options`, each group with the checks across its options;
+:class:`SourceOptions` holds what they give.
 
 >>> opts = SourceOptions.parse({"endpoints": "127.0.0.1:10911", "topic": "orders"},
 ...                            streaming=True)
@@ -30,13 +33,18 @@ from rmq_spark.names import (
     validate_message_key,
     validate_topic,
 )
-from rmq_spark.offsets.json_codec import MAX_OFFSET
-from rmq_spark.source.option_checks import check_combinations
+from rmq_spark.source.partition_options import check_partition_options, partition_options
 from rmq_spark.source.position_options import (
     EndingPosition,
     StartingPosition,
+    check_positions,
     ending_position,
     starting_position,
+)
+from rmq_spark.source.trigger_options import (
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
+    check_trigger_options,
+    trigger_options,
 )
 from rmq_spark.spark_options.connect_options import (
     Credentials,
@@ -128,7 +136,6 @@ _KAFKA_NAMES = {
 }
 _BY_KEY = {name.lower(): name for name in OPTION_NAMES}
 
-DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 #: Messages asked for per pull. The vectorised decoder does ~2 M msgs/s, so 8192 messages
 #: cost ~4 ms to decode against well under 1 ms of round trip: per-pull overhead stays small,
 #: while one pull of 1 KiB messages (8 MiB) keeps a task's memory modest. Bigger pulls gain
@@ -138,13 +145,7 @@ MAX_PULL_BATCH_SIZE = 65_536  # the broker's default max_pull_messages; more is 
 DEFAULT_PULL_TIMEOUT_MS = 10_000  # RocketMQ's consumerPullTimeoutMillis
 DEFAULT_MAX_RETRIES = 3  # as Kafka's fetchOffset.numRetries
 DEFAULT_RETRY_BACKOFF_MS = 1_000  # as Kafka's fetchOffset.retryIntervalMs
-#: More Spark tasks than this per batch only adds scheduling overhead (and planning time).
-MAX_PARTITIONS = 10_000
 _MAX_INT = 2**31 - 1
-#: Strategies that split the queues among the partitions, each queue exactly once.
-#: machineRoom and config pick queues by room or by a fixed list, which would leave
-#: queues unread (their offsets still advance) or read twice.
-PARTITIONING_STRATEGIES = ("avg", "avgByCircle", "consistentHash")
 
 
 @dataclass(frozen=True)
@@ -234,17 +235,12 @@ class SourceOptions:
             subscription=_sub_expression(raw),
             starting=starting_position(raw, group),
             ending=ending_position(raw) if not streaming else None,
-            max_messages_per_trigger=raw.count("maxMessagesPerTrigger", MAX_OFFSET),
-            max_bytes_per_trigger=raw.size_bytes("maxBytesPerTrigger"),
-            min_messages_per_trigger=raw.count("minMessagesPerTrigger", MAX_OFFSET),
-            max_trigger_delay_ms=raw.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
+            # each group parsed where its options sit in this order (the first bad option
+            # is the one reported), its checks across options made once all have parsed
+            **(triggers := trigger_options(raw)),
             fail_on_data_loss=raw.flag("failOnDataLoss", True),
             commit_offsets=_commit_offsets(raw, group),
-            allocate_strategy=_allocate_strategy(raw),
-            num_partitions=raw.count("numPartitions", MAX_PARTITIONS),
-            min_partitions=raw.count("minPartitions", MAX_PARTITIONS),
-            max_messages_per_partition=raw.count("maxMessagesPerPartition", MAX_OFFSET),
-            min_messages_per_partition=raw.count("minMessagesPerPartition", MAX_OFFSET),
+            **(partitioning := partition_options(raw)),
             pull_batch_size=raw.setting(
                 "pullBatchSize", MAX_PULL_BATCH_SIZE, 1, DEFAULT_PULL_BATCH_SIZE
             ),
@@ -258,7 +254,9 @@ class SourceOptions:
             **credential_options(raw, reads),
             **store_options(raw),
         )
-        check_combinations(raw, parsed)
+        check_trigger_options(raw, triggers)
+        check_partition_options(partitioning)
+        check_positions(parsed.starting, parsed.ending, parsed.subscribes, _target(parsed))
         return parsed
 
     def tls_settings(self) -> TlsFields:
@@ -372,23 +370,6 @@ def _commit_offsets(raw: RawOptions, group: str | None) -> bool:
     return commit
 
 
-def _allocate_strategy(raw: RawOptions) -> str | None:
-    text = raw.get("allocateStrategy")
-    if text is None:
-        return None
-    key = text.strip().replace("_", "").replace("-", "").lower()
-    for name in PARTITIONING_STRATEGIES:
-        if key == name.lower():
-            return name
-    expected = f"expected one of {', '.join(PARTITIONING_STRATEGIES)}"
-    if key in ("machineroom", "config"):
-        expected += (
-            f" ({text.strip()} assigns queues by machine room or a fixed list, which would "
-            "leave some queues unread or read twice by a Spark batch)"
-        )
-    raise bad("allocateStrategy", text, expected)
-
-
 def _check_mode(raw: RawOptions) -> None:
     wrong_mode = sorted((BATCH_ONLY if raw.streaming else STREAMING_ONLY).intersection(raw.values))
     if wrong_mode:
@@ -413,3 +394,10 @@ def _name_server(raw: RawOptions) -> str | None:
             "rocketlite brokers through endpoints"
         )
     return servers
+
+
+def _target(opts: SourceOptions) -> str:
+    """What the options read, for messages."""
+    if opts.topic_pattern is not None:
+        return f"topicPattern={opts.topic_pattern!r}"
+    return f"topics {', '.join(opts.topics)}"

@@ -3,7 +3,8 @@
 :func:`starting_position` reads ``startingOffsets`` (``earliest``, ``latest``, ``group`` or
 JSON offsets), ``startingTimestamp``, ``startingOffsetsByTimestamp`` and ``groupFallback``;
 :func:`ending_position` reads ``endingOffsets`` and ``endingTimestamp``. They check that the
-options given pick one position and fit the query's mode; every problem raises
+options given pick one position and fit the query's mode, and :func:`check_positions` that
+the two positions fit each other and the topics read; every problem raises
 :class:`~rmq_spark.errors.InvalidArgumentError` naming the option. Turning a position into
 offsets, once the brokers' queues are known, is :mod:`rmq_spark.source.positions`' job.
 
@@ -16,6 +17,7 @@ StartingPosition(kind='timestamp', offsets=None, timestamp_ms=5, group_fallback=
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +32,7 @@ __all__ = [
     "GroupFallback",
     "StartKind",
     "StartingPosition",
+    "check_positions",
     "ending_position",
     "starting_position",
 ]
@@ -180,6 +183,62 @@ def ending_position(raw: RawOptions) -> EndingPosition:
     offsets = parse_offsets_json(text, "endingOffsets", allow_earliest=False)
     _check_not_empty("endingOffsets", text, offsets)
     return EndingPosition("offsets", offsets=offsets)
+
+
+def check_positions(
+    starting: StartingPosition,
+    ending: EndingPosition | None,
+    subscribes: Callable[[str], bool],
+    target: str,
+) -> None:
+    """Raise when JSON offsets name a topic the source does not read (``subscribes``; its
+    options say ``target``), or the start lies after the end."""
+    _check_json_topics(starting, ending, subscribes, target)
+    _check_start_before_end(starting, ending)
+
+
+def _check_json_topics(
+    starting: StartingPosition,
+    ending: EndingPosition | None,
+    subscribes: Callable[[str], bool],
+    target: str,
+) -> None:
+    start_name = (
+        "startingOffsetsByTimestamp" if starting.kind == "byTimestamp" else "startingOffsets"
+    )
+    named = [
+        (start_name, starting.offsets),
+        ("endingOffsets", ending and ending.offsets),
+    ]
+    for name, offsets in named:
+        for mq in sorted(offsets or {}):
+            if not subscribes(mq.topic):
+                raise InvalidArgumentError(
+                    f"option {name} names topic {mq.topic!r}, which this source does not "
+                    f"read ({target}); remove it or subscribe to it"
+                )
+
+
+def _check_start_before_end(start: StartingPosition, end: EndingPosition | None) -> None:
+    if end is None:
+        return
+    if start.kind == "timestamp" and end.kind == "timestamp":
+        assert start.timestamp_ms is not None and end.timestamp_ms is not None
+        if start.timestamp_ms > end.timestamp_ms:
+            raise InvalidArgumentError(
+                f"option startingTimestamp={start.timestamp_ms} is after "
+                f"endingTimestamp={end.timestamp_ms}"
+            )
+    if start.kind == "offsets" and end.kind == "offsets":
+        assert start.offsets is not None and end.offsets is not None
+        for mq in sorted(start.offsets.keys() & end.offsets.keys()):
+            first, last = start.offsets[mq], end.offsets[mq]
+            if first >= 0 and last >= 0 and first > last:
+                raise InvalidArgumentError(
+                    f"option startingOffsets starts topic {mq.topic!r} broker "
+                    f"{mq.broker_name!r} queue {mq.queue_id} at {first}, after its "
+                    f"endingOffsets {last}"
+                )
 
 
 def _check_not_empty(name: str, text: str, offsets: dict[MessageQueue, int]) -> None:

@@ -10,7 +10,7 @@ from pyspark.sql.functions import spark_partition_id
 from spark_helpers import batch, create_topic, produce, rows_of
 
 from rmq_spark.client import Admin, Producer
-from rmq_spark.source.options import PARTITIONING_STRATEGIES
+from rmq_spark.source.partition_options import PARTITIONING_STRATEGIES
 from rmq_spark.structs import MessageQueue
 
 
