@@ -1,0 +1,301 @@
+"""Range reads by pulling: over gRPC (:class:`GrpcReader`) or over RocketMQ's remoting
+protocol (:class:`RemotingReader`, option ``nameServer``).
+
+Both follow RocketMQ's pull (:class:`PullReader`), and differ only in how a pull reaches
+the broker and how its answer is decoded. A range is read exactly: pulls start at its
+start and ask for at most what is left (rows at or past the end, which a tag-filtered pull
+may reach, are cut by the caller). The next pull is sent before the current answer is
+decoded, so the broker reads while the task decodes. Statuses, as RocketMQ's pull defines
+them:
+
+- FOUND: records; the next pull starts at ``next_begin_offset``.
+- NO_MATCHED_MSG: the tag filter skipped every entry scanned; ``next_begin_offset`` moved
+  past them. A filtered gap is not data loss.
+- OFFSET_ILLEGAL below the queue's min: retention deleted the rest of the range before it
+  was read; past the max, or NO_NEW_MSG before the end: the queue now ends early (it was
+  re-created). Both are data loss: ``failOnDataLoss`` fails the task naming the queue and
+  offsets, or warns and skips.
+
+A broker that is briefly unavailable (restarting) is retried ``maxRetries`` times with a
+doubling backoff from ``retryBackoffMs``; so is a pull that timed out. Over gRPC a retry
+goes out as soon as the connection is back (within about a second of the broker listening
+again), not at the end of its backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Generic, Protocol, TypeVar
+
+import pyarrow as pa
+
+from rmq_spark.client.connection import NO_RETRY, Connection, PendingCall
+from rmq_spark.client.remoting import PullAnswer, RemotingClient
+from rmq_spark.errors import NotFoundError, RocketliteError
+from rmq_spark.offsets.spark import DataLoss
+from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.pull_wire import decode_pull_response
+from rmq_spark.retry import backoff_delays
+from rmq_spark.source.options import SourceOptions
+from rmq_spark.source.planning import QueueRange
+from rmq_spark.source.read.range_reader import PULL_MAX_BYTES, report_loss
+from rmq_spark.spark_options.connect_options import MAX_RETRY_BACKOFF_MS
+from rmq_spark.structs import MessageQueue, PullStatus
+from rmq_spark.wire import mq_to_pb, pull_status_from_pb
+
+log = logging.getLogger("rmq_spark.source")
+
+__all__ = ["GrpcReader", "PullReader", "RemotingReader"]
+
+
+class _Answer(Protocol):
+    """What every pull's answer says besides its records."""
+
+    @property
+    def next_begin_offset(self) -> int: ...
+    @property
+    def min_offset(self) -> int: ...
+    @property
+    def max_offset(self) -> int: ...
+
+
+AnswerT = TypeVar("AnswerT", bound=_Answer)
+AnswerT_co = TypeVar("AnswerT_co", covariant=True)
+
+
+class _Pending(Protocol[AnswerT_co]):
+    """A pull already sent: a gRPC call in flight, or a future of the read-ahead thread."""
+
+    def result(self) -> AnswerT_co: ...
+    def cancel(self) -> object: ...
+
+
+class PullReader(ABC, Generic[AnswerT]):
+    """A :class:`~rmq_spark.source.read.range_reader.RangeReader` that pulls; see the
+    module doc. A subclass says how one pull reaches the broker and what its answer holds."""
+
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...]) -> None:
+        self.options = options
+        self.columns = columns
+
+    def read_range(self, queue_range: QueueRange) -> Generator[pa.RecordBatch, None, None]:
+        mq, offset, end = queue_range.mq, queue_range.start, queue_range.end
+        ahead: _Pending[AnswerT] | None = None  # the pull at ``offset``, already started
+        try:
+            while offset < end:
+                answer = self._pull(mq, offset, end, ahead)
+                ahead = None
+                if answer is None:  # the queue is gone, and failOnDataLoss is false
+                    return
+                status = self._status(mq, answer)
+                following = answer.next_begin_offset
+                if status in (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG):
+                    _check_progress(mq, offset, following, status)
+                    if following < end:  # the broker reads on while this pull is decoded
+                        ahead = self._start(mq, following, self._batch(following, end))
+                    if status == PullStatus.FOUND:
+                        yield self._records(mq, answer)
+                elif status == PullStatus.OFFSET_ILLEGAL and offset < answer.min_offset:
+                    self._lost(DataLoss(mq, "deleted", offset, answer.min_offset))
+                    following = answer.min_offset
+                else:  # NO_NEW_MSG or OFFSET_ILLEGAL past the end, before ``end``
+                    self._lost(DataLoss(mq, "reset", end, answer.max_offset))
+                    return
+                offset = following
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    def _batch(self, offset: int, end: int) -> int:
+        """How many messages the pull at ``offset`` asks for."""
+        return min(self.options.pull_batch_size, end - offset)
+
+    def _pull(
+        self, mq: MessageQueue, offset: int, end: int, ahead: _Pending[AnswerT] | None
+    ) -> AnswerT | None:
+        """The answer of the pull at ``offset`` (``ahead`` if it was started early), retried
+        while the broker is unavailable; None when the queue vanished and that is accepted."""
+        first_ms = self.options.retry_backoff_ms
+        delays_ms = backoff_delays(first_ms, max(first_ms, MAX_RETRY_BACKOFF_MS))
+        attempts = self.options.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                if ahead is not None:
+                    call, ahead = ahead, None
+                    return call.result()
+                return self._call(mq, offset, self._batch(offset, end))
+            except NotFoundError as exc:
+                self._lost(DataLoss(mq, "vanished", offset), detail=str(exc))
+                return None
+            except RocketliteError as exc:
+                if not exc.retriable:
+                    raise
+                if attempt == attempts:
+                    raise type(exc)(
+                        f"pull of {mq.describe()} at offset {offset} from "
+                        f"{self._address(mq)} failed {attempts} times; last error: {exc}. "
+                        "Is the broker running? Raise maxRetries or retryBackoffMs to wait "
+                        "longer for a restarting broker"
+                    ) from exc
+                backoff_ms = next(delays_ms)
+                log.warning(
+                    "pull of %s at %d failed (%s); retry %d/%d within %d ms",
+                    mq.describe(), offset, exc, attempt, attempts - 1, backoff_ms,
+                )  # fmt: skip
+                self._pause(exc, backoff_ms / 1000)
+        raise AssertionError("unreachable")
+
+    def _lost(self, loss: DataLoss, detail: str = "") -> None:
+        report_loss(loss, fail_on_data_loss=self.options.fail_on_data_loss, detail=detail)
+
+    # -- the transport: how one pull reaches the broker, and what its answer holds ---------
+
+    @abstractmethod
+    def _call(self, mq: MessageQueue, offset: int, max_messages: int) -> AnswerT:
+        """One pull at ``offset``, not retried."""
+
+    @abstractmethod
+    def _start(self, mq: MessageQueue, offset: int, max_messages: int) -> _Pending[AnswerT]:
+        """The pull at ``offset``, sent without waiting for its answer."""
+
+    @abstractmethod
+    def _pause(self, error: RocketliteError, pause_s: float) -> None:
+        """Wait before a retry."""
+
+    @abstractmethod
+    def _address(self, mq: MessageQueue) -> str:
+        """Where ``mq``'s broker is, for messages."""
+
+    @abstractmethod
+    def _status(self, mq: MessageQueue, answer: AnswerT) -> PullStatus: ...
+
+    @abstractmethod
+    def _records(self, mq: MessageQueue, answer: AnswerT) -> pa.RecordBatch:
+        """The records of a FOUND answer, decoded (the reader's columns)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+def _check_progress(mq: MessageQueue, offset: int, following: int, status: PullStatus) -> None:
+    if following <= offset:
+        raise RocketliteError(
+            f"pull of {mq.describe()} at offset {offset} answered {status.name} with "
+            f"next offset {following}, which does not move forward; the broker is "
+            "inconsistent"
+        )
+
+
+class GrpcReader(PullReader[messaging_pb2.PullMessagesResponse]):
+    """Pulls from one rocketlite broker over gRPC (``PullMessages``, the answer's records
+    indexed: see :func:`~rmq_spark.pull_wire.decode_pull_response`). It owns ``conn``."""
+
+    def __init__(self, conn: Connection, options: SourceOptions, columns: tuple[str, ...]):
+        super().__init__(options, columns)
+        self.conn = conn
+        self._timeout_s = options.pull_timeout_ms / 1000
+
+    def _request(
+        self, mq: MessageQueue, offset: int, max_messages: int
+    ) -> messaging_pb2.PullMessagesRequest:
+        return messaging_pb2.PullMessagesRequest(
+            queue=mq_to_pb(mq),
+            queue_offset=offset,
+            max_messages=max_messages,
+            max_bytes=PULL_MAX_BYTES,
+            subscription_expression=self.options.subscription.expression,
+        )
+
+    def _call(
+        self, mq: MessageQueue, offset: int, max_messages: int
+    ) -> messaging_pb2.PullMessagesResponse:
+        request = self._request(mq, offset, max_messages)
+        response: messaging_pb2.PullMessagesResponse = self.conn.call(
+            self.conn.messaging.PullMessages, request, timeout_s=self._timeout_s, retry=NO_RETRY
+        )
+        return response
+
+    def _start(self, mq: MessageQueue, offset: int, max_messages: int) -> PendingCall:
+        return self.conn.start(
+            self.conn.messaging.PullMessages,
+            self._request(mq, offset, max_messages),
+            timeout_s=self._timeout_s,
+        )
+
+    def _pause(self, error: RocketliteError, pause_s: float) -> None:
+        # the connection's wait ends early when it is back
+        self.conn.pause_before_retry(error, pause_s)
+
+    def _address(self, mq: MessageQueue) -> str:
+        return self.conn.endpoint
+
+    def _status(self, mq: MessageQueue, answer: messaging_pb2.PullMessagesResponse) -> PullStatus:
+        try:
+            return pull_status_from_pb(answer.status)
+        except KeyError:
+            raise RocketliteError(
+                f"pull of {mq.describe()} got status {answer.status}, which this client does "
+                "not know; is the broker newer than the client?"
+            ) from None
+
+    def _records(
+        self, mq: MessageQueue, answer: messaging_pb2.PullMessagesResponse
+    ) -> pa.RecordBatch:
+        return decode_pull_response(mq, answer, self.columns)  # checks the index
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class RemotingReader(PullReader[PullAnswer]):
+    """Pulls with RocketMQ's PULL_MESSAGE over the remoting protocol (option
+    ``nameServer``): one pull at a time per connection, its answer's body the stored records
+    back to back. The brokers' addresses come with the partition, so no name server is
+    asked. The next pull is sent from a read-ahead thread."""
+
+    def __init__(
+        self,
+        client: RemotingClient,
+        brokers: tuple[tuple[str, str], ...],
+        options: SourceOptions,
+        columns: tuple[str, ...],
+    ) -> None:
+        super().__init__(options, columns)
+        self.client = client
+        for name, address in brokers:
+            client.learn_broker(name, address)
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="rmq-read-ahead")
+
+    def _call(self, mq: MessageQueue, offset: int, max_messages: int) -> PullAnswer:
+        return self.client.pull(
+            mq,
+            offset,
+            max_messages=max_messages,
+            max_bytes=PULL_MAX_BYTES,
+            group=self.options.group,
+            expression=self.options.subscription.expression,
+        )
+
+    def _start(self, mq: MessageQueue, offset: int, max_messages: int) -> _Pending[PullAnswer]:
+        # the broker reads the next records while this thread decodes the last ones
+        return self._ahead.submit(self._call, mq, offset, max_messages)
+
+    def _pause(self, error: RocketliteError, pause_s: float) -> None:
+        time.sleep(pause_s)
+
+    def _address(self, mq: MessageQueue) -> str:
+        return self.client.broker_address(mq.broker_name) or mq.broker_name
+
+    def _status(self, mq: MessageQueue, answer: PullAnswer) -> PullStatus:
+        return answer.status
+
+    def _records(self, mq: MessageQueue, answer: PullAnswer) -> pa.RecordBatch:
+        return answer.records(self.columns)
+
+    def close(self) -> None:
+        self._ahead.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
