@@ -27,6 +27,7 @@ the reader is made, as the query starts.
 from __future__ import annotations
 
 from collections.abc import MutableMapping
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -41,6 +42,11 @@ from rmq_spark.datasource.load_options import LoadedOptions, parse_for_load
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.sink.options import SinkOptions
 from rmq_spark.source.schema import SPARK_SCHEMA, Projection
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from rmq_spark.sink.rows import ColumnPlan
 
 __all__ = ["RocketliteDataSource", "check_options", "register"]
 
@@ -119,7 +125,7 @@ class RocketliteDataSource(DataSource):
         return RocketliteStreamWriter(*_sink_setup(self.parsed_options.writer(), schema))
 
 
-def _sink_setup(parsed: SinkOptions, schema: StructType):
+def _sink_setup(parsed: SinkOptions, schema: StructType) -> tuple[SinkOptions, ColumnPlan]:
     """The sink's column plan for ``schema``, and its topic checked, on the driver before
     any task runs."""
     from rmq_spark.sink.rows import plan_columns
@@ -138,7 +144,7 @@ def check_options(options: MutableMapping[str, str]) -> LoadedOptions:
     return loaded
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     """Register the source on ``spark`` (only needed when ``pyspark_rocketlite`` is not
     importable by the session's Python, e.g. the package is on a path added at run time)."""
     spark.dataSource.register(RocketliteDataSource)

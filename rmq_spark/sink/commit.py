@@ -60,7 +60,7 @@ def _to_pb(decision: Decision) -> list[messaging_pb2.SinkBrokerPart]:
     ]
 
 
-def _from_pb(parts) -> Decision:
+def _from_pb(parts: Iterable[messaging_pb2.SinkBrokerPart]) -> Decision:
     return {
         part.broker_name: [(t.transaction_id, t.messages) for t in part.transactions]
         for part in parts

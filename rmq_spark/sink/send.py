@@ -194,7 +194,16 @@ class TaskWriter:
             limit = self._limits[broker_name] = info.limits.max_message_bytes
         return limit
 
-    def _send_grpc(self, mq, encoded, bodies: bytes, blobs: bytes, start, end, level) -> None:
+    def _send_grpc(
+        self,
+        mq: MessageQueue,
+        encoded: rowlib.Encoded,
+        bodies: bytes,
+        blobs: bytes,
+        start: int,
+        end: int,
+        level: int,
+    ) -> None:
         assert self._cluster is not None
         columns = messaging_pb2.MessageColumns(
             bodies=bodies,
@@ -243,7 +252,9 @@ class TaskWriter:
             future.result()
             sent()
 
-    def _send_remoting(self, mq, encoded, start: int, end: int, level: int) -> None:
+    def _send_remoting(
+        self, mq: MessageQueue, encoded: rowlib.Encoded, start: int, end: int, level: int
+    ) -> None:
         assert self._remoting is not None
         body_at = _offsets(encoded.body_sizes)
         prop_at = _offsets(encoded.properties_sizes)

@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import cast
 
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 from rmq_spark.sink.commit import abort_batch, end_batch
 from rmq_spark.sink.options import SinkOptions
@@ -29,7 +35,9 @@ __all__ = ["RocketliteBatchWriter", "RocketliteStreamWriter", "write_task"]
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
-def write_task(options: SinkOptions, plan: ColumnPlan, sink_id: str, batches) -> SinkCommit:
+def write_task(
+    options: SinkOptions, plan: ColumnPlan, sink_id: str, batches: Iterable[pa.RecordBatch]
+) -> SinkCommit:
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -54,14 +62,14 @@ class RocketliteBatchWriter(DataSourceArrowWriter):
         self.plan = plan
         self.sink_id = f"job-{uuid.uuid4().hex}"
 
-    def write(self, iterator: Iterator) -> SinkCommit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return write_task(self.options, self.plan, self.sink_id, iterator)
 
-    def commit(self, messages) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.options.exactly_once:
-            end_batch(self.options, self.sink_id, 0, messages)
+            end_batch(self.options, self.sink_id, 0, _ours(messages))
 
-    def abort(self, messages) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.options.exactly_once:
             abort_batch(self.options, self.sink_id, 0)
 
@@ -75,12 +83,12 @@ class RocketliteStreamWriter(DataSourceStreamArrowWriter):
         self.plan = plan
         self.sink_id = options.stream_sink_id() if options.exactly_once else "at-least-once"
 
-    def write(self, iterator: Iterator) -> SinkCommit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return write_task(self.options, self.plan, self.sink_id, iterator)
 
-    def commit(self, messages, batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.options.exactly_once:
-            end = end_batch(self.options, self.sink_id, batchId, messages)
+            end = end_batch(self.options, self.sink_id, batchId, _ours(messages))
             if end.replayed:
                 log.warning(
                     "batch %d of sink %s was committed by an earlier run of the query; the "
@@ -89,6 +97,12 @@ class RocketliteStreamWriter(DataSourceStreamArrowWriter):
                     self.sink_id,
                 )
 
-    def abort(self, messages, batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.options.exactly_once:
             abort_batch(self.options, self.sink_id, batchId)
+
+
+def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommit | None]:
+    """The commit messages Spark hands back: what :meth:`write` returned in each task (None
+    for a task that did not finish)."""
+    return cast(list[SinkCommit | None], messages)

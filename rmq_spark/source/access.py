@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+import pyarrow as pa
+
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.offsets import QueueOffsets, commit_offsets, query_committed
 from rmq_spark.client.remoting import RemotingClient
@@ -210,7 +212,9 @@ class RemotingAccess:
         self.client.close()
 
 
-def _add_found(found: dict[MessageQueue, list[int]], batch, topic: str, broker: str) -> None:
+def _add_found(
+    found: dict[MessageQueue, list[int]], batch: pa.RecordBatch, topic: str, broker: str
+) -> None:
     """Add the queue offsets of a batch of decoded records to ``found``."""
     queue_ids = batch.column("queueId").to_pylist()
     offsets = batch.column("queueOffset").to_pylist()

@@ -44,7 +44,9 @@ class RocketliteBatchReader(DataSourceReader):
         self.projection = projection
 
     # Without filters taken over from Spark nothing is narrowed; see FilteringBatchReader.
-    def _selected(self, queues: dict[MessageQueue, QueueOffsets]):
+    def _selected(
+        self, queues: dict[MessageQueue, QueueOffsets]
+    ) -> dict[MessageQueue, QueueOffsets]:
         return queues
 
     def _narrowed(
@@ -140,7 +142,9 @@ class FilteringBatchReader(RocketliteBatchReader):
             return []
         return super().partitions()
 
-    def _selected(self, queues: dict[MessageQueue, QueueOffsets]):
+    def _selected(
+        self, queues: dict[MessageQueue, QueueOffsets]
+    ) -> dict[MessageQueue, QueueOffsets]:
         topics, ids = self.pushed.topics, self.pushed.queue_ids
         return {
             mq: offsets

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.connection import ClientConfig, Connection
@@ -164,12 +165,20 @@ def offsets_at(cluster: Cluster, timestamps: dict[MessageQueue, int]) -> dict[Me
     return found
 
 
+class StartLookups(Protocol):
+    """What finding a query's start asks the brokers, as a
+    :class:`~rmq_spark.source.access.BrokerAccess` answers it."""
+
+    def committed(self, group: str, queues: list[MessageQueue]) -> dict[MessageQueue, int]: ...
+
+    def offsets_at(self, timestamps: dict[MessageQueue, int]) -> dict[MessageQueue, int]: ...
+
+
 def resolve_start(
-    access, options: SourceOptions, queues: Mapping[MessageQueue, QueueOffsets]
+    access: StartLookups, options: SourceOptions, queues: Mapping[MessageQueue, QueueOffsets]
 ) -> Offsets:
     """The starting offsets the options ask for, fetching the group's committed offsets and
     searching by time where needed (see :func:`~rmq_spark.source.positions.starting_offsets`).
-    ``access`` is a :class:`rmq_spark.source.access.BrokerAccess`.
     """
     position = options.starting
     committed: dict[MessageQueue, int] = {}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from rmq_spark.source.planning import PlannedPartition, QueueRange
 from rmq_spark.structs import MessageQueue
@@ -75,9 +76,23 @@ def narrowed(
     return [task for task in tasks if task.ranges]
 
 
-def offsets_by_key(access, topics: Iterable[str], key: str) -> dict[MessageQueue, list[int]]:
-    """Every queue offset the brokers' indexes name for ``key`` in ``topics`` (``access`` is
-    a :class:`~rmq_spark.source.access.BrokerAccess`)."""
+class KeyIndex(Protocol):
+    """The brokers' message indexes, as a :class:`~rmq_spark.source.access.BrokerAccess`
+    answers them."""
+
+    #: the most messages a key lookup gets from one broker for one topic
+    @property
+    def max_key_matches(self) -> int: ...
+
+    def offsets_by_key(
+        self, topic: str, key: str, max_count: int
+    ) -> dict[MessageQueue, list[int]]: ...
+
+
+def offsets_by_key(
+    access: KeyIndex, topics: Iterable[str], key: str
+) -> dict[MessageQueue, list[int]]:
+    """Every queue offset the brokers' indexes name for ``key`` in ``topics``."""
     found: dict[MessageQueue, list[int]] = {}
     for topic in sorted(set(topics)):
         per_queue = access.offsets_by_key(topic, key, access.max_key_matches)

@@ -17,10 +17,16 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
 
 from rmq_spark.offsets.spark import from_json_dict
 from rmq_spark.structs import MessageQueue
@@ -45,7 +51,9 @@ class Lag(NamedTuple):
         }
 
 
-def offsets_behind(end_offset: Any, latest_offset: Any) -> Lag | None:
+def offsets_behind(
+    end_offset: str | Mapping[str, Any] | None, latest_offset: str | Mapping[str, Any] | None
+) -> Lag | None:
     """The lag between a batch's end offsets and the latest ones (JSON text or dicts, as in
     a progress event); None when either is missing (no trigger has probed yet).
 
@@ -64,7 +72,7 @@ MessageQueue(topic='t', broker_name='b', queue_id=1): 0})
     return Lag(min(values), max(values), sum(values) / len(values), queues)
 
 
-def _as_dict(value: Any) -> dict:
+def _as_dict(value: str | Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else dict(value)
 
 
@@ -77,20 +85,20 @@ class LagListener(StreamingQueryListener):
         self._lock = threading.Lock()
         self._latest: dict[str, Lag] = {}
 
-    def latest(self, query_id: Any) -> Lag | None:
+    def latest(self, query_id: object) -> Lag | None:
         with self._lock:
             return self._latest.get(str(query_id))
 
-    def onQueryStarted(self, event) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
 
-    def onQueryIdle(self, event) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
-    def onQueryTerminated(self, event) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         pass
 
-    def onQueryProgress(self, event) -> None:
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
         for source in progress.sources:
             # Spark describes every Python source alike; rocketlite's are known by the

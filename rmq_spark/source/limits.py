@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.offsets.spark import Offsets
@@ -45,6 +45,8 @@ from rmq_spark.source.trigger_options import DEFAULT_MAX_TRIGGER_DELAY_MS
 from rmq_spark.structs import MessageQueue
 
 if TYPE_CHECKING:
+    from pyspark.sql.streaming.datasource import ReadLimit
+
     from rmq_spark.source.options import SourceOptions
 
 
@@ -70,7 +72,7 @@ class TriggerLimits:
             max_trigger_delay_ms=options.max_trigger_delay_ms,
         )
 
-    def default_read_limit(self) -> Any:
+    def default_read_limit(self) -> ReadLimit:
         """The ReadLimit for ``getDefaultReadLimit``: max messages, else max bytes, else min."""
         from pyspark.sql.streaming.datasource import (
             ReadAllAvailable,
@@ -87,7 +89,7 @@ class TriggerLimits:
             return ReadMinRows(self.min_messages)
         return ReadAllAvailable()
 
-    def for_read_limit(self, limit: Any) -> TriggerLimits:
+    def for_read_limit(self, limit: ReadLimit) -> TriggerLimits:
         """The limits for a ``latestOffset(start, limit)`` call.
 
         ``ReadAllAvailable`` means the engine wants everything (no maximum, no waiting); a

@@ -26,7 +26,7 @@ given by the user (``.schema(...)``), those it holds, as it spells them.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import (
@@ -142,11 +142,12 @@ def _values(item: Filter, kind: type) -> frozenset | None:
     return frozenset(candidates)
 
 
-def _bounds(item: Filter, convert) -> tuple[int, int] | None:
+def _bounds(item: Filter, convert: Callable[[object], int | None]) -> tuple[int, int] | None:
     """[low, high) of integers that ``item`` allows (``convert`` gives an int or None)."""
     if isinstance(item, In):
-        values = [convert(v) for v in item.value]
-        if not values or any(v is None for v in values):
+        converted = [convert(v) for v in item.value]
+        values = [v for v in converted if v is not None]
+        if not values or len(values) != len(converted):
             return None
         return min(values), max(values) + 1  # Spark keeps the exact IN; this is its hull
     value = convert(getattr(item, "value", None))

@@ -73,7 +73,15 @@ class FileReads:
         return cast(_T, value)  # what read() returned for this key
 
 
-def store_options(raw: RawOptions) -> dict:
+class StoreFields(TypedDict, total=False):
+    """The store fields of the source's options, when ``storePath`` is given."""
+
+    store_path: str
+    allow_live_store: bool
+    store_broker_name: str
+
+
+def store_options(raw: RawOptions) -> StoreFields:
     """``storePath`` (a store directory read without a broker), ``allowLiveStore`` and
     ``brokerName``; refuses the options that only make sense over the network."""
     path = raw.get("storePath")
