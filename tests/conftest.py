@@ -8,6 +8,10 @@ import sys
 
 import pytest
 
+# The shared helpers (tests/support, imported as ``tests.support.<module>``) fail with their
+# asserts' operands spelled out, as the tests' own asserts do.
+pytest.register_assert_rewrite("tests.support")
+
 # Spark workers must run the interpreter that has our dependencies.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # The Spark session (created lazily) forks the JVM from this process while gRPC threads of

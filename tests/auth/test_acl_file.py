@@ -11,7 +11,7 @@ import pytest
 
 from rmq_spark.auth.acl import Action, Resource
 from rmq_spark.auth.acl_file import AclFile, AclFileError, load
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "acl.json"
 

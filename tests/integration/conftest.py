@@ -1,4 +1,4 @@
-"""Fixtures for tests against real brokers (helpers in ``broker_harness.py``).
+"""Fixtures for tests against real brokers (helpers in ``tests/support/broker_harness.py``).
 
 * ``broker_factory`` starts brokers as separate processes (``python -m rmq_spark.broker``) on
   port 0 with their own store directory and reads the bound port from the ready line. The
@@ -6,6 +6,8 @@
 * ``in_process_broker`` (and ``in_process_broker_factory`` for other settings) runs a broker
   inside the test process: faster to start, for tests that do not need a process boundary.
 * ``connect(endpoint)`` gives generated stubs on one channel, closed after the test.
+* ``java`` runs Apache RocketMQ's Java client (``tests/support/java_probe.py``), compiled
+  once per module; tests that use it carry ``java_probe.NEEDS_JAVA``.
 
 Broker stderr goes to ``<tmp>/<name>.log``; failures to start show its tail.
 """
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from broker_harness import (
+
+from tests.support import java_probe
+from tests.support.broker_harness import (
     CHANNEL_OPTIONS,
     TEST_STORE_FLAGS,
     BrokerProcess,
@@ -82,3 +86,13 @@ def in_process_broker_factory(tmp_path):
 @pytest.fixture
 def in_process_broker(in_process_broker_factory) -> LocalBroker:
     return in_process_broker_factory()
+
+
+# -- Apache RocketMQ's Java client ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory):
+    """``java(*args, timeout_s=...) -> stdout lines`` running RemotingProbe, with
+    ``java.start(*args)`` and ``java.mqadmin(*args)`` (see ``java_probe.compile_probe``)."""
+    return java_probe.compile_probe(tmp_path_factory.mktemp("java"))

@@ -28,8 +28,8 @@ from rmq_spark.client.producer import ProducerConfig
 from rmq_spark.errors import PermissionDeniedError, UnauthenticatedError
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2, messaging_pb2_grpc
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.eventually import eventually
 
 TOPIC = "acl-t"
 GROUP = "acl-g"
@@ -271,8 +271,7 @@ def test_official_client_with_credentials(broker, caplog):
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
     from rocketmq import Producer as OfficialProducer
 
-    from tests.integration.rocketmq5_harness import running
-    from tests.integration.test_rocketmq5 import make_message
+    from tests.support.rocketmq5_harness import make_message, running
 
     def conf(user):
         return ClientConfiguration(

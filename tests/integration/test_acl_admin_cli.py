@@ -15,8 +15,8 @@ from rmq_spark.client.consumer import ConsumerConfig
 from rmq_spark.client.producer import ProducerConfig
 from rmq_spark.errors import PermissionDeniedError
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.eventually import eventually
 
 TOPIC = "acl-admin-t"
 SECRETS = {"root": "root-secret-1", "plain": "plain-secret-1"}

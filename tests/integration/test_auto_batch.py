@@ -31,7 +31,7 @@ TOPIC = "AutoBatch"
 
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory):
-    from broker_harness import TEST_STORE_FLAGS, BrokerProcess
+    from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 
     base = tmp_path_factory.mktemp("auto-batch")
     broker = BrokerProcess("broker-a", base / "store", base / "broker.log", TEST_STORE_FLAGS)

@@ -17,7 +17,7 @@ from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, groups_pb2
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.pull_wire import pull_index
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 #: above gRPC's default of 1,000 calls waiting to be picked up by the server
 HELD_PULLS = 1_500

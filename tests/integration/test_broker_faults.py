@@ -14,7 +14,7 @@ from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.store import mapped_file
 from rmq_spark.store.faults import FSYNC_FAIL_AFTER
 from rmq_spark.store.verify import verify_store
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 
 def test_a_failed_sync_answers_unavailable_and_stops_the_broker(

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, groups_pb2
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 CLUSTERING = groups_pb2.MESSAGE_MODEL_CLUSTERING
 BROADCASTING = groups_pb2.MESSAGE_MODEL_BROADCASTING

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 
-from broker_harness import TEST_STORE_FLAGS, TEST_STORE_OPTIONS, BrokerProcess
-
 from rmq_spark.client import ClientConfig
 from rmq_spark.client.connection import NO_RETRY
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.store import MessageStore, StoreConfig
 from rmq_spark.structs import MessageQueue
+from tests.support.broker_harness import TEST_STORE_FLAGS, TEST_STORE_OPTIONS, BrokerProcess
 
 TOPICS = 250
 QUEUES = 8  # 2,000 queues in all

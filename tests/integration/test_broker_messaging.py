@@ -17,7 +17,6 @@ import time
 
 import grpc
 import pytest
-from broker_harness import CHANNEL_OPTIONS, Stubs, start_in_process_broker
 
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.record import offset_msg_id
@@ -29,7 +28,8 @@ from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.pull_wire import pull_index
 from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
+from tests.support.broker_harness import CHANNEL_OPTIONS, Stubs, start_in_process_broker
+from tests.support.eventually import eventually
 
 Code = grpc.StatusCode
 FOUND = m.PULL_STATUS_FOUND

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 
 import grpc
 import pytest
-from broker_harness import LocalBroker, Stubs, start_in_process_broker
 
 from rmq_spark.broker.delivery.schedule import SCHEDULE_TOPIC
 from rmq_spark.codec.properties import (
@@ -27,6 +26,7 @@ from rmq_spark.codec.properties import (
 )
 from rmq_spark.codec.record import Record, decode_record, iter_records
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
+from tests.support.broker_harness import LocalBroker, Stubs, start_in_process_broker
 
 LEVELS = "100ms 150ms 200ms 250ms 300ms"
 LEVELS_MS = [100, 150, 200, 250, 300]

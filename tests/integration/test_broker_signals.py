@@ -9,13 +9,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from broker_harness import TEST_STORE_FLAGS, TEST_STORE_OPTIONS, BrokerProcess
 
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
-from tests.eventually import eventually
+from tests.support.broker_harness import TEST_STORE_FLAGS, TEST_STORE_OPTIONS, BrokerProcess
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/task").is_dir(), reason="needs Linux /proc to find the threads"

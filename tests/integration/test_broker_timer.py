@@ -1,7 +1,7 @@
 """Timer (RocketMQ 5 delay) messages: delivery at a time in ms, surviving restarts.
 
 In-process brokers on temporary stores for timing and properties; real broker processes
-(``timer_broker.py`` schedules, ``python -m rmq_spark.broker`` restarts) for SIGKILL.
+(``tests/support/timer_broker.py`` schedules, ``python -m rmq_spark.broker`` restarts) for SIGKILL.
 Delivered records are read from the real queue; a record's store timestamp is when the
 timer delivered it.
 """
@@ -11,12 +11,10 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from broker_harness import TEST_STORE_FLAGS, BrokerProcess, start_in_process_broker
 
 from rmq_spark.broker.delivery.timer import JOURNAL_FILE, PROGRESS_FILE
 from rmq_spark.broker.delivery.timer_progress import parse_done
@@ -36,11 +34,12 @@ from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import TIMER_TOPIC
 from rmq_spark.offsets.journal import read_journal
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
-from tests.eventually import eventually
+from tests.support import scripts
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess, start_in_process_broker
+from tests.support.eventually import eventually
 
 #: how late a delivery may be (RocketMQ's timer precision is about 1 s)
 LATE_MS = 1000
-HELPER = Path(__file__).with_name("timer_broker.py")
 
 
 def now_ms() -> int:
@@ -206,10 +205,10 @@ def test_sigkilled_broker_delivers_everything_once_after_restart(tmp_path, conne
     specs = ["e0@200", "e1@300", "l0@3400", "l1,l2@3000", "l3@3600", "l4@3200"]
     with open(tmp_path / "helper.log", "wb") as helper_log:
         helper = subprocess.Popen(
-            [sys.executable, str(HELPER), str(store_dir), "TopicK", *specs],
+            scripts.command("timer_broker", str(store_dir), "TopicK", *specs),
             stdout=subprocess.PIPE,
             stderr=helper_log,
-            cwd=HELPER.parent,
+            env=scripts.env(),
         )
     try:
         line = helper.stdout.readline().decode()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
-from tests.integration.test_cli import Cli
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.cli import Cli
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.structs import MessageQueue, PullStatus
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 FAST_RETRY = RetryPolicy(attempts=2, backoff_ms=20, max_backoff_ms=50)
 TOPIC = "ClientTopic"

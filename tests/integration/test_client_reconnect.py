@@ -6,11 +6,10 @@ from __future__ import annotations
 import threading
 import time
 
-from broker_harness import free_port
-
 from rmq_spark.client.connection import ClientConfig, Connection, RetryPolicy
 from rmq_spark.errors import UnavailableError
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2
+from tests.support.broker_harness import free_port
 
 
 def test_a_call_made_during_an_outage_completes_soon_after_the_restart(broker_factory):

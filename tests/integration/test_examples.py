@@ -6,36 +6,9 @@ Only the broker/push examples run here; the Spark examples are slow and covered 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_S = 120
-
-
-def run_example(name: str, timeout_s: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """``python examples/<name>``, which must exit 0 within ``timeout_s``."""
-    env = {**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "false", "PYSPARK_PYTHON": sys.executable}
-    try:
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "examples" / name)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{name} ran longer than {timeout_s} s; output so far:\n{exc.stdout}")
-    assert done.returncode == 0, (
-        f"{name} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
-    )
-    return done
+from tests.support.examples import run_example
 
 
 def test_push_consumer_example_retries_then_dead_letters_the_poison_order():

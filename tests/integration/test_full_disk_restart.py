@@ -1,22 +1,22 @@
 """A broker restarted on a full disk starts read-only: it serves reads, refuses sends with a
 message naming the space it needs, and takes sends again once housekeeping sees the space.
 
-The disk is real: a 4 MiB tmpfs in a namespace of its own (``small_fs.py``). A tmpfs is also
-where reading a hole of a sparse memory-mapped file on a full disk kills the process with
-SIGBUS.
+The disk is real: a 4 MiB tmpfs in a namespace of its own (``tests/support/small_fs.py``). A
+tmpfs is also where reading a hole of a sparse memory-mapped file on a full disk kills the
+process with SIGBUS.
 """
 
 from __future__ import annotations
 
 import grpc
 import pytest
-from broker_harness import BrokerProcess
-from small_fs import SmallFilesystem
 
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
-from tests.eventually import eventually
+from tests.support.broker_harness import BrokerProcess
+from tests.support.eventually import eventually
+from tests.support.small_fs import SmallFilesystem
 
 FS_BYTES = 4 << 20
 SEGMENT_BYTES = 256 << 10

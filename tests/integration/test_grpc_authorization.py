@@ -32,8 +32,8 @@ from rmq_spark.proto_gen.rocketlite.v1 import (
     offsets_pb2,
     offsets_pb2_grpc,
 )
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
-from tests.integration.rocketmq5_harness import Code, RawV2
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.rocketmq5_harness import Code, RawV2
 
 TOPIC_A, TOPIC_B, SECRET = "TopicA", "TopicB", "Secret"
 GROUP_C, GROUP_D = "GroupC", "GroupD"

@@ -23,8 +23,8 @@ from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteErro
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.eventually import eventually
 
 CLI = [sys.executable, "-m", "rmq_spark.cli"]
 TOPIC, OTHER = "KeyOrders", "KeyOther"

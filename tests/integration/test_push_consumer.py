@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from broker_harness import TEST_STORE_FLAGS, BrokerProcess, read_queue
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.client.push import (
@@ -35,7 +34,8 @@ from rmq_spark.client.push import (
 from rmq_spark.codec.properties import ORIGIN_MESSAGE_ID, RETRY_TOPIC, UNIQ_KEY
 from rmq_spark.errors import PermissionDeniedError
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess, read_queue
+from tests.support.eventually import eventually
 
 #: short delay levels: a retry (level 3 + reconsumeTimes, lowered to the highest) waits 300 ms
 DELAY_LEVELS = "100ms 200ms 300ms"

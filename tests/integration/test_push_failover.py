@@ -1,14 +1,14 @@
 """A SIGKILLed push member's queues move to the survivor in seconds, not after its leases.
 
-Two real member processes (``push_member.py``) consume a 12-queue topic from a real broker
-process while a producer thread keeps sending; the members ask for 30 s queue leases. One
-member is SIGKILLed. The broker sees its membership stream close; when the member has not
-reopened it within the broker's reconnect grace (1 s) it leaves the group, its leases end
-and the survivor is told, so the survivor locks the freed queues and goes on from the
-group's committed offsets. The test measures the time from the kill to the survivor's first
-delivery from a freed queue and checks RocketMQ's at-least-once bound: nothing is lost, and
-what comes twice is exactly what the dead member delivered at or after the offsets the
-group had committed when it died.
+Two real member processes (``tests/support/push_member.py``) consume a 12-queue topic from a
+real broker process while a producer thread keeps sending; the members ask for 30 s queue
+leases. One member is SIGKILLed. The broker sees its membership stream close; when the
+member has not reopened it within the broker's reconnect grace (1 s) it leaves the group,
+its leases end and the survivor is told, so the survivor locks the freed queues and goes on
+from the group's committed offsets. The test measures the time from the kill to the
+survivor's first delivery from a freed queue and checks RocketMQ's at-least-once bound:
+nothing is lost, and what comes twice is exactly what the dead member delivered at or after
+the offsets the group had committed when it died.
 
 Run with ``pytest -s`` to see the figures.
 """
@@ -22,8 +22,8 @@ import time
 import pytest
 
 from rmq_spark.client.admin import Admin
-from tests.eventually import eventually
-from tests.integration.test_push_scale import (
+from tests.support.eventually import eventually
+from tests.support.push_group import (
     QUEUES,
     ContinuousProducer,
     Member,

@@ -19,7 +19,7 @@ from rmq_spark.client.push import (
     PushConsumer,
     PushConsumerConfig,
 )
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 TOPIC, GROUP, QUEUES = "OrderlyMoves", "OrderlyMovesGroup", 4
 #: how long each stage may take (rebalances and lease hand-overs on a loaded machine)

@@ -16,8 +16,8 @@ from rmq_spark.errors import PermissionDeniedError
 from rmq_spark.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.eventually import eventually
 
 SECRETS = {
     "root": "root-secret",

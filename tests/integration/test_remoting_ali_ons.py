@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from rmq_spark.client import Admin
-from tests.eventually import eventually
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess, read_queue
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess, read_queue
+from tests.support.eventually import eventually
 
 NODE_DIR = Path(__file__).parent.parent / "node"
 PROBE = NODE_DIR / "ali_ons_probe.js"

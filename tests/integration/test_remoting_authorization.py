@@ -12,8 +12,6 @@ import itertools
 import json
 
 import pytest
-from broker_harness import TEST_STORE_FLAGS, BrokerProcess
-from remoting_wire import Remoting, Wire
 
 from rmq_spark.auth.remoting_signature import sign_request
 from rmq_spark.client import Admin, ClientConfig
@@ -22,6 +20,8 @@ from rmq_spark.remoting import headers
 from rmq_spark.remoting.codes import RequestCode as C
 from rmq_spark.remoting.codes import ResponseCode
 from rmq_spark.remoting.frame import Command
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.remoting_wire import Remoting, Wire
 
 SECRETS = {"root": "root-secret", "writer": "writer-secret", "reader": "reader-secret"}
 ACL = {

@@ -14,9 +14,9 @@ from rmq_spark.client.remoting import RemotingClient, RemotingProducer
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import NotFoundError
 from rmq_spark.structs import MessageQueue, PullStatus
-from tests.eventually import eventually
-from tests.integration import rocketmq_harness
-from tests.integration.broker_harness import BrokerProcess
+from tests.support import rocketmq_harness
+from tests.support.broker_harness import BrokerProcess
+from tests.support.eventually import eventually
 
 
 @pytest.fixture(

@@ -15,28 +15,22 @@ time to the survivor's first delivery from the Java member's queues.
 from __future__ import annotations
 
 import collections
-import os
 import select
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from rmq_spark.broker.membership.groups import RECONNECT_GRACE_MS
 from rmq_spark.client.admin import Admin
-from tests.eventually import eventually
-from tests.integration import test_remoting_java
-from tests.integration.broker_harness import start_in_process_broker
-from tests.integration.remoting_member import RemotingMember
-from tests.integration.test_push_scale import ContinuousProducer, Member
+from tests.support import java_probe, scripts
+from tests.support.broker_harness import start_in_process_broker
+from tests.support.eventually import eventually
+from tests.support.push_group import ContinuousProducer, Member
+from tests.support.remoting_member import RemotingMember
 
-MEMBER_SCRIPT = Path(__file__).with_name("remoting_member.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TOPIC, GROUP = "LockedTopic", "GID_remoting_failover"
 QUEUES = [0, 1, 2, 3]
 FAILOVER_BOUND_S = 3.0
@@ -45,14 +39,12 @@ AFTER_GRACE_S = RECONNECT_GRACE_MS / 1000 + 0.5
 
 
 def spawn_member(address: str, client_id: str, broker_name: str) -> subprocess.Popen:
-    path = os.environ.get("PYTHONPATH")
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + (os.pathsep + path if path else "")}
-    command = [
-        sys.executable, str(MEMBER_SCRIPT), "--address", address, "--group", GROUP,
-        "--topic", TOPIC, "--client-id", client_id, "--queues", ",".join(map(str, QUEUES)),
+    command = scripts.command(
+        "remoting_member", "--address", address, "--group", GROUP, "--topic", TOPIC,
+        "--client-id", client_id, "--queues", ",".join(map(str, QUEUES)),
         "--broker-name", broker_name,
-    ]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    )  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=scripts.env())
 
 
 def read_line(process: subprocess.Popen, timeout_s: float = 30) -> str:
@@ -147,8 +139,6 @@ def test_a_member_that_unregistered_keeps_its_locks_until_it_unlocks(local_broke
 # --- a real orderly Java consumer -----------------------------------------------------------
 
 JAVA_TOPIC, JAVA_GROUP = "JavaOrderlyFailover", "GID_java_orderly_failover"
-#: RemotingProbe compiled and run (``java.start(*args)``), as the Java client's tests use it
-java = test_remoting_java.java
 
 
 class Lines:
@@ -173,14 +163,7 @@ class Lines:
         ]
 
 
-@pytest.mark.skipif(
-    not (
-        test_remoting_java.ROCKETMQ_HOME and Path(test_remoting_java.ROCKETMQ_HOME, "lib").is_dir()
-    ),
-    reason="needs Apache RocketMQ 4.9's jars: set ROCKETMQ_HOME to a build with lib/ (see the "
-    "README, 'Testing against Apache RocketMQ')",
-)
-@pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)")
+@java_probe.NEEDS_JAVA
 @pytest.mark.xdist_group("java")
 def test_a_killed_java_orderly_members_queues_move_within_3_s(broker_factory, java, tmp_path):
     broker = broker_factory("broker-a", "--remoting-port", "0")

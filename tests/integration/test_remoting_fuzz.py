@@ -26,8 +26,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
-from broker_harness import TEST_STORE_FLAGS, BrokerProcess
-from remoting_wire import MIB, Closed, Remoting, Wire
 
 from rmq_spark.client import Admin
 from rmq_spark.codec.properties import decode_properties
@@ -36,6 +34,8 @@ from rmq_spark.remoting import headers
 from rmq_spark.remoting.codes import LANGUAGES, RequestCode, ResponseCode
 from rmq_spark.remoting.frame import Command, FrameError, as_text, decode, encode
 from rmq_spark.store.verify import verify_store
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.remoting_wire import MIB, Closed, Remoting, Wire
 
 #: one worker runs the module in order: the last test stops the broker
 pytestmark = pytest.mark.xdist_group("remoting_fuzz")

@@ -9,8 +9,8 @@ import socket
 from rmq_spark.broker.remoting import service
 from rmq_spark.remoting.codes import RequestCode
 from rmq_spark.remoting.frame import Command, encode
-from tests.eventually import eventually
-from tests.integration.broker_harness import start_in_process_broker
+from tests.support.broker_harness import start_in_process_broker
+from tests.support.eventually import eventually
 
 
 def _heartbeat(client_id: str) -> bytes:

@@ -2,110 +2,27 @@
 
 These need a build of Apache RocketMQ 4.9 (its ``lib/`` of jars, as a binary distribution
 has it) named by ``ROCKETMQ_HOME``, and ``javac``; without them the module is skipped with
-the reason. The Java side is ``tests/java/RemotingProbe.java``, compiled once per run: it
+the reason. The Java side is ``tests/java/RemotingProbe.java``, compiled once per module
+(the ``java`` fixture of ``conftest.py``, from ``tests/support/java_probe.py``): it
 sends and consumes with DefaultMQProducer, TransactionMQProducer, DefaultMQPushConsumer and
 DefaultLitePullConsumer and prints one line per event.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.client.push import ConsumeStatus, PushConsumer, PushConsumerConfig
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
-from tests.integration import rocketmq_harness
-from tests.integration.broker_harness import BrokerProcess, read_queue
+from tests.support import java_probe, rocketmq_harness
+from tests.support.broker_harness import BrokerProcess, read_queue
+from tests.support.eventually import eventually
 
-ROCKETMQ_HOME = os.environ.get("ROCKETMQ_HOME", "")
-PROBE = Path(__file__).parent.parent / "java" / "RemotingProbe.java"
-
-pytestmark = [
-    pytest.mark.skipif(
-        not (ROCKETMQ_HOME and (Path(ROCKETMQ_HOME) / "lib").is_dir()),
-        reason="needs Apache RocketMQ 4.9's jars: set ROCKETMQ_HOME to a build with lib/ "
-        "(see the README, 'Testing against Apache RocketMQ')",
-    ),
-    pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),
-    pytest.mark.xdist_group("java"),
-]
-
-JVM_FLAGS = [
-    "-Xmx256m",
-    "--add-opens",
-    "java.base/java.nio=ALL-UNNAMED",
-    "--add-opens",
-    "java.base/java.lang=ALL-UNNAMED",
-]
-
-
-@pytest.fixture(scope="module")
-def java(tmp_path_factory):
-    """``java(*args, timeout_s=...) -> stdout lines`` running RemotingProbe."""
-    work = tmp_path_factory.mktemp("java")
-    classes = work / "classes"
-    lib = f"{ROCKETMQ_HOME}/lib/*"
-    subprocess.run(
-        ["javac", "-nowarn", "-cp", lib, "-d", str(classes), str(PROBE)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    logs = work / "logs"
-    logback = work / "logback.xml"
-    logback.write_text(
-        '<configuration><appender name="F" class="ch.qos.logback.core.FileAppender">'
-        f"<file>{logs}/client.log</file><encoder><pattern>%d %p %c - %m%n</pattern></encoder>"
-        '</appender><root level="WARN"><appender-ref ref="F"/></root></configuration>'
-    )
-    command = [
-        "java",
-        *JVM_FLAGS,
-        f"-Drocketmq.client.logRoot={logs}",
-        f"-Dlogback.configurationFile={logback}",
-        "-Dlogback.statusListenerClass=ch.qos.logback.core.status.NopStatusListener",
-        "-cp",
-        f"{lib}:{classes}",
-    ]
-
-    def run(*args: str, timeout_s: float = 90, env: dict | None = None) -> list[str]:
-        done = subprocess.run(
-            [*command, "RemotingProbe", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env={**os.environ, **(env or {})},
-        )
-        lines = done.stdout.splitlines()
-        assert "DONE" in lines, f"RemotingProbe {args} failed:\n{done.stdout}\n{done.stderr}"
-        return lines
-
-    def start(*args: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [*command, "RemotingProbe", *args], stdout=subprocess.PIPE, text=True
-        )
-
-    def mqadmin(*args: str, timeout_s: float = 60) -> str:
-        done = subprocess.run(
-            [*command, "org.apache.rocketmq.tools.command.MQAdminStartup", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env={**os.environ, "ROCKETMQ_HOME": ROCKETMQ_HOME},
-        )
-        return done.stdout + done.stderr
-
-    run.start = start  # type: ignore[attr-defined]
-    run.mqadmin = mqadmin  # type: ignore[attr-defined]
-    return run
+pytestmark = [java_probe.NEEDS_JAVA, pytest.mark.xdist_group("java")]
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
-from tls_ca import Pki, make_pki
 
 from rmq_spark.client import Admin, ClientConfig
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import NotFoundError, UnavailableError
 from rmq_spark.structs import MessageQueue, PullStatus
-from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.tls_ca import Pki, make_pki
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import pytest
 from rocketmq import (
     ConsumeResult,
     FilterExpression,
-    Message,
     MessageListener,
     Producer,
     PushConsumer,
@@ -23,16 +22,16 @@ from rocketmq.v5.exception import IllegalArgumentException
 
 from rmq_spark.client import Admin
 from rmq_spark.client import Producer as RocketliteProducer
-from tests.eventually import eventually
-from tests.integration.broker_harness import read_queue
-from tests.integration.rocketmq5_harness import Code, RawV2, config, running
+from tests.support.broker_harness import read_queue
+from tests.support.eventually import eventually
+from tests.support.rocketmq5_harness import Code, RawV2, config, make_message, running
 
 BROKER = "broker-v2"
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+    from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 
     root = tmp_path_factory.mktemp("v2")
     process = BrokerProcess(
@@ -58,21 +57,6 @@ def committed(broker, group: str, topic: str, queue_id: int = 0) -> int | None:
             if mq.queue_id == queue_id:
                 return offset
     return None
-
-
-def make_message(topic: str, body: bytes, *, tag=None, keys=(), group=None, props=None):
-    message = Message()
-    message.topic = topic
-    message.body = body
-    if tag:
-        message.tag = tag
-    for key in keys:  # the client's setter adds one key per assignment
-        message.keys = key
-    if group:
-        message.message_group = group
-    for name, value in (props or {}).items():
-        message.add_property(name, value)
-    return message
 
 
 def test_official_producer_messages_read_by_rocketlite_with_tags_keys_properties(broker):

@@ -19,9 +19,9 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from rmq_spark.client import Admin
-from tests.eventually import eventually
-from tests.integration.broker_harness import free_port
-from tests.integration.rocketmq5_harness import Code, RawV2, config, running
+from tests.support.broker_harness import free_port
+from tests.support.eventually import eventually
+from tests.support.rocketmq5_harness import Code, RawV2, config, running
 
 
 def receive_all(endpoint: str, group: str, topic: str, expect: int, timeout_s: float):

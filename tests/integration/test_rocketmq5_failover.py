@@ -5,23 +5,20 @@ Push consumers of the official client receive with ``auto_renew``: what they rec
 invisible while the client is alive. The broker takes a client whose last Telemetry stream
 closed for the reconnect grace (1 s) as gone, puts its messages back at once and wakes the
 receives waiting for them. Here an official push consumer in a process of its own
-(``rocketmq5_member.py``, whose listener blocks, so everything it received stays in flight)
-is SIGKILLed, and the time until a second consumer of the group has every one of those
-messages is measured; for a FIFO group too, whose message groups the dead consumer blocked.
-A graceful shutdown is not taken for a crash, and a client that reopens its stream within
-the grace keeps its messages.
-
+(``tests/support/rocketmq5_member.py``, whose listener blocks, so everything it received
+stays in flight) is SIGKILLed, and the time until a second consumer of the group has every
+one of those messages is measured; for a FIFO group too, whose message groups the dead
+consumer blocked. A graceful shutdown is not taken for a crash, and a client that reopens
+its stream within the grace keeps its messages.
 Run with ``pytest -s`` to see the figures.
 """
 
 from __future__ import annotations
 
 import collections
-import os
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -42,11 +39,10 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from rmq_spark.client import Admin
-from tests.eventually import eventually
-from tests.integration.rocketmq5_harness import Code, RawV2, config, running
+from tests.support import scripts
+from tests.support.eventually import eventually
+from tests.support.rocketmq5_harness import Code, RawV2, config, running
 
-MEMBER_SCRIPT = Path(__file__).with_name("rocketmq5_member.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 #: from the kill to the survivor holding every message the dead consumer had in flight
 FAILOVER_BOUND_S = 3.0
 #: how long a started survivor is given to have its first long poll waiting at the broker
@@ -54,23 +50,22 @@ SETTLE_S = 2.0
 
 
 class Member:
-    """One ``rocketmq5_member.py`` process and the messages its listener was handed."""
+    """One ``rocketmq5_member`` process (``tests/support``) and the messages its listener
+    was handed."""
 
     def __init__(self, tmp_path: Path, endpoint: str, group: str, topic: str, threads=20):
         self.out_path = tmp_path / f"member-{uuid.uuid4().hex[:6]}.out"
         self.err_path = self.out_path.with_suffix(".err")
-        self.command = [
-            sys.executable, str(MEMBER_SCRIPT), "--endpoint", endpoint, "--group", group,
+        self.command = scripts.command(
+            "rocketmq5_member", "--endpoint", endpoint, "--group", group,
             "--topic", topic, "--out", str(self.out_path), "--threads", str(threads),
-        ]  # fmt: skip
+        )  # fmt: skip
         self.process: subprocess.Popen | None = None
 
     def spawn(self) -> Member:
-        path = os.environ.get("PYTHONPATH")
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + (os.pathsep + path if path else "")}
         with open(self.err_path, "ab") as err:
             self.process = subprocess.Popen(
-                self.command, stdout=subprocess.PIPE, stderr=err, env=env
+                self.command, stdout=subprocess.PIPE, stderr=err, env=scripts.env()
             )
         return self
 

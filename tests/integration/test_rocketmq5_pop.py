@@ -11,9 +11,9 @@ from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsu
 
 from rmq_spark.client import Admin
 from rmq_spark.client import Producer as RocketliteProducer
-from tests.eventually import eventually
-from tests.integration.broker_harness import free_port, read_queue
-from tests.integration.rocketmq5_harness import Code, RawV2, config, running
+from tests.support.broker_harness import free_port, read_queue
+from tests.support.eventually import eventually
+from tests.support.rocketmq5_harness import Code, RawV2, config, running
 
 
 def test_in_flight_state_survives_sigkill_and_clean_stop(broker_factory):

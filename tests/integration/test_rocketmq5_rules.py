@@ -14,8 +14,8 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rmq_spark.client import Admin
 from rmq_spark.names import SCHEDULE_TOPIC
 from rmq_spark.structs import Permission
-from tests.eventually import eventually
-from tests.integration.rocketmq5_harness import Code, RawV2
+from tests.support.eventually import eventually
+from tests.support.rocketmq5_harness import Code, RawV2
 
 #: how v2 routes announce a queue's permission, back in rocketlite's bits
 _BITS = {
@@ -28,7 +28,7 @@ _BITS = {
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    from tests.integration.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+    from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 
     root = tmp_path_factory.mktemp("v2-rules")
     process = BrokerProcess("broker-rules", root / "store", root / "broker.log", TEST_STORE_FLAGS)

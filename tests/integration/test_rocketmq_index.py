@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import rocketmq_harness
 
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec.properties import KEYS, UNIQ_KEY, decode_properties
@@ -41,7 +40,8 @@ from rmq_spark.store.index_file import (
     index_key_hashes,
 )
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
+from tests.support import rocketmq_harness
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.skipif(
     not rocketmq_harness.available(),

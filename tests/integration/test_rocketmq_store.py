@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import rocketmq_harness
-from broker_harness import BrokerProcess, read_queue
 
 from rmq_spark.client import Admin
 from rmq_spark.client.remoting import RemotingClient
-from tests.eventually import eventually
+from tests.support import rocketmq_harness
+from tests.support.broker_harness import BrokerProcess, read_queue
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.skipif(
     not rocketmq_harness.available(),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import grpc
 import numpy as np
 import pytest
-from broker_harness import CHANNEL_OPTIONS, Stubs
 
 from rmq_spark.client import Message, Producer
 from rmq_spark.client.message import encode_columns
@@ -22,6 +21,7 @@ from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
 from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.pull_wire import pull_index
 from rmq_spark.structs import MessageQueue
+from tests.support.broker_harness import CHANNEL_OPTIONS, Stubs
 
 Code = grpc.StatusCode
 BORN_MS = 1_700_000_000_123

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from broker_harness import TEST_STORE_FLAGS, BrokerProcess, read_queue
 
 from rmq_spark.broker.v1.short_circuit import default_socket_path
 from rmq_spark.client import Admin, ClientConfig, Producer
@@ -20,6 +19,7 @@ from rmq_spark.codec.properties import decode_properties
 from rmq_spark.codec.taghash import tag_hash_code
 from rmq_spark.errors import PermissionDeniedError, UnauthenticatedError
 from rmq_spark.structs import MessageQueue
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess, read_queue
 
 TOPIC = "sc-orders"
 KEYS_ROOT = {"access_key": "root", "secret_key": "root-s"}

@@ -9,7 +9,6 @@ import time
 
 import pyarrow as pa
 import pytest
-from broker_harness import read_queue
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.errors import InvalidArgumentError
@@ -18,7 +17,8 @@ from rmq_spark.sink.commit import abort_batch, end_batch
 from rmq_spark.sink.options import SinkOptions
 from rmq_spark.sink.rows import plan_columns
 from rmq_spark.sink.send import TaskWriter
-from tests.eventually import eventually
+from tests.support.broker_harness import read_queue
+from tests.support.eventually import eventually
 
 PLAN = plan_columns([("body", "string"), ("shardingKey", "string")], "out")
 

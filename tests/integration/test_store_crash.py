@@ -1,9 +1,9 @@
 """Crash safety of the store, tested the way stores fail in production.
 
-* A real writer process (``crash_writer.py``) appends in SYNC flush mode and is killed with
-  SIGKILL at random moments, over and over, on the same directory. After every kill the
-  store must hold every acknowledged message exactly, nothing torn, and consume queues that
-  agree with the commit log.
+* A real writer process (``tests/support/crash_writer.py``) appends in SYNC flush mode and
+  is killed with SIGKILL at random moments, over and over, on the same directory. After
+  every kill the store must hold every acknowledged message exactly, nothing torn, and
+  consume queues that agree with the commit log.
 * A crashed store's commit log is damaged by hand (torn tail, flipped body byte, overwritten
   magic code); recovery must cut exactly at the damaged record and the store must go on.
 * A store directory is locked against a second opener, in this process or another one.
@@ -28,9 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import crash_writer
 import pytest
-from crash_writer import TOPICS, batch_digest, expected_message
 
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.properties import decode_properties
@@ -38,8 +36,9 @@ from rmq_spark.errors import StoreLockedError
 from rmq_spark.store import MessageStore
 from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import PullStatus
+from tests.support import crash_writer, scripts
+from tests.support.crash_writer import TOPICS, batch_digest, expected_message
 
-WRITER = Path(crash_writer.__file__)
 SEGMENT_BYTES = 64 * 1024
 CQ_ENTRIES = 64  # 1,280-byte consume-queue files: a queue rolls every 64 messages
 STARTUP_TIMEOUT_S = 30
@@ -68,13 +67,15 @@ class Writer:
     """A crash_writer subprocess whose stdout lines are collected as they come."""
 
     def __init__(self, store_dir: Path, log_dir: Path, *, seed: int, **options) -> None:
-        args = [sys.executable, str(WRITER), str(store_dir), "--seed", str(seed)]
+        args = scripts.command("crash_writer", str(store_dir), "--seed", str(seed))
         args += ["--segment-bytes", str(SEGMENT_BYTES), "--cq-entries", str(CQ_ENTRIES)]
         for name, value in options.items():
             args += [f"--{name.replace('_', '-')}", str(value)]
         self.stderr_path = log_dir / f"writer-{time.monotonic_ns()}.err"
         with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err)
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.PIPE, stderr=err, env=scripts.env()
+            )
         self.lines: list[bytes] = []
         self._seen: dict[str, threading.Event] = {
             word: threading.Event() for word in ("OPENING", "READY", "DONE")

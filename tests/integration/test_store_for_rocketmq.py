@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import rocketmq_harness
-from broker_harness import BrokerProcess
 
 from rmq_spark.client import Admin, ClientConfig, Producer
 from rmq_spark.client.cluster import Cluster
@@ -21,7 +19,9 @@ from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec import record as rec
 from rmq_spark.store.checkpoint import read_store_checkpoints, rocketmq_recovery_start
 from rmq_spark.structs import MessageQueue, PullStatus
-from tests.eventually import eventually
+from tests.support import rocketmq_harness
+from tests.support.broker_harness import BrokerProcess
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.skipif(
     not rocketmq_harness.available(),

@@ -11,15 +11,14 @@ import subprocess
 import sys
 import time
 
-import rocketmq_harness
-
 from rmq_spark.client import Admin, Producer
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.store.offline import StoreView
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
-from tests.store_files import snapshot
+from tests.support import rocketmq_harness
+from tests.support.eventually import eventually
+from tests.support.store_files import snapshot
 
 INSPECT = [sys.executable, "-m", "rmq_spark.cli", "store", "inspect"]
 TIMEOUT_S = 60

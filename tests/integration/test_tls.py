@@ -15,9 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-from broker_harness import TEST_STORE_FLAGS, BrokerProcess
-from test_cli import Cli
-from tls_ca import Pki, make_pki
 
 from rmq_spark.client import (
     Admin,
@@ -28,6 +25,9 @@ from rmq_spark.client import (
     PullConsumer,
 )
 from rmq_spark.errors import InvalidArgumentError, UnavailableError
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.cli import Cli
+from tests.support.tls_ca import Pki, make_pki
 
 BROKER = [sys.executable, "-m", "rmq_spark.broker"]
 #: how soon a misconfigured client must give up (it retries UNAVAILABLE)

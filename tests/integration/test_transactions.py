@@ -1,19 +1,16 @@
 """TransactionService on real stores: half messages, commit/rollback, checks, restarts.
 
 Most tests build a ``Broker`` (store + services, no server) on a temp directory; the restart
-tests run a real broker process (``tx_broker_process.py``) and stop or kill it.
+tests run a real broker process (``tests/support/tx_broker_process.py``) and stop or kill it.
 """
 
 from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import tx_broker_process
-from broker_harness import TEST_STORE_OPTIONS
 
 from rmq_spark.broker import BrokerConfig
 from rmq_spark.broker.core.broker import Broker
@@ -26,6 +23,8 @@ from rmq_spark.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
+from tests.support import scripts, tx_broker_process
+from tests.support.broker_harness import TEST_STORE_OPTIONS
 
 TOPIC = "Orders"
 
@@ -212,8 +211,9 @@ def test_failed_copy_is_retried_by_a_repeated_commit(broker, monkeypatch):
 def test_restart_keeps_pending_and_never_redelivers(tmp_path, how):
     store_dir = tmp_path / "store"
     process = subprocess.Popen(
-        [sys.executable, tx_broker_process.__file__, str(store_dir)],
+        scripts.command("tx_broker_process", str(store_dir)),
         stdout=subprocess.PIPE,
+        env=scripts.env(),
         stderr=open(tmp_path / "broker.log", "wb"),  # noqa: SIM115
     )
     try:

@@ -5,8 +5,8 @@
 * ``broker_factory``: brokers of the test's own (for restarts, two brokers, small segments).
 * ``topic``: a fresh topic name.
 
-Helpers (producing, running streams, reading sinks) are in ``spark_helpers.py``; broker
-processes come from ``tests/integration/broker_harness.py``.
+Helpers (producing, running streams, reading sinks) are in ``tests/support/spark_helpers.py``;
+broker processes come from ``tests/support/broker_harness.py``.
 """
 
 from __future__ import annotations
@@ -15,15 +15,11 @@ import itertools
 import os
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO))  # tests.integration.rocketmq_harness
-
-from broker_harness import TEST_STORE_FLAGS, BrokerProcess  # noqa: E402
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess, start_broker
+from tests.support.scripts import REPO
 
 _names = itertools.count()
 
@@ -56,14 +52,6 @@ def spark():
         os.environ.pop("PYTHONPATH", None)
     else:
         os.environ["PYTHONPATH"] = saved
-
-
-def start_broker(directory: Path, name: str, *flags: str, store_flags=TEST_STORE_FLAGS):
-    """A started broker subprocess with its store in ``directory / name``."""
-    broker = BrokerProcess(
-        name, directory / name, directory / f"{name}.log", [*store_flags, *flags]
-    )
-    return broker.start()
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +87,7 @@ def topic(request) -> str:
 def apache(tmp_path_factory):
     """An Apache RocketMQ 4.9 name server and broker (``.name_server``); skips the test
     without a build in ``ROCKETMQ_HOME``."""
-    from tests.integration import rocketmq_harness
+    from tests.support import rocketmq_harness
 
     if not rocketmq_harness.available():
         pytest.skip("needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/")

@@ -1,7 +1,8 @@
 """Chaos: producers, a push consumer group and a Spark query run while the broker is hurt.
 
-The broker's store is on a real small disk (a tmpfs, ``small_fs.py``; where none can be
-mounted, on the test's disk, without the fills, with a warning saying so). In one run:
+The broker's store is on a real small disk (a tmpfs, ``tests/support/small_fs.py``; where
+none can be mounted, on the test's disk, without the fills, with a warning saying so). In
+one run:
 
 * the broker is SIGKILLed ``ROCKETLITE_CHAOS_KILLS`` times (3 by default; set it higher for a
   long run, e.g. ``ROCKETLITE_CHAOS_KILLS=50 ./dev test tests/spark/test_chaos.py``), each
@@ -31,14 +32,14 @@ import time
 import warnings
 
 import pytest
-from broker_harness import TEST_STORE_FLAGS, BrokerProcess, free_port
-from chaos_harness import OffsetWatch, ProducerLoad, PushLoad
-from small_fs import SmallFilesystem
-from spark_helpers import create_topic, start_collecting, stream, unless_stopped
 
 from rmq_spark.store.faults import FSYNC_FAIL_AFTER
 from rmq_spark.store.verify import verify_store
-from tests.eventually import eventually
+from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess, free_port
+from tests.support.chaos_harness import OffsetWatch, ProducerLoad, PushLoad
+from tests.support.eventually import eventually
+from tests.support.small_fs import SmallFilesystem
+from tests.support.spark_helpers import create_topic, start_collecting, stream, unless_stopped
 
 KILLS = int(os.environ.get("ROCKETLITE_CHAOS_KILLS", "3"))
 SEED = int(os.environ.get("ROCKETLITE_CHAOS_SEED", "7"))

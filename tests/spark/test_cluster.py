@@ -15,13 +15,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pyspark
 import pytest
-from broker_harness import free_port
-from spark_helpers import create_topic, produce, unless_exited
 
-from tests.eventually import eventually
+from tests.support import scripts
+from tests.support.broker_harness import free_port
+from tests.support.eventually import eventually
+from tests.support.spark_helpers import create_topic, produce, unless_exited
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
-JOB = Path(__file__).with_name("cluster_job.py")
 
 
 class Daemon:
@@ -87,9 +87,10 @@ def test_standalone_cluster_reads_batch_and_available_now_exactly_once(broker, t
             daemons.append(worker)
         for worker in daemons[1:]:
             worker.wait_for(r"Successfully registered with master")
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        # the job's executors get the repository on PYTHONPATH from the job's environment
+        env = scripts.env(PYSPARK_PYTHON=sys.executable)
         done = subprocess.run(
-            [sys.executable, str(JOB), master_url, broker.endpoint, topic, str(tmp_path)],
+            scripts.command("cluster_job", master_url, broker.endpoint, topic, str(tmp_path)),
             capture_output=True,
             text=True,
             timeout=300,

@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from broker_harness import free_port
-from sink_helpers import bodies
-from spark_helpers import create_topic, produce, unless_exited
 
-from tests.eventually import eventually
+from tests.support import scripts
+from tests.support.broker_harness import free_port
+from tests.support.eventually import eventually
+from tests.support.sink_helpers import bodies
+from tests.support.spark_helpers import create_topic, produce, unless_exited
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 CONNECT_JAR = next((Path(pyspark.__file__).parent / "jars").glob("spark-connect_*.jar"))
-CLIENT = Path(__file__).with_name("connect_client.py")
-REPO = Path(__file__).resolve().parents[2]
+#: run by its path, without PYTHONPATH: a client that does not have the package
+CLIENT = scripts.path("connect_client")
 
 
 @pytest.mark.slow
@@ -37,7 +38,7 @@ def test_connect_client_reads_through_the_server(broker, topic, tmp_path):
         **os.environ,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(scripts.REPO),
     }
     log = tmp_path / "connect-server.log"
     with open(log, "wb") as out:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-import test_examples as examples  # tests/integration: runs an example as a user does
+from tests.support import examples
 
 
 def run_example(name: str) -> str:

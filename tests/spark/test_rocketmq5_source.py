@@ -4,7 +4,8 @@ already speak RocketMQ 5 feed Spark with nothing but their endpoint changed."""
 from __future__ import annotations
 
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
-from spark_helpers import create_topic
+
+from tests.support.spark_helpers import create_topic
 
 
 def test_spark_reads_official_producer_messages_with_tags_keys_properties_and_ids(

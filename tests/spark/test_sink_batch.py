@@ -4,10 +4,10 @@ a consumer sees them; bad input refused with errors naming the column or the row
 from __future__ import annotations
 
 import pytest
-from sink_helpers import bodies, read_all
-from spark_helpers import create_topic
 
 from rmq_spark.client import Admin
+from tests.support.sink_helpers import bodies, read_all
+from tests.support.spark_helpers import create_topic
 
 
 def write(df, endpoints: str, topic: str | None = None, **options):

@@ -5,13 +5,13 @@ once: into the rocketlite broker's remoting port (always), and into Apache Rocke
 from __future__ import annotations
 
 import pytest
-from broker_harness import BrokerProcess
-from sink_helpers import bodies
-from spark_helpers import create_topic
 
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.errors import NotFoundError
-from tests.eventually import eventually
+from tests.support.broker_harness import BrokerProcess
+from tests.support.eventually import eventually
+from tests.support.sink_helpers import bodies
+from tests.support.spark_helpers import create_topic
 
 
 def _write(df, name_server: str, topic: str, **options: str) -> None:

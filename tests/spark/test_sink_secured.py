@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from tls_ca import make_pki
 
 from rmq_spark.client import Admin, ClientConfig, ConsumerConfig, PullConsumer
+from tests.support.tls_ca import make_pki
 
 ADMIN = {"access_key": "admin", "secret_key": "admin-secret"}
 

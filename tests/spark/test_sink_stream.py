@@ -12,15 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
-from sink_helpers import read_all
-from spark_helpers import create_topic, log_tail, start_job, stream, unless_exited
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.errors import NotFoundError
 from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
+from tests.support.eventually import eventually
+from tests.support.sink_helpers import read_all
+from tests.support.spark_helpers import create_topic, log_tail, start_job, stream, unless_exited
 
-JOB = Path(__file__).with_name("sink_copy_job.py")
+JOB = "sink_copy_job"  # tests/support/sink_copy_job.py
 HALF_TOPIC = "RMQ_SYS_SINK_HALF_TOPIC"
 
 

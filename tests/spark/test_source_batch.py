@@ -7,11 +7,11 @@ import time
 
 import pytest
 from pyspark.sql.functions import spark_partition_id
-from spark_helpers import batch, create_topic, produce, rows_of
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.source.partition_options import PARTITIONING_STRATEGIES
 from rmq_spark.structs import MessageQueue
+from tests.support.spark_helpers import batch, create_topic, produce, rows_of
 
 
 def test_rows_carry_every_column(spark, broker, topic):

@@ -8,8 +8,15 @@ import threading
 import time
 
 import pytest
-from broker_harness import free_port, start_in_process_broker
-from spark_helpers import (
+
+from rmq_spark.client import Admin
+from rmq_spark.source.options import SourceOptions
+from rmq_spark.source.planning import QueueRange
+from rmq_spark.source.read import RocketlitePartition, read_partition
+from rmq_spark.structs import MessageQueue
+from tests.support.broker_harness import free_port, start_in_process_broker
+from tests.support.eventually import eventually
+from tests.support.spark_helpers import (
     batch,
     create_topic,
     produce,
@@ -17,13 +24,6 @@ from spark_helpers import (
     run_available_now,
     stream,
 )
-
-from rmq_spark.client import Admin
-from rmq_spark.source.options import SourceOptions
-from rmq_spark.source.planning import QueueRange
-from rmq_spark.source.read import RocketlitePartition, read_partition
-from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
 
 SMALL_SEGMENTS = {"commitlog_segment_bytes": 64 << 10, "consumequeue_entries_per_file": 256}
 
@@ -105,7 +105,7 @@ def test_a_broker_restart_does_not_fail_a_read(broker_factory, topic):
 
 @pytest.mark.slow
 def test_a_stream_survives_a_broker_restart(spark, broker_factory, topic, tmp_path):
-    from spark_helpers import start_collecting, unless_stopped
+    from tests.support.spark_helpers import start_collecting, unless_stopped
 
     broker = broker_factory("broker-s", "--port", str(free_port()))
     create_topic(broker.endpoint, topic, queues=2)
@@ -143,7 +143,7 @@ def test_a_stream_with_default_options_rides_through_broker_kills(
     """SIGKILL the broker while the query reads a backlog, three times, each outage about
     4 s, and restart it on the same port: with the default retry options the query keeps
     running, resumes soon after each restart, and every message arrives exactly once."""
-    from spark_helpers import start_collecting, unless_stopped
+    from tests.support.spark_helpers import start_collecting, unless_stopped
 
     broker = broker_factory("broker-k", "--port", str(free_port()))
     create_topic(broker.endpoint, topic, queues=2)
@@ -192,7 +192,7 @@ def test_available_now_does_not_end_short_after_a_queue_goes_backwards(
     re-created with 10 messages. The new messages are not the continuation of the old ones:
     with failOnDataLoss=true the query fails naming the queue; with false it warns and reads
     the new queue from its first message."""
-    from spark_helpers import Collected
+    from tests.support.spark_helpers import Collected
 
     create_topic(broker.endpoint, topic, queues=1)
     produce(broker.endpoint, topic, {0: 15}, prefix="old")

@@ -1,10 +1,10 @@
 """Killing the Spark driver mid-stream loses nothing and duplicates nothing.
 
-The job (``driver_kill_job.py``) runs in its own process group, writing micro-batches to a
-parquet sink while messages keep arriving. The test SIGKILLs the whole group (driver JVM,
-Python, workers) while a batch is planned but not yet committed, restarts the query from the
-checkpoint in another driver (this test's session), and checks that the sink holds every
-message exactly once.
+The job (``tests/support/driver_kill_job.py``) runs in its own process group, writing
+micro-batches to a parquet sink while messages keep arriving. The test SIGKILLs the whole
+group (driver JVM, Python, workers) while a batch is planned but not yet committed, restarts
+the query from the checkpoint in another driver (this test's session), and checks that the
+sink holds every message exactly once.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from spark_helpers import (
+
+from tests.support.eventually import eventually
+from tests.support.spark_helpers import (
     create_topic,
     produce,
     rows_of,
@@ -26,9 +28,7 @@ from spark_helpers import (
     unless_exited,
 )
 
-from tests.eventually import eventually
-
-JOB = Path(__file__).with_name("driver_kill_job.py")
+JOB = "driver_kill_job"  # tests/support/driver_kill_job.py
 
 
 def _batch_in_flight(checkpoint: Path, at_least: int) -> int | None:

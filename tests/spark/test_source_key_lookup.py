@@ -10,7 +10,7 @@ import json
 import pytest
 
 from rmq_spark.client import Admin, Producer
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 
 def send_keyed(endpoint: str, topic: str, n: int = 300) -> dict[int, str]:

@@ -5,20 +5,16 @@ rocketlite broker's remoting port (always) and from Apache RocketMQ 4.9 itself (
 
 from __future__ import annotations
 
-import sys
 import time
 import zlib
-from pathlib import Path
 
 import pytest
-from spark_helpers import create_topic, rows_of, run_available_now
 
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.structs import MessageQueue
-from tests.integration import rocketmq_harness
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.integration.broker_harness import BrokerProcess
+from tests.support import rocketmq_harness
+from tests.support.broker_harness import BrokerProcess
+from tests.support.spark_helpers import create_topic, rows_of, run_available_now
 
 
 @pytest.fixture(scope="module")

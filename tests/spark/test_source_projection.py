@@ -10,11 +10,12 @@ import zlib
 
 import pytest
 from pyspark.sql import functions as F
-from spark_helpers import messages_pulled, pushdown
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.structs import MessageQueue
+from tests.support.broker_harness import start_broker
+from tests.support.spark_helpers import messages_pulled, pushdown
 
 TOPIC = "Projected"
 TAGS = ["TagA", "TagB", "TagC", None]
@@ -37,8 +38,6 @@ PATHS = ["gRPC", "short-circuit", "remoting", "storePath"]
 def source(tmp_path_factory):
     """A broker with a remoting port, and a topic of 3 queues holding tags, keys,
     properties and compressed bodies."""
-    from conftest import start_broker
-
     root = tmp_path_factory.mktemp("projection")
     broker = start_broker(root, "broker-a", "--remoting-port", "0")
     with Admin(broker.endpoint) as admin:

@@ -12,8 +12,9 @@ import time
 
 import pytest
 from pyspark.sql import functions as F
-from spark_helpers import batch as batch_read
-from spark_helpers import create_topic, messages_pulled, produce, pushdown, rows_of
+
+from tests.support.spark_helpers import batch as batch_read
+from tests.support.spark_helpers import create_topic, messages_pulled, produce, pushdown, rows_of
 
 
 def batch(spark, endpoint, topic, **options):

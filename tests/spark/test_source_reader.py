@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-from spark_helpers import create_topic, produce
 
 from rmq_spark.errors import UnavailableError
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.stream_reader import RocketliteStreamReader
+from tests.support.spark_helpers import create_topic, produce
 
 
 def reader_for(endpoints: str, topic: str, **options: str) -> RocketliteStreamReader:

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 
-from spark_helpers import batch, rows_of, run_available_now, stream
-from tls_ca import make_pki
-
 from rmq_spark.client import Admin, ClientConfig, Producer, ProducerConfig
 from rmq_spark.structs import MessageQueue
+from tests.support.spark_helpers import batch, rows_of, run_available_now, stream
+from tests.support.tls_ca import make_pki
 
 SECRET = "etl-secret-never-printed"
 

@@ -5,9 +5,15 @@ socket is pulled from."""
 
 from __future__ import annotations
 
-from spark_helpers import batch, create_topic, produce, rows_of, run_available_now, stream
-
 from rmq_spark.client import Admin
+from tests.support.spark_helpers import (
+    batch,
+    create_topic,
+    produce,
+    rows_of,
+    run_available_now,
+    stream,
+)
 
 
 def served(endpoint: str) -> tuple[int, int]:

@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-from spark_helpers import batch, create_topic, produce, rows_of
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.structs import MessageQueue
-from tests.store_files import snapshot
+from tests.support.broker_harness import start_broker
+from tests.support.spark_helpers import batch, create_topic, produce, rows_of
+from tests.support.store_files import snapshot
 
 # every column the source yields, in a comparable form
 COLUMNS = [
@@ -41,8 +42,6 @@ def table(df) -> list[tuple]:
 def stopped_store(tmp_path_factory, spark):
     """A store a broker wrote (two topics, tags, keys, properties, a group's offsets,
     several segments), the broker-mode rows of each read below, and the broker stopped."""
-    from conftest import start_broker
-
     root = tmp_path_factory.mktemp("offline")
     flags = ["--commitlog-segment-bytes", "65536", "--consumequeue-entries-per-file", "64"]
     broker = start_broker(root, "broker-x", store_flags=flags)
@@ -134,7 +133,7 @@ def test_bad_store_paths_and_options_say_what_to_do(spark, tmp_path, stopped_sto
 
 
 def test_a_store_apache_rocketmq_wrote(spark, tmp_path):
-    from tests.integration import rocketmq_harness
+    from tests.support import rocketmq_harness
 
     if not rocketmq_harness.available():
         pytest.skip("needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/")

@@ -6,7 +6,12 @@ import json
 import time
 
 import pytest
-from spark_helpers import (
+
+from rmq_spark.cli import main as cli_main
+from rmq_spark.client import Admin, Producer
+from rmq_spark.structs import MessageQueue
+from tests.support.eventually import eventually
+from tests.support.spark_helpers import (
     Collected,
     create_topic,
     group_offsets,
@@ -17,11 +22,6 @@ from spark_helpers import (
     stream,
     unless_stopped,
 )
-
-from rmq_spark.cli import main as cli_main
-from rmq_spark.client import Admin, Producer
-from rmq_spark.structs import MessageQueue
-from tests.eventually import eventually
 
 
 def test_available_now_reads_exactly_resumes_from_checkpoint_and_commits(

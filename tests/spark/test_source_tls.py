@@ -4,10 +4,10 @@ with the options tls and tlsCaFile; a read without them fails with a TLS hint.""
 from __future__ import annotations
 
 import pytest
-from spark_helpers import batch, rows_of
-from tls_ca import make_pki
 
 from rmq_spark.client import Admin, ClientConfig, Producer, ProducerConfig
+from tests.support.spark_helpers import batch, rows_of
+from tests.support.tls_ca import make_pki
 
 
 def test_batch_read_through_tls(spark, broker_factory, topic, tmp_path):

@@ -8,9 +8,9 @@ import sys
 import time
 
 import pytest
-from spark_helpers import unless_exited
 
-from tests.eventually import eventually
+from tests.support.eventually import eventually
+from tests.support.spark_helpers import unless_exited
 
 
 def _job(tmp_path, code: str):

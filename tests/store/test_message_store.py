@@ -22,7 +22,7 @@ from rmq_spark.errors import (
 from rmq_spark.store import MessageStore, StoreConfig, writer
 from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import PullStatus
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 
 def bodies(prefix: str, n: int, size: int = 0) -> list[bytes]:

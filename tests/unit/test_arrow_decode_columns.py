@@ -10,16 +10,6 @@ import zlib
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_arrow_decode import (  # the reference tests' records and corruptions
-    BASE,
-    CASES,
-    corrupt_second_record,
-    flip_body_byte,
-    rec,
-    records,
-    records_buffer,
-    set_magic,
-)
 
 from rmq_spark.codec.arrow_decode import (
     RECORD_SCHEMA,
@@ -31,6 +21,16 @@ from rmq_spark.codec.compression import inflate_bodies
 from rmq_spark.codec.properties import KEYS, TAGS, encode_properties
 from rmq_spark.codec.record import Record, encode_record
 from rmq_spark.errors import CorruptDataError, InvalidArgumentError
+from tests.support.arrow_records import (  # the reference tests' records and corruptions
+    BASE,
+    CASES,
+    corrupt_second_record,
+    flip_body_byte,
+    rec,
+    records,
+    records_buffer,
+    set_magic,
+)
 
 TEXT = b"a body the producer compressed, " * 40
 

@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_arrow_decode import oracle_rows  # the reference decoder's rows, as the columns must be
 
 from rmq_spark.codec.arrow_decode import RECORD_SCHEMA, decode_records, hosts, index_records
 from rmq_spark.codec.properties import KEYS, TAGS, encode_properties
 from rmq_spark.codec.record import Record, encode_record
+from tests.support.arrow_records import oracle_rows  # the reference decoder's rows
 
 BASE = Record(
     topic="TopicTest",

@@ -16,7 +16,7 @@ from rmq_spark.errors import InvalidArgumentError, InvalidNameError, StoreError
 from rmq_spark.offsets import broker_table
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
 from rmq_spark.offsets.json_codec import decode_offset_table
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 # Long enough that the background thread never writes during a test unless asked to.
 QUIET_MS = 600_000

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from rmq_spark.broker.membership.groups import ConsumerRegistry, MembershipEvent
-from tests.unit.membership_fakes import FakeClock, Stream
+from tests.support.membership_fakes import FakeClock, Stream
 
 TIMEOUT_MS = 10_000
 

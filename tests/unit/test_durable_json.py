@@ -21,7 +21,7 @@ from rmq_spark.durable_json import (
     write_json_atomic,
 )
 from rmq_spark.errors import StoreError
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 
 def _require_version(obj: object) -> None:

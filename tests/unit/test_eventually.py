@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 
 def test_returns_the_first_truthy_value():

@@ -15,7 +15,7 @@ import pytest
 from rmq_spark.broker.membership.groups import ConsumerRegistry, MembershipEvent, ends_leases
 from rmq_spark.broker.membership.locks import Lease, QueueLockManager, leases_of
 from rmq_spark.structs import MessageQueue
-from tests.unit.membership_fakes import FakeClock, Stream
+from tests.support.membership_fakes import FakeClock, Stream
 
 GRACE_MS = 1000
 TIMEOUT_MS = 10_000

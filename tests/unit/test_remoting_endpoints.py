@@ -22,7 +22,7 @@ from rmq_spark.remoting.codes import RequestCode as C
 from rmq_spark.remoting.codes import ResponseCode
 from rmq_spark.remoting.frame import Command
 from rmq_spark.remoting.headers import encode_batch
-from tests.integration.broker_harness import TEST_STORE_OPTIONS
+from tests.support.broker_harness import TEST_STORE_OPTIONS
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from rmq_spark.sink.options import SinkOptions
 from rmq_spark.source.batch_reader import FilteringBatchReader, RocketliteBatchReader
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.schema import SPARK_SCHEMA
-from tests.integration.tls_ca import Pki, make_pki
+from tests.support.tls_ca import Pki, make_pki
 
 BASE = {"endpoints": "127.0.0.1:10911", "topic": "orders"}
 

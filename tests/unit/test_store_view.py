@@ -22,7 +22,7 @@ from rmq_spark.errors import (
 )
 from rmq_spark.store import MessageStore, StoreConfig
 from rmq_spark.store.offline import StoreView
-from tests.store_files import snapshot
+from tests.support.store_files import snapshot
 
 TOPICS = {"orders": 3, "events": 2}
 BATCHES = 60

@@ -12,7 +12,7 @@ from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.source.discovery import client_config
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.tls import describe_handshake_failure, is_loopback
-from tests.integration.tls_ca import Pki, make_pki
+from tests.support.tls_ca import Pki, make_pki
 
 BASE = {"endpoints": "127.0.0.1:10911", "topic": "orders"}
 

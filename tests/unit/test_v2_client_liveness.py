@@ -12,7 +12,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rmq_spark.broker.membership.groups import RECONNECT_GRACE_MS
 from rmq_spark.broker.v2.clients import CLIENT_TIMEOUT_MS, ClientRegistry, client_alive
-from tests.unit.membership_fakes import FakeClock
+from tests.support.membership_fakes import FakeClock
 
 GRACE = 1_000
 TIMEOUT = 60_000

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from broker_harness import read_queue
-
 from rmq_spark.client import Admin
 from rmq_spark.structs import MessageQueue
+from tests.support.broker_harness import read_queue
 
 
 def read_all(endpoint: str, topic: str) -> dict[MessageQueue, list[dict]]:

@@ -10,7 +10,7 @@ import grpc
 
 # The official client is part of the pinned development environment (./dev installs the
 # rocketmq5 extra), so these tests run everywhere the suite runs.
-from rocketmq import ClientConfiguration, Credentials
+from rocketmq import ClientConfiguration, Credentials, Message
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc
@@ -20,6 +20,22 @@ from rmq_spark.broker.v2.codes import Code  # noqa: F401 (tests import it from h
 
 def config(endpoint: str) -> ClientConfiguration:
     return ClientConfiguration(endpoint, Credentials(), request_timeout=5)
+
+
+def make_message(topic: str, body: bytes, *, tag=None, keys=(), group=None, props=None):
+    """An official client's Message with these fields set."""
+    message = Message()
+    message.topic = topic
+    message.body = body
+    if tag:
+        message.tag = tag
+    for key in keys:  # the client's setter adds one key per assignment
+        message.keys = key
+    if group:
+        message.message_group = group
+    for name, value in (props or {}).items():
+        message.add_property(name, value)
+    return message
 
 
 @contextlib.contextmanager

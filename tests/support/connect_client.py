@@ -1,6 +1,6 @@
 """A Spark Connect client of the Connect test, in its own process.
 
-    python connect_client.py sc://127.0.0.1:PORT ENDPOINTS TOPIC WORK_DIR
+    python tests/support/connect_client.py sc://127.0.0.1:PORT ENDPOINTS TOPIC WORK_DIR
 
 It reads the topic through the Connect server with a batch read and a Trigger.AvailableNow
 stream into parquet, writes the batch read's bodies to ``TOPIC-copy`` with the

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.eventually import eventually
+from tests.support.eventually import eventually
 
 ROCKETMQ_HOME = os.environ.get("ROCKETMQ_HOME", "")
 OPENS = [

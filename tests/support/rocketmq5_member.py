@@ -1,7 +1,7 @@
 """An official RocketMQ 5 push consumer (``rocketmq-python-client``) in a process of its own,
 for the failover tests (``test_rocketmq5_failover.py``).
 
-Run as ``python rocketmq5_member.py --endpoint E --group G --topic T --out FILE
+Run as ``python -m tests.support.rocketmq5_member --endpoint E --group G --topic T --out FILE
 [--threads N]``. Its listener appends one line per message it is handed to FILE::
 
     <message group or -> <body>

@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from broker_harness import BrokerProcess
 
 from rmq_spark.remoting.frame import Command, decode, encode
+from tests.support.broker_harness import BrokerProcess
 
 WAIT_S = 5.0  # for an answer, or for the broker to hang up
 MIB = 1 << 20

@@ -1,7 +1,7 @@
 """The streaming job of the sink's exactly-once test, run in its own process (and
 SIGKILLed): it copies topic SRC to topic DST through the ``rocketlite`` sink.
 
-    python sink_copy_job.py ENDPOINTS SRC DST CHECKPOINT MARKER [--available-now]
+    python -m tests.support.sink_copy_job ENDPOINTS SRC DST CHECKPOINT MARKER [--available-now]
 
 Each row's body is upper-cased and its key kept as the sharding key. Once per MARKER file,
 the first task attempt that gets a full Arrow batch (40 rows, the session's
@@ -17,7 +17,6 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
 #: spark.sql.execution.arrow.maxRecordsPerBatch of the job's session
 FULL_BATCH = 40
 
@@ -46,10 +45,6 @@ def fail_once(marker: str):
 def main(argv: list[str]) -> int:
     endpoints, source, target, checkpoint, marker = argv[:5]
     available_now = "--available-now" in argv
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
-    )
     from pyspark.sql import SparkSession
 
     spark = (

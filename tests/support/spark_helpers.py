@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rmq_spark.client import Admin, Producer
+from tests.support import scripts
 
 #: (brokerName, queueId, queueOffset) -> body: what a test sent, or what a sink holds
 Messages = dict[tuple[str, int, int], bytes]
@@ -180,17 +181,18 @@ def start_collecting(
 
 
 def unless_stopped(query, check: Callable[[], object]) -> Callable[[], object]:
-    """``check`` for :func:`tests.eventually.eventually` that ends the wait at once, with the
-    query's error, when ``check`` is not met and the streaming ``query`` has stopped."""
+    """``check`` for :func:`tests.support.eventually.eventually` that ends the wait at once,
+    with the query's error, when ``check`` is not met and the streaming ``query`` has
+    stopped."""
     return _unless(
         lambda: None if query.isActive else f"the query stopped: {query.exception()}", check
     )
 
 
 def unless_exited(process, log: Path, check: Callable[[], object]) -> Callable[[], object]:
-    """``check`` for :func:`tests.eventually.eventually` that ends the wait at once, with the
-    tail of ``log``, when ``check`` is not met and ``process`` (a Popen) has exited. A wait
-    that times out reports the tail of ``log`` too."""
+    """``check`` for :func:`tests.support.eventually.eventually` that ends the wait at once,
+    with the tail of ``log``, when ``check`` is not met and ``process`` (a Popen) has exited.
+    A wait that times out reports the tail of ``log`` too."""
 
     def why() -> str | None:
         if process.poll() is None:
@@ -236,18 +238,21 @@ def _unless(why_hopeless: Callable[[], str | None], check: Callable[[], object])
     return checked
 
 
-def start_job(script: Path, args: list[str], log: Path):
-    """``python script args...`` in its own process group (so SIGKILLing the group kills
-    its JVM and Python workers too), appending its output to ``log``."""
+def start_job(module: str, args: list[str], log: Path):
+    """``python -m tests.support.<module> args...`` (a Spark job) in its own process group
+    (so SIGKILLing the group kills its JVM and Python workers too), appending its output to
+    ``log``. The job, its JVM and their Python workers find the package and the data source
+    through the environment (:func:`tests.support.scripts.env`)."""
     import subprocess
     import sys
 
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, str(script), *args],
+            scripts.command(module, *args),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=scripts.env(PYSPARK_PYTHON=sys.executable),
         )
 
 

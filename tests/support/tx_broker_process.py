@@ -1,7 +1,7 @@
 """A broker process for the transaction restart tests.
 
-Run as ``python tx_broker_process.py STORE_DIR``. It serves a broker on the store (clean
-shutdown on SIGTERM, as ``python -m rmq_spark.broker`` does), then through its
+Run as ``python -m tests.support.tx_broker_process STORE_DIR``. It serves a broker on the
+store (clean shutdown on SIGTERM, as ``python -m rmq_spark.broker`` does), then through its
 ``TransactionService`` prepares four transactions on topic ``TxOrders``: ``pending-1``
 (left pending), ``committed-1`` (committed), ``rolled-back-1`` (rolled back) and
 ``pending-2`` (left pending, with its own one-hour check delay), and prints ``DONE``. It then
@@ -13,11 +13,10 @@ from __future__ import annotations
 import sys
 import time
 
-from broker_harness import TEST_STORE_OPTIONS
-
 from rmq_spark.broker import BrokerConfig
 from rmq_spark.broker.server import serve
 from rmq_spark.codec.properties import encode_properties
+from tests.support.broker_harness import TEST_STORE_OPTIONS
 
 TOPIC = "TxOrders"
 

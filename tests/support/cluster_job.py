@@ -1,6 +1,6 @@
 """The job of the standalone-cluster test, run as its own driver process.
 
-    python cluster_job.py MASTER_URL ENDPOINTS TOPIC WORK_DIR
+    python -m tests.support.cluster_job MASTER_URL ENDPOINTS TOPIC WORK_DIR
 
 It reads the topic twice on the cluster's executors: a batch read written to
 ``WORK_DIR/batch`` (parquet), and a Trigger.AvailableNow stream written to
@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def main(argv: list[str]) -> int:
     master, endpoints, topic, work = argv
     from pyspark.sql import SparkSession
 
-    # The executors' Python must have the package: here the same environment as the driver
-    # (docs/spark.md lists the other ways: a wheel in spark.submit.pyFiles, spark.archives).
+    # The executors' Python must have the package: here the same environment as the driver,
+    # whose PYTHONPATH the test sets (docs/spark.md lists the other ways: a wheel in
+    # spark.submit.pyFiles, spark.archives).
     spark = (
         SparkSession.builder.master(master)
         .appName("rocketlite-cluster-test")
@@ -33,7 +31,7 @@ def main(argv: list[str]) -> int:
         .config("spark.executor.memory", "768m")
         .config("spark.cores.max", "2")
         .config("spark.pyspark.python", sys.executable)
-        .config("spark.executorEnv.PYTHONPATH", str(REPO))
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )

@@ -1,10 +1,10 @@
 """A broker process that schedules timer messages, for the timer's crash tests.
 
-Run as ``python timer_broker.py STORE_DIR TOPIC BODY@MS...``: it starts a broker on the
-store (port 0, the test store settings), creates ``TOPIC`` (one queue) if needed, schedules
-each ``BODY`` for delivery ``MS`` milliseconds from now (one message per argument; a
-comma-separated ``A,B@MS`` is one batch), prints ``SCHEDULED <endpoint> <now>`` (``now``:
-the epoch ms the times count from) and runs until it is killed.
+Run as ``python -m tests.support.timer_broker STORE_DIR TOPIC BODY@MS...``: it starts a
+broker on the store (port 0, the test store settings), creates ``TOPIC`` (one queue) if
+needed, schedules each ``BODY`` for delivery ``MS`` milliseconds from now (one message per
+argument; a comma-separated ``A,B@MS`` is one batch), prints ``SCHEDULED <endpoint> <now>``
+(``now``: the epoch ms the times count from) and runs until it is killed.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from broker_harness import start_in_process_broker
-
 from rmq_spark.codec.properties import UNIQ_KEY, encode_properties
+from tests.support.broker_harness import start_in_process_broker
 
 
 def main(store_dir: str, topic: str, *specs: str) -> None:

@@ -1,9 +1,9 @@
 """A push-consumer group member process for the push scale tests (``test_push_scale.py``).
 
-Run as ``python push_member.py --endpoint E --group G --topic T --out FILE [--lease-ms 3000]
-[--persist-ms 500] [--work-ms 0]``. It starts a :class:`PushConsumer` (CLUSTERING, ``avg``,
-from the first offset) with logging at INFO on stderr and a listener that appends one line
-per delivered message to FILE::
+Run as ``python -m tests.support.push_member --endpoint E --group G --topic T --out FILE
+[--lease-ms 3000] [--persist-ms 500] [--work-ms 0]``. It starts a :class:`PushConsumer`
+(CLUSTERING, ``avg``, from the first offset) with logging at INFO on stderr and a listener
+that appends one line per delivered message to FILE::
 
     <msg_id> <queue_id> <queue_offset>
 

@@ -1,6 +1,7 @@
 """Helpers for tests against real brokers: broker subprocesses, in-process brokers, stubs.
 
-The fixtures in ``conftest.py`` wrap these; tests import them for module-scoped brokers.
+The fixtures of ``tests/integration/conftest.py`` and ``tests/spark/conftest.py`` wrap these;
+tests import them for module-scoped brokers.
 """
 
 from __future__ import annotations
@@ -232,6 +233,17 @@ class BrokerProcess:
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def start_broker(
+    directory: Path, name: str, *flags: str, store_flags=TEST_STORE_FLAGS
+) -> BrokerProcess:
+    """A started broker subprocess with its store in ``directory / name`` and its log in
+    ``directory / <name>.log``."""
+    broker = BrokerProcess(
+        name, directory / name, directory / f"{name}.log", [*store_flags, *flags]
+    )
+    return broker.start()
 
 
 def free_port() -> int:

@@ -5,7 +5,7 @@ and the broker's NOTIFY_CONSUMER_IDS_CHANGED requests collected as they come.
 Tests use :class:`RemotingMember` in-process. As a script it is a member in a process of its
 own that a test can SIGKILL::
 
-    python remoting_member.py --address HOST:PORT --group G --topic T --client-id C \\
+    python -m tests.support.remoting_member --address HOST:PORT --group G --topic T --client-id C \\
         --queues 0,1,2,3 --broker-name broker-a
 
 It joins, locks the queues and prints ``locked <queue ids>`` (those it got), then holds them

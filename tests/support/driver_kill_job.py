@@ -1,6 +1,6 @@
 """The streaming job of the driver-kill test, run in its own process (and SIGKILLed).
 
-    python driver_kill_job.py ENDPOINTS TOPIC CHECKPOINT OUTPUT
+    python -m tests.support.driver_kill_job ENDPOINTS TOPIC CHECKPOINT OUTPUT
 
 It reads micro-batches of at most 40 messages every 200 ms into a parquet sink until it is
 killed.
@@ -8,19 +8,11 @@ killed.
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def main(argv: list[str]) -> int:
     endpoints, topic, checkpoint, output = argv
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
-    )
     from pyspark.sql import SparkSession
 
     spark = (

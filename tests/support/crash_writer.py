@@ -1,10 +1,10 @@
 """A writer process for the crash tests: appends deterministic messages until it is killed.
 
-Run as ``python crash_writer.py STORE_DIR [options]``. It opens (and so recovers) the store
-in SYNC flush mode, creates the test topics if needed and appends batches to random queues,
-continuing at each queue's current max offset. The content of every message is a pure
-function of (topic, queue id, queue offset), see :func:`expected_message`, so a test can
-check every record it finds, acknowledged or not.
+Run as ``python -m tests.support.crash_writer STORE_DIR [options]``. It opens (and so
+recovers) the store in SYNC flush mode, creates the test topics if needed and appends
+batches to random queues, continuing at each queue's current max offset. The content of
+every message is a pure function of (topic, queue id, queue offset), see
+:func:`expected_message`, so a test can check every record it finds, acknowledged or not.
 
 Protocol on stdout, one line each, flushed:
 
