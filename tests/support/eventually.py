@@ -10,10 +10,14 @@ should act has exited.
 
 On timeout it raises AssertionError naming ``what``, the timeout, and the last value the
 check returned or the last assertion message it raised.
+
+``await eventually_async(check, what=...)`` is the same wait for a test that runs inside an
+event loop: between two checks it awaits ``asyncio.sleep``, so the loop's other tasks run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -58,6 +62,40 @@ def eventually(
                 f"timed out after {timeout:g} s waiting for {what}; {last(value, last_error)}"
             ) from last_error
         time.sleep(min(interval, left))
+
+
+async def eventually_async(
+    check: Callable[[], T],
+    *,
+    what: str,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    interval: float = 0.0,
+) -> T:
+    """:func:`eventually` inside an event loop: ``check()``'s first truthy result, awaiting
+    ``asyncio.sleep(interval)`` between two calls (0, the default: one turn of the loop, in
+    which every task that is ready runs)."""
+    if timeout < 0 or interval < 0:
+        raise ValueError(
+            f"eventually_async({what!r}): timeout {timeout} and interval {interval} must be >= 0"
+        )
+    deadline = time.monotonic() + timeout
+    while True:
+        value: object = None
+        last_error: AssertionError | None = None
+        try:
+            result = check()
+        except AssertionError as error:
+            last_error = error
+        else:
+            if result:
+                return result
+            value = result
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(
+                f"timed out after {timeout:g} s waiting for {what}; {last(value, last_error)}"
+            ) from last_error
+        await asyncio.sleep(min(interval, left))
 
 
 def last(value: object, error: AssertionError | None) -> str:

@@ -162,15 +162,16 @@ def test_cancelled_call_ends_the_stream_and_drops_the_member(
 ) -> None:
     registry.heartbeat("c1", "GroupA")
     got: list = []
+    first_event = asyncio.Event()
 
     async def read_stream() -> None:
         async for event in registry.watch("GroupA", "c1"):
             got.append(event)
+            first_event.set()
 
     async def cancel_after_the_first_event() -> None:
         task = asyncio.create_task(read_stream())
-        while not got:
-            await asyncio.sleep(0.01)
+        await first_event.wait()
         task.cancel()  # what grpc.aio does when the client goes away
         await asyncio.gather(task, return_exceptions=True)
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 
 import pytest
 
-from tests.support.eventually import eventually
+from tests.support.eventually import eventually, eventually_async
 
 
 def test_returns_the_first_truthy_value():
@@ -104,3 +105,36 @@ def test_another_exception_ends_the_wait_at_once():
 def test_a_negative_timeout_or_a_non_positive_interval_is_refused(timeout, interval):
     with pytest.raises(ValueError, match=f"timeout {timeout} must be >= 0 and interval"):
         eventually(lambda: True, what="x", timeout=timeout, interval=interval)
+
+
+# --- inside an event loop -------------------------------------------------------------------
+
+
+def test_async_waits_while_the_loops_other_tasks_run():
+    async def scenario():
+        done = []
+
+        async def worker():
+            for step in range(3):
+                await asyncio.sleep(0)
+                done.append(step)
+
+        task = asyncio.create_task(worker())
+        assert await eventually_async(lambda: len(done) == 3 and done, what="3 steps") == [0, 1, 2]
+        await task
+
+    asyncio.run(scenario())
+
+
+def test_async_timeout_names_what_was_awaited_and_the_last_assertion():
+    def check():
+        raise AssertionError("not there")
+
+    with pytest.raises(AssertionError, match=r"after 0.05 s waiting for x; last assertion: not"):
+        asyncio.run(eventually_async(check, what="x", timeout=0.05, interval=0.01))
+
+
+@pytest.mark.parametrize(("timeout", "interval"), [(-1, 0), (1, -0.1)])
+def test_async_refuses_a_negative_timeout_or_interval(timeout, interval):
+    with pytest.raises(ValueError, match="must be >= 0"):
+        asyncio.run(eventually_async(lambda: True, what="x", timeout=timeout, interval=interval))
