@@ -27,6 +27,7 @@ from rmq_spark.codec.properties import (
 from rmq_spark.codec.record import Record, decode_record, iter_records
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
 from tests.support.broker_harness import LocalBroker, Stubs, start_in_process_broker
+from tests.support.eventually import eventually
 
 LEVELS = "100ms 150ms 200ms 250ms 300ms"
 LEVELS_MS = [100, 150, 200, 250, 300]
@@ -295,7 +296,11 @@ def test_pending_delayed_messages_survive_a_restart_exactly_once(tmp_path, conne
         records = broker.pull_until("TopicA", 0, 5)
         bodies = [r.body for r in records]
         assert bodies == [b"early-1", b"early-2", b"late-1", b"late-2", b"late-3"]
-        time.sleep(0.3)  # nothing more comes: no second delivery of either batch
-        assert broker.pull("TopicA", 5) == []
+        # settled: no delay level has anything left to deliver, so nothing more can come
+        eventually(
+            lambda: not any(broker.local.broker.delays.pending().values()),
+            what="every delay level delivered",
+        )
+        assert broker.pull("TopicA", 5) == []  # no second delivery of either batch
     saved = json.loads((store_dir / "config" / "delayOffset.json").read_text())
     assert saved["offsetTable"]["5"] == 3

@@ -9,6 +9,7 @@ timer delivered it.
 from __future__ import annotations
 
 import random
+import re
 import signal
 import subprocess
 import time
@@ -168,16 +169,20 @@ def test_clean_stop_keeps_pending_messages_and_delivers_each_once(tmp_path):
     local = start_in_process_broker(store_dir)
     try:
         eventually(lambda: len(records_of(local.broker.store)) == 4, what="the late deliveries")
-        time.sleep(0.5)
+        # settled: nothing waits in the timer, and its journal holds the three deliveries
+        eventually(
+            lambda: local.broker.timers.pending() == 0 and journaled_offsets(store_dir) == 3,
+            what="the timer to have nothing left to deliver",
+        )
         bodies = [r.body for r in records_of(local.broker.store)]
         assert bodies == [b"early", b"late1", b"late0", b"late2"]
     finally:
         local.stop()
     local = start_in_process_broker(store_dir)  # and once more: nothing is delivered again
     try:
-        time.sleep(0.5)
-        assert len(records_of(local.broker.store)) == 4
+        # the timer rebuilt what waits when it started: nothing, so nothing can come
         assert local.broker.timers.pending() == 0
+        assert len(records_of(local.broker.store)) == 4
     finally:
         local.stop()
 
@@ -192,6 +197,10 @@ def pull_all(stubs, topic: str = "TopicK") -> list[bytes]:
         timeout=10,
     )
     return [r.body for r in iter_records(answer.records)]
+
+
+#: the timer's start-up line when messages wait (none: nothing to deliver)
+WAITING = re.compile(r"timer: (\d+) message\(s\) waiting")
 
 
 def journaled_offsets(store_dir: Path) -> int:
@@ -235,13 +244,19 @@ def test_sigkilled_broker_delivers_everything_once_after_restart(tmp_path, conne
     expected = [b"e0", b"e1", b"l1", b"l2", b"l4", b"l0", b"l3"]
     try:
         stubs = connect(broker.start().endpoint)
+        # the timer logs what waits when it starts, before the broker serves
+        assert WAITING.findall(broker.log_text()) == ["5"], broker.log_tail()
         eventually(lambda: len(pull_all(stubs)) >= len(expected), what="every delivery")
-        time.sleep(0.5)
+        # settled: the journal holds every delivery (the two before the kill too)
+        eventually(
+            lambda: journaled_offsets(store_dir) == len(expected), what="every delivery journaled"
+        )
         assert pull_all(stubs) == expected  # late, in time order, and none twice
 
         broker.kill()  # the deliveries are only in the journal now
+        logged = len(broker.log_text())
         stubs = connect(broker.start().endpoint)
-        time.sleep(1.0)
+        assert WAITING.findall(broker.log_text()[logged:]) == [], broker.log_tail()  # none
         assert pull_all(stubs) == expected
     finally:
         broker.clean_up()

@@ -27,6 +27,7 @@ from tests.support.push_group import (
     QUEUES,
     ContinuousProducer,
     Member,
+    delivered_max,
     tally,
     wait_all_seen,
     wait_progress,
@@ -82,7 +83,18 @@ def test_a_killed_members_queues_move_to_the_survivor_within_3_s(setup):
         victim, survivor = pair
         victim_queues = set(victim.last_rebalance()["queues"])  # type: ignore[index]
         assert len(victim_queues) == QUEUES // 2
-        time.sleep(1.0)  # the victim delivers past its last persisted offsets
+
+        def delivered_past_the_commits() -> bool:
+            committed = {mq.queue_id: o for mq, o in admin.consumer_offsets(group, topic).items()}
+            delivered = delivered_max([victim])
+            return any(delivered.get(q, -1) >= committed.get(q, 0) for q in victim_queues)
+
+        eventually(
+            delivered_past_the_commits,
+            what="the victim to deliver past its last persisted offsets",
+            timeout=30,
+            interval=0.05,
+        )
 
         seen_before = len(survivor.read())
         victim.process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]

@@ -40,19 +40,19 @@ def name_server(request, tmp_path_factory):
 
 def _topic(client: RemotingClient, name: str) -> list[MessageQueue]:
     """A topic made by a first send (auto-creation), and its queues once routed."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def routed() -> list[MessageQueue]:
         try:
             return client.route(name).writable
-        except NotFoundError:
-            if time.monotonic() > deadline:
-                raise
+        except NotFoundError as missing:
             # Nothing knows the topic yet: one send through the broker's default route
             # creates it (RocketMQ registers it with the name server within seconds).
             default = client.route("TBW102")
             probe = MessageQueue(name, default.writable[0].broker_name, 0)
             client.send(probe, [b"created"], [{"TAGS": "Init"}])
-            time.sleep(1)
+            raise AssertionError(str(missing)) from None
+
+    return eventually(routed, what=f"topic {name} in its route", timeout=30, interval=1)
 
 
 def test_sends_and_pulls_round_trip_with_properties_and_tag_filters(name_server):

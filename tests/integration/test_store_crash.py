@@ -34,10 +34,12 @@ from rmq_spark.codec import record as rec
 from rmq_spark.codec.properties import decode_properties
 from rmq_spark.errors import StoreLockedError
 from rmq_spark.store import MessageStore
+from rmq_spark.store.checkpoint import read_store_checkpoints
 from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import PullStatus
 from tests.support import crash_writer, scripts
 from tests.support.crash_writer import TOPICS, batch_digest, expected_message
+from tests.support.eventually import eventually
 
 SEGMENT_BYTES = 64 * 1024
 CQ_ENTRIES = 64  # 1,280-byte consume-queue files: a queue rolls every 64 messages
@@ -265,15 +267,21 @@ def crashed_store(tmp_path_factory) -> tuple[Path, list[Ack]]:
     """A store left behind by a writer that was SIGKILLed after its last acknowledgement.
 
     A real process and a real kill are the most faithful way to get a crashed store: the
-    abort file stays behind and nothing was closed. The writer idles a moment before the
-    kill so its checkpoint (every 20 ms here) already covers the last record: recovery
-    must check the records of the checkpoint's segment anyway.
+    abort file stays behind and nothing was closed. The writer is killed once its
+    checkpoint (every 20 ms here) covers the last record: recovery must check the records
+    of the checkpoint's segment anyway.
     """
     base = tmp_path_factory.mktemp("crashed")
     store_dir = base / "store"
     writer = Writer(store_dir, base, seed=20240611, batches=60, checkpoint_ms=20)
     writer.wait_for("DONE")
-    time.sleep(0.2)
+    last_record = writer.acks()[-1].last_physical
+
+    def checkpointed() -> bool:
+        ours = read_store_checkpoints(store_dir).rocketlite
+        return ours is not None and ours.safe_offset > last_record
+
+    eventually(checkpointed, what="a checkpoint past the last record", interval=0.01)
     writer.kill()
     acks = writer.acks()
     assert len(acks) == 60

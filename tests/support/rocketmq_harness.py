@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -261,14 +260,17 @@ def make_topic(client, topic: str, timeout_s: float = 30) -> tuple[list, int]:
     from rmq_spark.errors import NotFoundError
     from rmq_spark.structs import MessageQueue
 
-    deadline = time.monotonic() + timeout_s
     first = 0
-    while True:
+
+    def routed() -> list:
+        nonlocal first
         try:
-            return client.route(topic).writable, first
-        except NotFoundError:
+            return client.route(topic).writable
+        except NotFoundError as missing:
             default = client.route("TBW102").writable[0]
             client.send(MessageQueue(topic, default.broker_name, 0), [b"first"])
             first += 1
-            assert time.monotonic() < deadline, f"topic {topic} never showed up in its route"
-            time.sleep(1)
+            raise AssertionError(str(missing)) from None
+
+    queues = eventually(routed, what=f"topic {topic} in its route", timeout=timeout_s, interval=1)
+    return queues, first
