@@ -153,7 +153,9 @@ _BY_CODE: dict[str, type[RocketliteError]] = {
 }
 
 
-def error_from_status(code_name: str, message: str, class_name: str | None = None):
+def error_from_status(
+    code_name: str, message: str, class_name: str | None = None
+) -> RocketliteError:
     """Rebuild the exception a broker raised from its gRPC status (client side).
 
     The class named in the trailing metadata wins when it has the same status code;

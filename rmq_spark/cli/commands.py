@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rmq_spark.cli.output import (
     emit,
@@ -28,16 +28,36 @@ from rmq_spark.clock import monotonic_ms
 from rmq_spark.errors import NotFoundError
 
 if TYPE_CHECKING:
+    import argparse
+
+    import pyarrow as pa
+
+    from rmq_spark.client import Message, SendResult, TopicInfo
     from rmq_spark.structs import MessageQueue
 
 
-def cmd_broker(args) -> int:
+class KeyQuery(Protocol):
+    """``Admin.query_messages`` or ``RemotingClient.query_messages``: per broker that holds
+    messages under a key, a batch of them and the broker's name."""
+
+    def __call__(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_count: int = ...,
+        begin_ms: int | None = ...,
+        end_ms: int | None = ...,
+    ) -> list[tuple[pa.RecordBatch, str]]: ...
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
     from rmq_spark.broker.__main__ import run
 
     return run(args)
 
 
-def cmd_topic(args) -> int:
+def cmd_topic(args: argparse.Namespace) -> int:
     from rmq_spark.client import Admin
 
     with Admin(args.endpoints, client_config(args)) as admin:
@@ -78,7 +98,7 @@ def cmd_topic(args) -> int:
     return 0
 
 
-def _topic_row(t) -> dict:
+def _topic_row(t: TopicInfo) -> dict[str, Any]:
     return {
         "topic": t.topic,
         "broker": t.broker_name,
@@ -89,11 +109,11 @@ def _topic_row(t) -> dict:
     }
 
 
-def perm_text(perm) -> str:
+def perm_text(perm: int) -> str:
     return {2: "write", 4: "read", 6: "read+write"}.get(int(perm), str(int(perm)))
 
 
-def cmd_send(args) -> int:
+def cmd_send(args: argparse.Namespace) -> int:
     from rmq_spark.client import Producer, ProducerConfig
 
     with Producer(args.endpoints, config=ProducerConfig(**tls_settings(args))) as producer:
@@ -109,7 +129,9 @@ def cmd_send(args) -> int:
         )
 
 
-def send_messages(args, send_batch: Callable[[list], list]) -> int:
+def send_messages(
+    args: argparse.Namespace, send_batch: Callable[[list[Message]], list[SendResult]]
+) -> int:
     """``send``'s loop, whichever producer ``send_batch`` is: the BODY words as one batch,
     or stdin's lines in batches of 256; a result table, JSON lines, or progress."""
     from rmq_spark.client import Message
@@ -155,7 +177,7 @@ def send_messages(args, send_batch: Callable[[list], list]) -> int:
     return 0
 
 
-def cmd_consume(args) -> int:
+def cmd_consume(args: argparse.Namespace) -> int:
     from rmq_spark.client import ConsumerConfig, PullConsumer
 
     # Check --from before connecting, so a typo is reported as such.
@@ -223,7 +245,7 @@ def cmd_consume(args) -> int:
     return 130 if interrupted else 0
 
 
-def cmd_offsets(args) -> int:
+def cmd_offsets(args: argparse.Namespace) -> int:
     from rmq_spark.client import Admin
 
     with Admin(args.endpoints, client_config(args)) as admin:
@@ -248,7 +270,7 @@ def cmd_offsets(args) -> int:
     return 0
 
 
-def cmd_message(args) -> int:
+def cmd_message(args: argparse.Namespace) -> int:
     from rmq_spark.client import Admin
 
     with Admin(args.endpoints, client_config(args)) as admin:
@@ -259,7 +281,7 @@ def cmd_message(args) -> int:
         return show_key_matches(args, admin.query_messages)
 
 
-def show_key_matches(args, query_messages) -> int:
+def show_key_matches(args: argparse.Namespace, query_messages: KeyQuery) -> int:
     """Ask ``query_messages`` (``Admin``'s or ``RemotingClient``'s: per broker, a batch and
     its name) for the messages of ``message --key`` and print the newest ``--max`` of them;
     none found is an error."""
@@ -288,7 +310,7 @@ def show_key_matches(args, query_messages) -> int:
     return 0
 
 
-def print_message_blocks(args, rows: list[dict]) -> None:
+def print_message_blocks(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     """Messages as JSON lines, or one block of ``name: value`` lines each."""
     if args.json:
         print_json_lines(rows)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 from rmq_spark.cli.commands import perm_text, send_messages, show_key_matches
 from rmq_spark.cli.output import emit, message_rows, print_message
@@ -16,17 +17,22 @@ from rmq_spark.names import SYSTEM_PREFIXES
 from rmq_spark.remoting.codes import PERM_READ, PERM_WRITE
 from rmq_spark.structs import MessageQueue, PullStatus
 
+if TYPE_CHECKING:
+    import argparse
+
+    from rmq_spark.client.remoting import RemotingClient, Route
+
 #: the pause between two rounds of pulls that found nothing (follow mode)
 IDLE_PAUSE_S = 0.25
 
 
-def _client(args):
+def _client(args: argparse.Namespace) -> RemotingClient:
     from rmq_spark.client.remoting import RemotingClient
 
     return RemotingClient(args.namesrv, client_config(args))
 
 
-def ns_topic(args) -> int:
+def ns_topic(args: argparse.Namespace) -> int:
     if args.action not in ("list", "describe"):
         raise RocketliteError(
             f"topic {args.action} is not available with --namesrv; use mqadmin updateTopic / "
@@ -67,13 +73,13 @@ def ns_topic(args) -> int:
     return 0
 
 
-def _perm(mq: MessageQueue, route) -> str:
+def _perm(mq: MessageQueue, route: Route) -> str:
     return perm_text(
         (PERM_READ if mq in route.readable else 0) | (PERM_WRITE if mq in route.writable else 0)
     )
 
 
-def ns_send(args) -> int:
+def ns_send(args: argparse.Namespace) -> int:
     from rmq_spark.client.remoting import RemotingProducer
 
     if args.delay_level:
@@ -91,7 +97,7 @@ def ns_send(args) -> int:
         )
 
 
-def ns_consume(args) -> int:
+def ns_consume(args: argparse.Namespace) -> int:
     start = args.start or ("earliest" if args.group is None else None)
     timestamp = None if start in (None, "earliest", "latest") else parse_timestamp(start)
     shown = 0
@@ -135,7 +141,13 @@ def ns_consume(args) -> int:
     return 0
 
 
-def _start(client, mq: MessageQueue, start, timestamp, group) -> int:
+def _start(
+    client: RemotingClient,
+    mq: MessageQueue,
+    start: str | None,
+    timestamp: int | None,
+    group: str | None,
+) -> int:
     if timestamp is not None:
         return client.offset_at(mq, timestamp)
     if start == "latest":
@@ -147,11 +159,11 @@ def _start(client, mq: MessageQueue, start, timestamp, group) -> int:
     return client.min_offset(mq)
 
 
-def ns_offsets(args) -> int:
+def ns_offsets(args: argparse.Namespace) -> int:
     if not args.topic:
         raise RocketliteError("offsets with --namesrv needs --topic: the group's topic to read")
     with _client(args) as client:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for mq in client.route(args.topic).readable:
             low, high = client.min_offset(mq), client.max_offset(mq)
             committed = client.committed_offset(args.group, mq)
@@ -172,7 +184,7 @@ def ns_offsets(args) -> int:
     return 0
 
 
-def ns_message(args) -> int:
+def ns_message(args: argparse.Namespace) -> int:
     if args.key is None:
         raise RocketliteError(
             "message MSG_ID is not available with --namesrv; use mqadmin queryMsgById there, "

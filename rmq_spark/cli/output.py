@@ -7,9 +7,17 @@ import base64
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    import argparse
+
+    import pyarrow as pa
 
 
-def print_table(rows: Sequence[dict], columns: Sequence[str], out=None) -> None:
+def print_table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str], out: TextIO | None = None
+) -> None:
     """Print ``rows`` as an aligned table with ``columns`` as headers."""
     out = out or sys.stdout
     cells = [[_cell(row.get(c)) for c in columns] for row in rows]
@@ -19,7 +27,7 @@ def print_table(rows: Sequence[dict], columns: Sequence[str], out=None) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(), file=out)
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -29,14 +37,14 @@ def _cell(value) -> str:
     return str(value)
 
 
-def print_json_lines(rows: Iterable[dict], out=None) -> None:
+def print_json_lines(rows: Iterable[dict[str, Any]], out: TextIO | None = None) -> None:
     out = out or sys.stdout
     for row in rows:
         out.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
     out.flush()
 
 
-def _json_default(value):
+def _json_default(value: object) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode()
     raise TypeError(f"cannot serialise {type(value).__name__}")
@@ -50,7 +58,7 @@ def body_text(body: bytes) -> str:
         return "base64:" + base64.b64encode(body).decode()
 
 
-def emit(args, rows: list[dict], columns: list[str]) -> None:
+def emit(args: argparse.Namespace, rows: list[dict[str, Any]], columns: list[str]) -> None:
     if args.json:
         print_json_lines(rows)
     else:
@@ -64,7 +72,7 @@ def progress(text: str | None) -> None:
     sys.stderr.flush()
 
 
-def message_rows(batch, broker_name: str) -> list[dict]:
+def message_rows(batch: pa.RecordBatch, broker_name: str) -> list[dict[str, Any]]:
     data = batch.to_pydict()
     rows = []
     for i in range(batch.num_rows):
@@ -86,7 +94,7 @@ def message_rows(batch, broker_name: str) -> list[dict]:
     return rows
 
 
-def print_message(args, row: dict) -> None:
+def print_message(args: argparse.Namespace, row: dict[str, Any]) -> None:
     if args.json:
         print_json_lines([row])
     else:

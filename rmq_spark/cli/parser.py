@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from rmq_spark.cli.commands import (
     cmd_broker,
@@ -27,7 +28,7 @@ class CommandParser(argparse.ArgumentParser):
 
     subcommands: dict[str, argparse.ArgumentParser]
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 

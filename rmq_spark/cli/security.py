@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rmq_spark.cli.output import emit
 from rmq_spark.cli.settings import client_config, read_secret
 from rmq_spark.errors import RocketliteError
 
+if TYPE_CHECKING:
+    import argparse
 
-def cmd_user(args) -> int:
+
+def cmd_user(args: argparse.Namespace) -> int:
     from rmq_spark.client import Admin
 
     with Admin(args.endpoints, client_config(args)) as admin:
@@ -37,7 +42,7 @@ def cmd_user(args) -> int:
     return 0
 
 
-def cmd_acl(args) -> int:
+def cmd_acl(args: argparse.Namespace) -> int:
     from rmq_spark.client import Admin
 
     with Admin(args.endpoints, client_config(args)) as admin:

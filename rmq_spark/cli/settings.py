@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 from rmq_spark.errors import RocketliteError
 
+if TYPE_CHECKING:
+    import argparse
 
-def tls_settings(args) -> dict:
+    from rmq_spark.client import ClientConfig
+    from rmq_spark.spark_options.connect_options import TlsFields
+
+T = TypeVar("T")
+
+
+def tls_settings(args: argparse.Namespace) -> TlsFields:
     """The ClientConfig TLS fields from ``--tls``, ``--tls-ca-file``, ``--tls-cert-file`` and
     ``--tls-key-file`` (checked: a file flag needs ``--tls``, cert and key go together)."""
     given = [
@@ -32,7 +41,7 @@ def tls_settings(args) -> dict:
     }
 
 
-def client_config(args):
+def client_config(args: argparse.Namespace) -> ClientConfig:
     from rmq_spark.client import ClientConfig
 
     return ClientConfig(**tls_settings(args))
@@ -53,8 +62,8 @@ def parse_timestamp(text: str) -> int:
     return int(text)
 
 
-def chunks(items: Iterable, size: int):
-    chunk = []
+def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    chunk: list[T] = []
     for item in items:
         chunk.append(item)
         if len(chunk) >= size:
@@ -64,7 +73,7 @@ def chunks(items: Iterable, size: int):
         yield chunk
 
 
-def read_secret(args) -> str:
+def read_secret(args: argparse.Namespace) -> str:
     """The new user's secret: ``--secret-file``, else a prompt without echo on a terminal,
     else one line of stdin. Never printed."""
     if args.secret_file:

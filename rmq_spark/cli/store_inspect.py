@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rmq_spark.cli.commands import perm_text
 from rmq_spark.cli.output import print_table
@@ -23,6 +23,7 @@ from rmq_spark.names import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from rmq_spark.store.offline import StoreView
+    from rmq_spark.store.offline_meta import StoredTopic
 
 #: exit status of a DIR that is missing or not a store (a usage error, as argparse's)
 USAGE_ERROR = 2
@@ -42,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     inspect.set_defaults(func=cmd_store_inspect)
 
 
-def cmd_store_inspect(args) -> int:
+def cmd_store_inspect(args: argparse.Namespace) -> int:
     from rmq_spark.store.offline import StoreView
 
     try:
@@ -102,7 +103,7 @@ def inspect_store(view: StoreView) -> dict[str, Any]:
     }
 
 
-def _topic(view: StoreView, name: str, topic) -> dict[str, Any]:
+def _topic(view: StoreView, name: str, topic: StoredTopic) -> dict[str, Any]:
     queues = []
     for queue_id in view.queues(name):
         low, high = view.queue_range(name, queue_id)
@@ -186,7 +187,7 @@ def _delay_levels(view: StoreView, maxima: dict[tuple[str, int], int]) -> list[d
 # -- printing ----------------------------------------------------------------------------
 
 
-def print_report(report: dict[str, Any], out=None) -> None:
+def print_report(report: dict[str, Any], out: TextIO | None = None) -> None:
     """The report as headed, aligned tables."""
     out = out or sys.stdout
     for label, value in _summary(report):
