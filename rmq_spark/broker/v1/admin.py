@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import grpc
+
 import rmq_spark
 from rmq_spark.auth import acl_admin
+from rmq_spark.auth.acl_file import AclFile
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.messaging import TopicConfig
@@ -26,14 +29,16 @@ _FLUSH_MODES = {"ASYNC": admin_pb2.FLUSH_MODE_ASYNC, "SYNC": admin_pb2.FLUSH_MOD
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, broker: Broker, workers: Workers, acl=None) -> None:
+    def __init__(self, broker: Broker, workers: Workers, acl: AclFile | None = None) -> None:
         self._broker = broker
         self._workers = workers
         #: the broker's AclFile (rmq_spark.auth.acl_file), None without --acl
         self._acl = acl
 
     @blocking
-    def CreateTopic(self, request, context):
+    def CreateTopic(
+        self, request: admin_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.CreateTopicResponse:
         topic = check_manageable(validate_topic(request.topic))
         default = self._broker.config.default_topic_queues
         read = checks.non_negative(request.read_queue_nums, "read_queue_nums") or default
@@ -50,7 +55,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.CreateTopicResponse(topic=topic_config_pb(config))
 
     @blocking
-    def UpdateTopic(self, request, context):
+    def UpdateTopic(
+        self, request: admin_pb2.UpdateTopicRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.UpdateTopicResponse:
         topic = check_manageable(validate_topic(request.topic, allow_system=True))
         config = self._broker.messaging.topics.update(
             topic,
@@ -62,13 +69,17 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.UpdateTopicResponse(topic=topic_config_pb(config))
 
     @blocking
-    def DeleteTopic(self, request, context):
+    def DeleteTopic(
+        self, request: admin_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.DeleteTopicResponse:
         topic = check_manageable(validate_topic(request.topic, allow_system=True))
         self._broker.messaging.delete_topic(topic)  # held pulls on it answer NOT_FOUND now
         return admin_pb2.DeleteTopicResponse()
 
     @blocking
-    def GetTopicRoute(self, request, context):
+    def GetTopicRoute(
+        self, request: admin_pb2.GetTopicRouteRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.GetTopicRouteResponse:
         topic = validate_topic(request.topic, allow_system=True)
         config = self._broker.messaging.topics.get(topic)
         broker_perm = self._broker.config.broker_perm
@@ -87,7 +98,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
 
     @blocking
-    def ListTopics(self, request, context):
+    def ListTopics(
+        self, request: admin_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListTopicsResponse:
         topics = self._broker.messaging.topics.list()
         if not request.include_system_topics:
             topics = [t for t in topics if not checks.is_system_topic(t.name)]
@@ -96,7 +109,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
 
     @blocking
-    def GetBrokerInfo(self, request, context):
+    def GetBrokerInfo(
+        self, request: admin_pb2.GetBrokerInfoRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.GetBrokerInfoResponse:
         broker = self._broker
         config = broker.config
         return admin_pb2.GetBrokerInfoResponse(
@@ -132,7 +147,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     # --- users and grants: edits of the ACL file ---------------------------------------
 
-    def _acl_file(self):
+    def _acl_file(self) -> AclFile:
         if self._acl is None:
             raise StoreError(
                 "this broker runs without access control (no --acl FILE): there are no "
@@ -141,7 +156,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return self._acl
 
     @blocking
-    def CreateUser(self, request, context):
+    def CreateUser(
+        self, request: admin_pb2.CreateUserRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.CreateUserResponse:
         user_type = "Super" if request.user_type == admin_pb2.USER_TYPE_SUPER else "Normal"
         row = self._acl_file().edit(
             lambda data: acl_admin.create_user(data, request.username, request.secret, user_type)
@@ -149,19 +166,25 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.CreateUserResponse(user=_user_pb(row))
 
     @blocking
-    def DeleteUser(self, request, context):
+    def DeleteUser(
+        self, request: admin_pb2.DeleteUserRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.DeleteUserResponse:
         acl = self._acl_file()
         acl_admin.check_username(request.username)
         acl.edit(lambda data: acl_admin.delete_user(data, request.username))
         return admin_pb2.DeleteUserResponse()
 
     @blocking
-    def ListUsers(self, request, context):
+    def ListUsers(
+        self, request: admin_pb2.ListUsersRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListUsersResponse:
         rows = self._acl_file().read(acl_admin.list_users)
         return admin_pb2.ListUsersResponse(users=[_user_pb(r) for r in rows])
 
     @blocking
-    def GrantAcl(self, request, context):
+    def GrantAcl(
+        self, request: admin_pb2.GrantAclRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.GrantAclResponse:
         acl = self._acl_file()
         acl_admin.check_username(request.username)
         decision = "Deny" if request.decision == admin_pb2.ACL_DECISION_DENY else "Allow"
@@ -178,14 +201,18 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.GrantAclResponse(acl=_user_acl_pb(request.username, rows))
 
     @blocking
-    def RevokeAcl(self, request, context):
+    def RevokeAcl(
+        self, request: admin_pb2.RevokeAclRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.RevokeAclResponse:
         acl = self._acl_file()
         acl_admin.check_username(request.username)
         rows = acl.edit(lambda data: acl_admin.revoke(data, request.username, request.resource))
         return admin_pb2.RevokeAclResponse(acl=_user_acl_pb(request.username, rows))
 
     @blocking
-    def ListAcls(self, request, context):
+    def ListAcls(
+        self, request: admin_pb2.ListAclsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListAclsResponse:
         found = self._acl_file().read(lambda data: acl_admin.list_acls(data, request.username))
         return admin_pb2.ListAclsResponse(
             acls=[_user_acl_pb(name, rows) for name, rows in found.items()]
@@ -244,5 +271,5 @@ def store_stats_pb(stats: dict) -> admin_pb2.StoreStats:
     )
 
 
-def _optional(request, field: str) -> Any:
+def _optional(request: admin_pb2.UpdateTopicRequest, field: str) -> Any:
     return getattr(request, field) if request.HasField(field) else None

@@ -8,8 +8,10 @@ group's retry topic on its first CLUSTERING heartbeat (RocketMQ does the same).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+import grpc
 
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.membership.groups import MembershipEvent
@@ -20,7 +22,7 @@ from rmq_spark.clock import now_ms
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError
 from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import groups_pb2, groups_pb2_grpc
+from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, groups_pb2, groups_pb2_grpc
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire import mq_to_pb
 
@@ -81,7 +83,9 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
         self._workers = workers
 
     @blocking
-    def Heartbeat(self, request, context):
+    def Heartbeat(
+        self, request: groups_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> groups_pb2.HeartbeatResponse:
         group = validate_group(request.consumer_group)
         client_id = validate_client_id(request.client_id)
         model = _enum_value(_MESSAGE_MODELS, request.message_model, "message_model")
@@ -147,20 +151,26 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
         topics.ensure_system_topic(name, 1)
 
     @blocking
-    def Unregister(self, request, context):
+    def Unregister(
+        self, request: groups_pb2.UnregisterRequest, context: grpc.aio.ServicerContext
+    ) -> groups_pb2.UnregisterResponse:
         group = validate_group(request.consumer_group)
         self._broker.consumers.unregister(validate_client_id(request.client_id), group)
         return groups_pb2.UnregisterResponse()
 
     @blocking
-    def GetConsumerList(self, request, context):
+    def GetConsumerList(
+        self, request: groups_pb2.GetConsumerListRequest, context: grpc.aio.ServicerContext
+    ) -> groups_pb2.GetConsumerListResponse:
         event = self._broker.consumers.snapshot(validate_group(request.consumer_group))
         return groups_pb2.GetConsumerListResponse(
             consumer_ids=event.consumer_ids, membership_version=event.version
         )
 
     @streaming
-    async def WatchConsumerChanges(self, request, context):
+    async def WatchConsumerChanges(
+        self, request: groups_pb2.WatchConsumerChangesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[groups_pb2.ConsumerChangeEvent]:
         # On the event loop: an open stream holds no thread while it waits for a change.
         group = validate_group(request.consumer_group)
         client_id = validate_client_id(request.client_id) if request.client_id else ""
@@ -168,7 +178,9 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
             yield _event_to_pb(event)
 
     @blocking
-    def LockQueues(self, request, context):
+    def LockQueues(
+        self, request: groups_pb2.LockQueuesRequest, context: grpc.aio.ServicerContext
+    ) -> groups_pb2.LockQueuesResponse:
         group = validate_group(request.consumer_group)
         client_id = validate_client_id(request.client_id)
         queues = _queues(self._broker, request.queues, must_exist=True)
@@ -182,7 +194,9 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
         )
 
     @blocking
-    def UnlockQueues(self, request, context):
+    def UnlockQueues(
+        self, request: groups_pb2.UnlockQueuesRequest, context: grpc.aio.ServicerContext
+    ) -> groups_pb2.UnlockQueuesResponse:
         group = validate_group(request.consumer_group)
         client_id = validate_client_id(request.client_id)
         # A deleted topic's locks can still be released, so existence is not checked.
@@ -191,7 +205,9 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
         return groups_pb2.UnlockQueuesResponse()
 
 
-def _queues(broker: Broker, queues, *, must_exist: bool) -> list[MessageQueue]:
+def _queues(
+    broker: Broker, queues: Sequence[common_pb2.MessageQueue], *, must_exist: bool
+) -> list[MessageQueue]:
     """The requested queues as values on this broker; the first bad one fails the call."""
     limit = broker.config.max_request_items
     checks.at_most(len(queues), "queues", limit, "--max-request-items")

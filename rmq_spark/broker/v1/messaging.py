@@ -17,7 +17,7 @@ from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.ids import RoundRobin, UniqueIdGenerator, born_host
 from rmq_spark.broker.core.key_query import DEFAULT_MAX_COUNT, NO_END_MS
-from rmq_spark.broker.core.messaging import GetResult, MessagingCore, TopicConfig
+from rmq_spark.broker.core.messaging import AppendResult, GetResult, MessagingCore, TopicConfig
 from rmq_spark.broker.delivery import retry
 from rmq_spark.broker.v1.admission import ByteBudget
 from rmq_spark.broker.v1.pull import PullArgs, pull_response
@@ -43,7 +43,7 @@ from rmq_spark.codec.record import (
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import retry_topic, validate_group, validate_message_key, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
-from rmq_spark.structs import PullStatus
+from rmq_spark.structs import MessageQueue, PullStatus
 
 MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST  # empty body, topic and properties
 
@@ -58,12 +58,16 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._send_budget = ByteBudget(broker.config.max_inflight_send_bytes)
 
     @waiting
-    async def SendMessages(self, request, context):
+    async def SendMessages(
+        self, request: messaging_pb2.SendMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.SendMessagesResponse:
         # Admitted by size first: the waiting happens here, on the loop, holding no thread.
         async with self._send_budget.reserve(request.ByteSize()):
             return await self._workers.run(self._send, request, context.peer())
 
-    def _send(self, request, peer: str):
+    def _send(
+        self, request: messaging_pb2.SendMessagesRequest, peer: str
+    ) -> messaging_pb2.SendMessagesResponse:
         broker = self._broker
         # %RETRY%/%DLQ% names and the delay topic: INVALID_ARGUMENT (the naming rule, with
         # a hint); the broker's other topics: PERMISSION_DENIED from topic_for_write below.
@@ -109,7 +113,14 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             broker, topic, queue_id, msg_ids, result, delayed=bool(batch.delay_level)
         )
 
-    def _stage(self, request, topic: str, queue_id: int, batch, peer: str):
+    def _stage(
+        self,
+        request: messaging_pb2.SendMessagesRequest,
+        topic: str,
+        queue_id: int,
+        batch: SendBatch | ColumnBatch,
+        peer: str,
+    ) -> messaging_pb2.SendMessagesResponse:
         if not isinstance(batch, ColumnBatch):
             raise InvalidArgumentError(
                 "a staged send (stage) must carry its messages as columns, not messages"
@@ -121,7 +132,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         return response
 
     @blocking
-    def EndSinkBatch(self, request, context):
+    def EndSinkBatch(
+        self, request: messaging_pb2.EndSinkBatchRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.EndSinkBatchResponse:
         decision = {
             part.broker_name: [(t.transaction_id, t.messages) for t in part.transactions]
             for part in request.decision
@@ -147,7 +160,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         )
 
     @waiting
-    async def PullMessages(self, request, context) -> bytes:
+    async def PullMessages(
+        self, request: messaging_pb2.PullMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> bytes:
         # The answer is a serialised PullMessagesResponse (see add_to_server).
         pull, result, answer = await self._workers.run(self._pull_once, request)
         if answer is None:  # nothing new yet: hold the pull on the loop
@@ -161,7 +176,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self._broker.messages_pulled += result.count
         return answer
 
-    def _pull_once(self, request) -> tuple[PullArgs, GetResult, bytes | None]:
+    def _pull_once(
+        self, request: messaging_pb2.PullMessagesRequest
+    ) -> tuple[PullArgs, GetResult, bytes | None]:
         """Read once; the (serialised) answer too, in the same worker hop, unless the pull
         is to be held (then None)."""
         pull = PullArgs.from_request(request, self._broker)
@@ -175,7 +192,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         return pull, result, pull_response(result)
 
     @blocking
-    def QueryOffsets(self, request, context):
+    def QueryOffsets(
+        self, request: messaging_pb2.QueryOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.QueryOffsetsResponse:
         broker = self._broker
         if not request.queries:
             raise InvalidArgumentError("queries is empty; list at least one queue")
@@ -195,12 +214,18 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         )
 
     @blocking
-    def ViewMessage(self, request, context):
+    def ViewMessage(
+        self, request: messaging_pb2.ViewMessageRequest, context: grpc.aio.ServicerContext
+    ) -> messaging_pb2.ViewMessageResponse:
         physical = _physical_offset(self._broker, request.message)
         return messaging_pb2.ViewMessageResponse(record=self._core.record_at(physical))
 
     @blocking
-    def QueryMessagesByKey(self, request, context):
+    def QueryMessagesByKey(
+        self,
+        request: messaging_pb2.QueryMessagesByKeyRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> messaging_pb2.QueryMessagesByKeyResponse:
         broker = self._broker
         topic = validate_topic(request.topic, allow_system=True)
         key = validate_message_key(request.key)
@@ -217,7 +242,11 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         return messaging_pb2.QueryMessagesByKeyResponse(records=found.records, more=found.more)
 
     @blocking
-    def ConsumerSendBack(self, request, context):
+    def ConsumerSendBack(
+        self,
+        request: messaging_pb2.ConsumerSendBackRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> messaging_pb2.ConsumerSendBackResponse:
         """Write the copy to ``%RETRY%`` (delayed) or ``%DLQ%``."""
         core = self._core
         group = validate_group(request.consumer_group)
@@ -252,7 +281,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     # -- helpers that need the servicer's state ---------------------------------------------
 
     def _columns_response(
-        self, topic: str, queue_id: int, result, *, delayed: bool
+        self, topic: str, queue_id: int, result: AppendResult, *, delayed: bool
     ) -> messaging_pb2.SendMessagesResponse:
         broker = self._broker
         response = messaging_pb2.SendMessagesResponse(
@@ -270,7 +299,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     def _offset_msg_id_prefix(self) -> str:
         return offset_msg_id_prefix(self._broker.store_host)
 
-    def _select_queue(self, request, config: TopicConfig) -> int:
+    def _select_queue(self, request: messaging_pb2.SendMessagesRequest, config: TopicConfig) -> int:
         count = config.write_queue_nums
         selector = request.WhichOneof("queue_selector")
         if selector == "queue_id":
@@ -324,7 +353,9 @@ def _serialised(answer: bytes | messaging_pb2.PullMessagesResponse) -> bytes:
 # -- QueryOffsets and ViewMessage -----------------------------------------------------------
 
 
-def _size_query(query) -> tuple[int, int | None, int | None] | None:
+def _size_query(
+    query: messaging_pb2.QueueOffsetsQuery,
+) -> tuple[int, int | None, int | None] | None:
     """(from, to, budget) of a query that asks to measure a range, checked; else None."""
     if not query.HasField("size_from_offset"):
         if query.HasField("size_to_offset") or query.HasField("size_budget_bytes"):
@@ -343,7 +374,10 @@ def _size_query(query) -> tuple[int, int | None, int | None] | None:
 
 
 def _queue_offsets(
-    core: MessagingCore, mq, timestamp: int | None, size: tuple[int, int | None, int | None] | None
+    core: MessagingCore,
+    mq: MessageQueue,
+    timestamp: int | None,
+    size: tuple[int, int | None, int | None] | None,
 ) -> messaging_pb2.QueueOffsets:
     low, high = core.queue_range(mq.topic, mq.queue_id)
     answer = messaging_pb2.QueueOffsets(
@@ -363,7 +397,7 @@ def _queue_offsets(
     return answer
 
 
-def _physical_offset(broker: Broker, ref) -> int:
+def _physical_offset(broker: Broker, ref: messaging_pb2.MessageRef) -> int:
     """The physical offset a MessageRef names, on this broker."""
     kind = ref.WhichOneof("ref")
     if kind == "physical_offset":

@@ -9,6 +9,9 @@ never 0.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+
+import grpc
 
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
@@ -18,7 +21,7 @@ from rmq_spark.broker.v1.status import blocking
 from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import validate_group, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import offsets_pb2, offsets_pb2_grpc
+from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, offsets_pb2, offsets_pb2_grpc
 from rmq_spark.structs import MessageQueue
 
 
@@ -29,7 +32,9 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
         self._item_limit = broker.config.max_request_items
 
     @blocking
-    def UpdateConsumerOffsets(self, request, context):
+    def UpdateConsumerOffsets(
+        self, request: offsets_pb2.UpdateConsumerOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> offsets_pb2.UpdateConsumerOffsetsResponse:
         group = validate_group(request.consumer_group)
         if not request.offsets:
             raise InvalidArgumentError("offsets is empty; list at least one queue to commit")
@@ -56,7 +61,9 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
         )
 
     @blocking
-    def QueryConsumerOffsets(self, request, context):
+    def QueryConsumerOffsets(
+        self, request: offsets_pb2.QueryConsumerOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> offsets_pb2.QueryConsumerOffsetsResponse:
         group = validate_group(request.consumer_group)
         if request.queues:
             checks.at_most(len(request.queues), "queues", self._item_limit, "--max-request-items")
@@ -76,7 +83,9 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
         return offsets_pb2.QueryConsumerOffsetsResponse(offsets=answers)
 
     @blocking
-    def GetConsumerProgress(self, request, context):
+    def GetConsumerProgress(
+        self, request: offsets_pb2.GetConsumerProgressRequest, context: grpc.aio.ServicerContext
+    ) -> offsets_pb2.GetConsumerProgressResponse:
         group = validate_group(request.consumer_group)
         if request.topic:
             topics = [validate_topic(request.topic, allow_system=True)]
@@ -93,7 +102,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
 
     # -- request checks --------------------------------------------------------------------
 
-    def _checked_commits(self, items) -> dict[MessageQueue, int]:
+    def _checked_commits(self, items: Iterable[offsets_pb2.QueueOffset]) -> dict[MessageQueue, int]:
         """Every item checked before any is applied: queue on this broker, offset >= 0."""
         wanted: dict[MessageQueue, int] = {}
         for i, item in enumerate(items):
@@ -108,7 +117,7 @@ class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):
             wanted[mq] = item.offset
         return wanted
 
-    def _checked_queries(self, items) -> list[MessageQueue]:
+    def _checked_queries(self, items: Iterable[common_pb2.MessageQueue]) -> list[MessageQueue]:
         # A topic that is not here has no offsets: that answers "absent", not an error.
         queues = []
         for i, pb in enumerate(items):

@@ -11,6 +11,7 @@ from rmq_spark.broker.v1.queues import check_queue
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import validate_group
+from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.pull_wire import encode_pull_response
 from rmq_spark.wire import pull_status_to_pb
 
@@ -33,7 +34,7 @@ class PullArgs:
     commit_offset: int | None
 
     @classmethod
-    def from_request(cls, request, broker: Broker) -> PullArgs:
+    def from_request(cls, request: messaging_pb2.PullMessagesRequest, broker: Broker) -> PullArgs:
         config = broker.config
         mq, topic_config = check_queue(broker, request.queue)
         assert topic_config is not None

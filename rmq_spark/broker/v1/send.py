@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.ids import UniqueIdGenerator
-from rmq_spark.broker.core.messaging import TopicConfig
+from rmq_spark.broker.core.messaging import AppendResult, TopicConfig
 from rmq_spark.broker.v1.queues import queue_pb
 from rmq_spark.clock import now_ms
 from rmq_spark.codec import properties as props
@@ -43,7 +44,9 @@ class SendBatch:
     delay_level: int
 
     @classmethod
-    def from_request(cls, request, delay_levels: int) -> SendBatch:
+    def from_request(
+        cls, request: messaging_pb2.SendMessagesRequest, delay_levels: int
+    ) -> SendBatch:
         # One list of wrappers for every pass below: each pass over the repeated field
         # itself would build a new Python object per message.
         messages = list(request.messages)
@@ -88,7 +91,7 @@ class SendBatch:
         return encoded
 
 
-def check_batch_size(request, config) -> None:
+def check_batch_size(request: messaging_pb2.SendMessagesRequest, config: BrokerConfig) -> None:
     """Refuse a batch with more messages than the broker takes, or whose answer would not
     fit in a response: before anything is stored, so a refused batch is never half done."""
     columnar = request.HasField("columns")
@@ -185,7 +188,13 @@ def check_writable(config: TopicConfig) -> None:
 
 
 def send_response(
-    broker: Broker, topic: str, queue_id: int, msg_ids: list[str], result, *, delayed: bool
+    broker: Broker,
+    topic: str,
+    queue_id: int,
+    msg_ids: list[str],
+    result: AppendResult,
+    *,
+    delayed: bool,
 ) -> messaging_pb2.SendMessagesResponse:
     response = messaging_pb2.SendMessagesResponse(
         queue=queue_pb(broker, topic, queue_id), store_timestamp_ms=result.store_timestamp

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.v1.send import RESERVED_PROPERTIES, check_delay_level
@@ -15,6 +16,7 @@ from rmq_spark.codec import properties as props
 from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.codec.tag_column import TagColumn
 from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 
 #: batches from this many messages have their property blobs checked with numpy
 VECTOR_CHECK_MIN = 48
@@ -57,7 +59,9 @@ class ColumnBatch:
     delay_level: int
 
     @classmethod
-    def from_request(cls, request, delay_levels: int, max_body_bytes: int) -> ColumnBatch:
+    def from_request(
+        cls, request: messaging_pb2.SendMessagesRequest, delay_levels: int, max_body_bytes: int
+    ) -> ColumnBatch:
         check_delay_level(request.delay_level, delay_levels)
         columns = request.columns
         body_sizes = np.asarray(columns.body_sizes, dtype=np.int64)
@@ -90,7 +94,9 @@ class ColumnBatch:
         )
 
 
-def _column_ends(field: str, sizes: np.ndarray, total: int, data_field: str, limit: int):
+def _column_ends(
+    field: str, sizes: np.ndarray, total: int, data_field: str, limit: int
+) -> np.ndarray:
     """End offsets of the items of a byte column, after checking the sizes against it."""
     if (sizes < 0).any():
         i = int(np.argmax(sizes < 0))
@@ -111,7 +117,9 @@ def _column_ends(field: str, sizes: np.ndarray, total: int, data_field: str, lim
     return ends
 
 
-def _column_tags(columns, n: int) -> tuple[list[str], np.ndarray | None]:
+def _column_tags(
+    columns: messaging_pb2.MessageColumns, n: int
+) -> tuple[list[str], np.ndarray | None]:
     """The distinct tags and each message's index into them (None: all use the first)."""
     values = list(columns.tags)
     if not columns.tag_indexes:
@@ -137,7 +145,9 @@ def _column_tags(columns, n: int) -> tuple[list[str], np.ndarray | None]:
     return values, indexes
 
 
-def _optional_column(field: str, values, n: int, dtype) -> np.ndarray | int:
+def _optional_column(
+    field: str, values: Sequence[int], n: int, dtype: npt.DTypeLike
+) -> np.ndarray | int:
     """A per-message number column: empty = 0 for every message."""
     if not values:
         return 0
@@ -150,7 +160,7 @@ def _optional_column(field: str, values, n: int, dtype) -> np.ndarray | int:
     return array
 
 
-def _column_born(columns, n: int) -> np.ndarray | int:
+def _column_born(columns: messaging_pb2.MessageColumns, n: int) -> np.ndarray | int:
     now = now_ms()
     if not columns.born_timestamps_ms:
         born = columns.born_timestamp_ms

@@ -39,6 +39,7 @@ from rmq_spark.short_circuit_wire import (
 )
 
 if TYPE_CHECKING:
+    from rmq_spark.auth.interceptor import Authorizer
     from rmq_spark.broker.core.broker import Broker
 
 log = logging.getLogger("rmq_spark.broker")
@@ -57,7 +58,9 @@ class ShortCircuitServer:
     """Serves short-circuit requests for ``broker`` on ``path``; ``authorizer`` is the
     broker's ACL authorizer, or None when access control is off."""
 
-    def __init__(self, broker: Broker, path: Path, authorizer=None, mode: int = 0o666) -> None:
+    def __init__(
+        self, broker: Broker, path: Path, authorizer: Authorizer | None = None, mode: int = 0o666
+    ) -> None:
         self.broker = broker
         self.path = Path(path)
         self._authorizer = authorizer
@@ -166,7 +169,9 @@ class ShortCircuitServer:
         }
         return answer, fds
 
-    def _check_access(self, request: dict[str, Any], topic: str, queue_id: int, group) -> None:
+    def _check_access(
+        self, request: dict[str, Any], topic: str, queue_id: int, group: str | None
+    ) -> None:
         """The rule of a pull of this queue by this group; readable topic and broker."""
         config = self.broker.messaging.topics.find(topic)
         if config is None:

@@ -20,26 +20,41 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 
 from rmq_spark.broker.core.errors import codes_of
+from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import ERROR_CLASS_METADATA, RocketliteError
 
 log = logging.getLogger("rmq_spark.broker")
 
-T = TypeVar("T")
+
+class _Servicer(Protocol):
+    """What the wrappers need of a servicer: its worker threads."""
+
+    _workers: Workers
 
 
-def _status(exc: BaseException) -> tuple[grpc.StatusCode, str, tuple]:
+S = TypeVar("S", bound=_Servicer)
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+#: a servicer method as gRPC calls it: (servicer, request, context)
+Unary = Callable[[S, Req, grpc.aio.ServicerContext], Coroutine[Any, Any, Resp]]
+Streaming = Callable[[S, Req, grpc.aio.ServicerContext], AsyncIterator[Resp]]
+
+
+def _status(exc: BaseException) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
     if isinstance(exc, RocketliteError):
         code = getattr(grpc.StatusCode, codes_of(exc).v1, grpc.StatusCode.INTERNAL)
         return code, str(exc), ((ERROR_CLASS_METADATA, type(exc).__name__),)
     return grpc.StatusCode.INTERNAL, f"internal broker error: {type(exc).__name__}: {exc}", ()
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> None:
+async def _abort(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> NoReturn:
     if isinstance(exc, grpc.aio.AbortError):  # already aborted with its own status
         raise exc
     if not isinstance(exc, RocketliteError):
@@ -48,13 +63,16 @@ async def _abort(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) ->
     if trailing:
         context.set_trailing_metadata(trailing)
     await context.abort(code, message)
+    raise AssertionError("ServicerContext.abort returned")  # it raises, always
 
 
-def blocking(method):
+def blocking(
+    method: Callable[[S, Req, grpc.aio.ServicerContext], Resp],
+) -> Unary[S, Req, Resp]:
     """A unary method whose whole body runs on a worker thread (``self._workers``)."""
 
     @functools.wraps(method)
-    async def handler(self, request, context):
+    async def handler(self: S, request: Req, context: grpc.aio.ServicerContext) -> Resp:
         try:
             return await self._workers.run(method, self, request, context)
         except Exception as exc:
@@ -63,11 +81,11 @@ def blocking(method):
     return handler
 
 
-def waiting(method):
+def waiting(method: Unary[S, Req, Resp]) -> Unary[S, Req, Resp]:
     """A unary coroutine run on the event loop (it awaits; store work goes to workers)."""
 
     @functools.wraps(method)
-    async def handler(self, request, context):
+    async def handler(self: S, request: Req, context: grpc.aio.ServicerContext) -> Resp:
         try:
             return await method(self, request, context)
         except Exception as exc:
@@ -76,11 +94,13 @@ def waiting(method):
     return handler
 
 
-def streaming(method):
+def streaming(method: Streaming[S, Req, Resp]) -> Streaming[S, Req, Resp]:
     """A server-streaming asynchronous generator run on the event loop."""
 
     @functools.wraps(method)
-    async def handler(self, request, context):
+    async def handler(
+        self: S, request: Req, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Resp]:
         try:
             async for item in method(self, request, context):
                 yield item
