@@ -8,6 +8,14 @@ it the broker serves ``rocketlite.v1`` alone and says so in one log line.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import grpc
+
+    from rmq_spark.broker.core.broker import Broker
+    from rmq_spark.broker.v2.service import MessagingServiceV2
+    from rmq_spark.broker.workers import Workers
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -22,7 +30,9 @@ def available() -> bool:
     return True
 
 
-def add_to_server(server, broker, workers):
+def add_to_server(
+    server: grpc.aio.Server, broker: Broker, workers: Workers
+) -> MessagingServiceV2 | None:
     """Register the v2 service on ``server``; returns it, or None (not installed)."""
     if not available():
         log.info(

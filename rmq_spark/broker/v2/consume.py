@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import AsyncIterator, Sequence
 
+import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
@@ -15,7 +17,7 @@ from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.v2 import convert
 from rmq_spark.broker.v2.codes import Code, V2Error, status
 from rmq_spark.broker.v2.convert import Handle
-from rmq_spark.broker.v2.receive import AUTO_RENEW_MS, PopService, ReceiveArgs
+from rmq_spark.broker.v2.receive import AUTO_RENEW_MS, Delivery, PopService, ReceiveArgs
 from rmq_spark.broker.v2.requests import (
     accepted_types,
     answered,
@@ -44,7 +46,9 @@ class Consuming:
         self.pop = pop
 
     @answered(spb.QueryAssignmentResponse)
-    async def QueryAssignment(self, request, context):
+    async def QueryAssignment(
+        self, request: spb.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+    ) -> spb.QueryAssignmentResponse:
         required_client_id(context)
         topic = topic_name(request.topic)
         group_name(request.group)
@@ -68,7 +72,9 @@ class Consuming:
         ]  # fmt: skip
         return spb.QueryAssignmentResponse(status=status(), assignments=assignments)
 
-    async def ReceiveMessage(self, request, context):
+    async def ReceiveMessage(
+        self, request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[spb.ReceiveMessageResponse]:
         try:
             args, poll_ms = self._receive_args(request, context)
             deliveries = await self._receive(args, poll_ms)
@@ -89,7 +95,7 @@ class Consuming:
         yield now
 
     @staticmethod
-    def _to_messages(topic: str, deliveries) -> list[pb.Message]:
+    def _to_messages(topic: str, deliveries: list[Delivery]) -> list[pb.Message]:
         return [
             convert.incoming(
                 d.record,
@@ -101,7 +107,9 @@ class Consuming:
             for d in deliveries
         ]
 
-    def _receive_args(self, request, context) -> tuple[ReceiveArgs, int]:
+    def _receive_args(
+        self, request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> tuple[ReceiveArgs, int]:
         client_id = required_client_id(context)
         group = group_name(request.group)
         topic = topic_name(request.message_queue.topic)
@@ -148,7 +156,7 @@ class Consuming:
         )
         return args, poll_ms
 
-    async def _receive(self, args: ReceiveArgs, poll_ms: int):
+    async def _receive(self, args: ReceiveArgs, poll_ms: int) -> list[Delivery]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + poll_ms / 1000
         while True:
@@ -167,7 +175,9 @@ class Consuming:
             await self._broker.messaging.wait_for_messages(keys, remaining, ready)
 
     @answered(spb.AckMessageResponse)
-    async def AckMessage(self, request, context):
+    async def AckMessage(
+        self, request: spb.AckMessageRequest, context: grpc.aio.ServicerContext
+    ) -> spb.AckMessageResponse:
         required_client_id(context)
         group = group_name(request.group)
         topic = topic_name(request.topic)
@@ -176,7 +186,9 @@ class Consuming:
         top = results[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS, "mixed")
         return spb.AckMessageResponse(status=top, entries=results)
 
-    def _ack_all(self, group: str, topic: str, entries) -> list[spb.AckMessageResultEntry]:
+    def _ack_all(
+        self, group: str, topic: str, entries: Sequence[spb.AckMessageEntry]
+    ) -> list[spb.AckMessageResultEntry]:
         if not entries:
             raise V2Error(Code.BAD_REQUEST, "entries is empty; ack at least one message")
         limit = self._broker.config.max_request_items
@@ -199,7 +211,9 @@ class Consuming:
         ]
 
     @answered(spb.ChangeInvisibleDurationResponse)
-    async def ChangeInvisibleDuration(self, request, context):
+    async def ChangeInvisibleDuration(
+        self, request: spb.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+    ) -> spb.ChangeInvisibleDurationResponse:
         required_client_id(context)
         group = group_name(request.group)
         topic = topic_name(request.topic)
@@ -215,7 +229,9 @@ class Consuming:
         return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=new.encode())
 
     @answered(spb.ForwardMessageToDeadLetterQueueResponse)
-    async def ForwardMessageToDeadLetterQueue(self, request, context):
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
         required_client_id(context)
         group = group_name(request.group)
         topic = topic_name(request.topic)

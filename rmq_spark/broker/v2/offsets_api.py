@@ -18,6 +18,7 @@ from rmq_spark.broker.v2.requests import (
     group_name,
     topic_name,
 )
+from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.record import iter_records
 from rmq_spark.structs import PullStatus
 
@@ -42,7 +43,7 @@ class OffsetsApi:
             )
         return topic, mq.id
 
-    def get(self, request) -> int:
+    def get(self, request: spb.GetOffsetRequest) -> int:
         group = group_name(request.group)
         topic, queue_id = self._queue(request.message_queue)
         offset = self._core.committed(group, topic, queue_id)
@@ -53,7 +54,7 @@ class OffsetsApi:
             )
         return offset
 
-    def update(self, request) -> None:
+    def update(self, request: spb.UpdateOffsetRequest) -> None:
         group = group_name(request.group)
         topic, queue_id = self._queue(request.message_queue)
         low, high = self._core.queue_range(topic, queue_id)
@@ -65,7 +66,7 @@ class OffsetsApi:
             )
         self._core.commit_offsets(group, topic, {queue_id: request.offset})
 
-    def query(self, request) -> int:
+    def query(self, request: spb.QueryOffsetRequest) -> int:
         topic, queue_id = self._queue(request.message_queue)
         policy = request.query_offset_policy
         if policy == pb.BEGINNING:
@@ -76,7 +77,9 @@ class OffsetsApi:
             raise V2Error(Code.BAD_REQUEST, "query_offset_policy TIMESTAMP needs a timestamp")
         return self._core.offset_at(topic, queue_id, request.timestamp.ToMilliseconds())
 
-    async def pull(self, request, workers) -> list[spb.PullMessageResponse]:
+    async def pull(
+        self, request: spb.PullMessageRequest, workers: Workers
+    ) -> list[spb.PullMessageResponse]:
         """One pull: a status frame, the messages, then the next offset to pull from. As a
         rocketlite.v1 pull: FORBIDDEN when the broker or the topic does not allow reads,
         and a long poll waits for a message that passes the filter."""

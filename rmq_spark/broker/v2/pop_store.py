@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rmq_spark.broker.v2.pop import InFlight, PopQueue
 from rmq_spark.errors import ResourceExhaustedError
@@ -38,7 +39,8 @@ COMPACT_BYTES = 64 << 20
 Key = tuple[str, str, int]  # (group, topic, queue id)
 
 
-def _parse(payload: bytes):
+def _parse(payload: bytes) -> tuple[str, Any] | None:
+    """A journal record: its kind and its JSON body (None: not one)."""
     try:
         document = json.loads(payload)
         ((kind, body),) = document.items()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
@@ -35,7 +36,9 @@ class Producing:
         self._round_robin = RoundRobin()
 
     @answered(spb.SendMessageResponse)
-    async def SendMessage(self, request, context):
+    async def SendMessage(
+        self, request: spb.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> spb.SendMessageResponse:
         required_client_id(context)
         if not request.messages:
             raise V2Error(Code.BAD_REQUEST, "messages is empty; send at least one message")
@@ -95,7 +98,9 @@ class Producing:
             offset=result.first_queue_offset,
         )
 
-    def _schedule(self, out, topic: str, queue_id: int, peer: str, now_ms: int):
+    def _schedule(
+        self, out: convert.Outgoing, topic: str, queue_id: int, peer: str, now_ms: int
+    ) -> spb.SendResultEntry:
         """A DELAY message: parked in the timer topic until its delivery time (at once when
         that time is not in the future)."""
         timers = self._broker.timers
@@ -126,7 +131,9 @@ class Producing:
             status=status(), message_id=out.message_id, offset=result.first_queue_offset
         )
 
-    def _prepare(self, message, out, topic: str, queue_id: int, peer: str):
+    def _prepare(
+        self, message: pb.Message, out: convert.Outgoing, topic: str, queue_id: int, peer: str
+    ) -> spb.SendResultEntry:
         """A transaction's half message: stored, invisible until EndTransaction commits."""
         sp = message.system_properties
         check_after = None
@@ -151,7 +158,9 @@ class Producing:
         )
 
     @answered(spb.EndTransactionResponse)
-    async def EndTransaction(self, request, context):
+    async def EndTransaction(
+        self, request: spb.EndTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> spb.EndTransactionResponse:
         required_client_id(context)
         topic = topic_name(request.topic)
         transaction_id = request.transaction_id
@@ -202,5 +211,7 @@ class Producing:
         return transactions.end(transaction_id, commit, topic=topic, expect=half)
 
     @answered(spb.RecallMessageResponse)
-    async def RecallMessage(self, request, context):
+    async def RecallMessage(
+        self, request: spb.RecallMessageRequest, context: grpc.aio.ServicerContext
+    ) -> spb.RecallMessageResponse:
         raise V2Error(Code.NOT_IMPLEMENTED, "delay messages are not served by this broker yet")

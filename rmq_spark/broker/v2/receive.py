@@ -159,7 +159,13 @@ class PopService:
             return out
 
     def _delivery(
-        self, record: Record, queue_id: int, offset: int, token: int, attempt: int, args
+        self,
+        record: Record,
+        queue_id: int,
+        offset: int,
+        token: int,
+        attempt: int,
+        args: ReceiveArgs,
     ) -> Delivery:
         return Delivery(record, Handle(queue_id, offset, token), attempt, args.invisible_ms)
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
+import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from rmq_spark.broker.core import checks
@@ -26,13 +28,22 @@ log = logging.getLogger("rmq_spark.broker")
 
 CLIENT_ID_HEADER = "x-mq-client-id"
 
+S = TypeVar("S")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
-def answered(response_type):
+#: a unary method as gRPC calls it: (servicer, request, context), awaited for the response
+Unary = Callable[[S, Req, grpc.aio.ServicerContext], Coroutine[Any, Any, Resp]]
+
+
+def answered(
+    response_type: Callable[..., Resp],
+) -> Callable[[Unary[S, Req, Resp]], Unary[S, Req, Resp]]:
     """A unary method whose failures become ``response_type(status=...)``."""
 
-    def wrap(method):
+    def wrap(method: Unary[S, Req, Resp]) -> Unary[S, Req, Resp]:
         @functools.wraps(method)
-        async def handler(self, request, context):
+        async def handler(self: S, request: Req, context: grpc.aio.ServicerContext) -> Resp:
             try:
                 return await method(self, request, context)
             except Exception as exc:
@@ -52,14 +63,14 @@ def failure_status(exc: BaseException, rpc: str) -> pb.Status:
     return status(code_of(exc), f"internal broker error: {type(exc).__name__}: {exc}")
 
 
-def client_id_of(context) -> str:
+def client_id_of(context: grpc.aio.ServicerContext) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == CLIENT_ID_HEADER:
             return value
     return ""
 
 
-def required_client_id(context) -> str:
+def required_client_id(context: grpc.aio.ServicerContext) -> str:
     client_id = client_id_of(context)
     if not client_id.strip():
         raise V2Error(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is missing or blank")

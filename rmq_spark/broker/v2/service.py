@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -48,6 +49,7 @@ from rmq_spark.broker.v2.requests import (
     topic_name,
 )
 from rmq_spark.broker.workers import Workers
+from rmq_spark.codec.record import Record
 from rmq_spark.errors import RocketliteError, shown
 from rmq_spark.structs import Permission
 
@@ -96,7 +98,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             pending.cancel()
         self._departures.clear()
 
-    def _ask_about_transaction(self, transaction_id: str, record, topic: str) -> bool:
+    def _ask_about_transaction(self, transaction_id: str, record: Record, topic: str) -> bool:
         """Ask a live RocketMQ 5 producer of ``topic`` about an orphaned transaction, over
         its Telemetry stream (it answers with EndTransaction); False when none is here."""
         outboxes = self.clients.producer_outboxes(topic)
@@ -114,7 +116,9 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
     # -- routes, settings, liveness --------------------------------------------------------
 
     @answered(spb.QueryRouteResponse)
-    async def QueryRoute(self, request, context):
+    async def QueryRoute(
+        self, request: spb.QueryRouteRequest, context: grpc.aio.ServicerContext
+    ) -> spb.QueryRouteResponse:
         required_client_id(context)
         topic = topic_name(request.topic)
         return await self._workers.run(self._route, topic, request.endpoints)
@@ -139,7 +143,9 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         return spb.QueryRouteResponse(status=status(), message_queues=queues)
 
     @answered(spb.HeartbeatResponse)
-    async def Heartbeat(self, request, context):
+    async def Heartbeat(
+        self, request: spb.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> spb.HeartbeatResponse:
         client_id = required_client_id(context)
         if not self.clients.seen(client_id):
             raise V2Error(
@@ -149,7 +155,9 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         return spb.HeartbeatResponse(status=status())
 
     @answered(spb.NotifyClientTerminationResponse)
-    async def NotifyClientTermination(self, request, context):
+    async def NotifyClientTermination(
+        self, request: spb.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
+    ) -> spb.NotifyClientTerminationResponse:
         client_id = required_client_id(context)
         released = await self._workers.run(self.pop.release_client, client_id)
         self.clients.remove(client_id)
@@ -170,7 +178,11 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             self._departures.add(timer)
         return spb.NotifyClientTerminationResponse(status=status())
 
-    async def Telemetry(self, request_iterator, context):
+    async def Telemetry(
+        self,
+        request_iterator: AsyncIterator[spb.TelemetryCommand],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[spb.TelemetryCommand]:
         """The client's settings in, the broker's answers and its own commands (checks of
         orphaned transactions) out, over one long-lived stream."""
         client_id = client_id_of(context)
@@ -272,49 +284,73 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
 
     # -- producing (produce.py) --------------------------------------------------------
 
-    async def SendMessage(self, request, context):
+    async def SendMessage(
+        self, request: spb.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> spb.SendMessageResponse:
         return await self._producing.SendMessage(request, context)
 
-    async def EndTransaction(self, request, context):
+    async def EndTransaction(
+        self, request: spb.EndTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> spb.EndTransactionResponse:
         return await self._producing.EndTransaction(request, context)
 
-    async def RecallMessage(self, request, context):
+    async def RecallMessage(
+        self, request: spb.RecallMessageRequest, context: grpc.aio.ServicerContext
+    ) -> spb.RecallMessageResponse:
         return await self._producing.RecallMessage(request, context)
 
     # -- consuming (consume.py) --------------------------------------------------------
 
-    async def QueryAssignment(self, request, context):
+    async def QueryAssignment(
+        self, request: spb.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+    ) -> spb.QueryAssignmentResponse:
         return await self._consuming.QueryAssignment(request, context)
 
-    async def ReceiveMessage(self, request, context):
+    async def ReceiveMessage(
+        self, request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[spb.ReceiveMessageResponse]:
         async for frame in self._consuming.ReceiveMessage(request, context):
             yield frame
 
-    async def AckMessage(self, request, context):
+    async def AckMessage(
+        self, request: spb.AckMessageRequest, context: grpc.aio.ServicerContext
+    ) -> spb.AckMessageResponse:
         return await self._consuming.AckMessage(request, context)
 
-    async def ChangeInvisibleDuration(self, request, context):
+    async def ChangeInvisibleDuration(
+        self, request: spb.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+    ) -> spb.ChangeInvisibleDurationResponse:
         return await self._consuming.ChangeInvisibleDuration(request, context)
 
-    async def ForwardMessageToDeadLetterQueue(self, request, context):
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
         return await self._consuming.ForwardMessageToDeadLetterQueue(request, context)
 
     @answered(spb.GetOffsetResponse)
-    async def GetOffset(self, request, context):
+    async def GetOffset(
+        self, request: spb.GetOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> spb.GetOffsetResponse:
         offset = await self._workers.run(self._offsets.get, request)
         return spb.GetOffsetResponse(status=status(), offset=offset)
 
     @answered(spb.UpdateOffsetResponse)
-    async def UpdateOffset(self, request, context):
+    async def UpdateOffset(
+        self, request: spb.UpdateOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> spb.UpdateOffsetResponse:
         await self._workers.run(self._offsets.update, request)
         return spb.UpdateOffsetResponse(status=status())
 
     @answered(spb.QueryOffsetResponse)
-    async def QueryOffset(self, request, context):
+    async def QueryOffset(
+        self, request: spb.QueryOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> spb.QueryOffsetResponse:
         offset = await self._workers.run(self._offsets.query, request)
         return spb.QueryOffsetResponse(status=status(), offset=offset)
 
-    async def PullMessage(self, request, context):
+    async def PullMessage(
+        self, request: spb.PullMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[spb.PullMessageResponse]:
         try:
             answer = await self._offsets.pull(request, self._workers)
         except Exception as exc:
