@@ -11,6 +11,7 @@ policy of the user, including multi-resource entries, which keep their other res
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rmq_spark.auth.acl import Action, Decision, Pattern, parse_networks
 from rmq_spark.errors import (
@@ -53,7 +54,7 @@ def _acls(data: dict) -> list:
     return acls
 
 
-def _as_list(value) -> list:
+def _as_list(value: object) -> list:
     if value is None:
         return []
     return value if isinstance(value, list) else [value]
@@ -153,7 +154,8 @@ def _remove_resource(data: dict, name: str, pattern: str) -> int:
     return removed
 
 
-def _same(resource, pattern: str) -> bool:
+def _same(resource: Any, pattern: str) -> bool:
+    """Whether a resource of the file (any JSON value) is ``pattern``."""
     try:
         return str(Pattern.parse(resource)) == pattern
     except ValueError:

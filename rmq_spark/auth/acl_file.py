@@ -140,7 +140,9 @@ def _secret(user: dict, where: str, base: Path, secret_files: list[Path]) -> str
     return value
 
 
-def parse(data: Any, base: Path = Path("."), secret_files: list[Path] | None = None):
+def parse(
+    data: Any, base: Path = Path("."), secret_files: list[Path] | None = None
+) -> AccessControl:
     """An :class:`AccessControl` from the file's parsed content; ValueError naming the bad
     entry otherwise. ``secret_files`` collects the secret files read."""
     secret_files = [] if secret_files is None else secret_files

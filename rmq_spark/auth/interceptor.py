@@ -24,14 +24,14 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 import grpc
 
 from rmq_spark.auth import signature
 from rmq_spark.auth.acl import AccessControl, User
-from rmq_spark.auth.permissions import V2, Rule, rule_for
+from rmq_spark.auth.permissions import V2, Need, Rule, rule_for
 from rmq_spark.errors import (
     ERROR_CLASS_METADATA,
     PermissionDeniedError,
@@ -41,6 +41,8 @@ from rmq_spark.errors import (
 from rmq_spark.log_limit import LogLimiter
 
 if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
     from rmq_spark.auth.remoting_rules import RemotingRule
 
 log = logging.getLogger("rmq_spark.auth")
@@ -146,7 +148,9 @@ def enabled_user(access: AccessControl, name: str) -> User:
 class Authorizer:
     """Decides on calls; ``acl()`` gives the ACL in force (it may change between calls)."""
 
-    def __init__(self, acl: Callable[[], AccessControl], owners: ClientOwners | None = None):
+    def __init__(
+        self, acl: Callable[[], AccessControl], owners: ClientOwners | None = None
+    ) -> None:
         self.acl = acl
         self.owners = owners or ClientOwners()
 
@@ -159,7 +163,11 @@ class Authorizer:
         return enabled_user(access, name)
 
     def authorize(
-        self, user: User, rule: Rule | RemotingRule | None, needs, peer: str | None
+        self,
+        user: User,
+        rule: Rule | RemotingRule | None,
+        needs: Iterable[Need],
+        peer: str | None,
     ) -> None:
         if rule is None:
             raise AccessDenied("this method is not in the permission table")
@@ -184,7 +192,9 @@ class Authorizer:
                     "another user is using"
                 )
 
-    def check_open(self, method: str, context) -> tuple[User, Rule | None]:
+    def check_open(
+        self, method: str, context: grpc.aio.ServicerContext
+    ) -> tuple[User, Rule | None]:
         """Authenticate a call and check what its headers name."""
         metadata = tuple(context.invocation_metadata() or ())
         user = self.authenticate(metadata)
@@ -194,7 +204,13 @@ class Authorizer:
             self.claim(user, [v for k, v in metadata if k == CLIENT_ID_HEADER])
         return user, rule
 
-    def check_request(self, user: User, rule: Rule | None, request, context) -> None:
+    def check_request(
+        self,
+        user: User,
+        rule: Rule | None,
+        request: Message,
+        context: grpc.aio.ServicerContext,
+    ) -> None:
         if rule is None:
             return
         if rule.needs is not None:
@@ -202,13 +218,19 @@ class Authorizer:
         if rule.client_ids is not None:
             self.claim(user, rule.client_ids(request))
 
-    def check_message(self, user: User, rule: Rule | None, message, context) -> None:
+    def check_message(
+        self,
+        user: User,
+        rule: Rule | None,
+        message: Message,
+        context: grpc.aio.ServicerContext,
+    ) -> None:
         if rule is not None and rule.message_needs is not None:
             self.authorize(user, rule, rule.message_needs(message), context.peer())
 
 
 @functools.lru_cache(maxsize=64)
-def _v2_response(method: str):
+def _v2_response(method: str) -> type[Message]:
     """The response class of a RocketMQ 5 method (all have a ``status`` field)."""
     from google.protobuf import descriptor_pool, message_factory
 
@@ -222,7 +244,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self.authorizer = authorizer
         self._log_limit = LogLimiter(log)
 
-    async def intercept_service(self, continuation, handler_call_details):
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
@@ -232,12 +258,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         """Log refusals, each (method, reason) at most once a minute."""
         self._log_limit.warning((method, str(refusal)), "refused %s: %s", method, refusal)
 
-    def _wrap(self, handler, method: str):
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         auth = self.authorizer
         v2 = method.startswith(V2)
 
-        async def refuse(refusal: Refused, context):
-            """v1: abort; v2: the response to send (its status says why)."""
+        async def refuse(refusal: Refused, context: grpc.aio.ServicerContext) -> Message | None:
+            """v1: abort (raises); v2: the response to send (its status says why)."""
             self._note(method, refusal)
             if v2:
                 code = V2_FORBIDDEN if refusal.authenticated else V2_UNAUTHORIZED
@@ -246,11 +272,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             await context.abort(
                 code, str(refusal), trailing_metadata=((ERROR_CLASS_METADATA, cls),)
             )
+            return None  # not reached: abort raises
 
         if not handler.request_streaming and not handler.response_streaming:
             inner = handler.unary_unary
 
-            async def unary_unary(request, context):
+            async def unary_unary(
+                request: Message, context: grpc.aio.ServicerContext
+            ) -> Message | None:
                 try:
                     user, rule = auth.check_open(method, context)
                     auth.check_request(user, rule, request, context)
@@ -266,7 +295,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if not handler.request_streaming:
             inner = handler.unary_stream
 
-            async def unary_stream(request, context):
+            async def unary_stream(
+                request: Message, context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Message | None]:
                 try:
                     user, rule = auth.check_open(method, context)
                     auth.check_request(user, rule, request, context)
@@ -280,8 +311,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 unary_stream, handler.request_deserializer, handler.response_serializer
             )
 
-        def checked(user, rule, requests, context, refusals: list):
-            async def messages():
+        def checked(
+            user: User,
+            rule: Rule | None,
+            requests: AsyncIterator[Message],
+            context: grpc.aio.ServicerContext,
+            refusals: list[Refused],
+        ) -> AsyncIterator[Message]:
+            async def messages() -> AsyncIterator[Message]:
                 async for message in requests:
                     try:
                         auth.check_message(user, rule, message, context)
@@ -295,7 +332,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if not handler.response_streaming:
             inner = handler.stream_unary
 
-            async def stream_unary(requests, context):
+            async def stream_unary(
+                requests: AsyncIterator[Message], context: grpc.aio.ServicerContext
+            ) -> Message | None:
                 try:
                     user, rule = auth.check_open(method, context)
                 except Refused as refusal:
@@ -313,7 +352,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
         inner = handler.stream_stream
 
-        async def stream_stream(requests, context):
+        async def stream_stream(
+            requests: AsyncIterator[Message], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Message | None]:
             try:
                 user, rule = auth.check_open(method, context)
             except Refused as refusal:
@@ -333,14 +374,18 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         )
 
 
-async def _responses(result):
+async def _responses(
+    result: AsyncIterable[Message] | Awaitable[None] | Iterable[Message] | None,
+) -> AsyncIterator[Message]:
     """The items of a streaming behavior, whether an async generator or a coroutine that
     writes with ``context.write``."""
+    if result is None:
+        return
     if hasattr(result, "__aiter__"):
         async for item in result:
             yield item
     elif inspect.isawaitable(result):
         await result
-    elif result is not None:  # a plain iterator (a synchronous handler)
+    else:  # a plain iterator (a synchronous handler)
         for item in result:
             yield item

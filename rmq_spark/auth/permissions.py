@@ -16,8 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rmq_spark.auth.acl import Action, Resource
+
+if TYPE_CHECKING:
+    from rocketmq.grpc_protocol import service_pb2 as v2_pb
+
+    from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 
 V1 = "/rocketlite.v1."
 V2 = "/apache.rocketmq.v2.MessagingService/"
@@ -36,7 +42,10 @@ class Need:
     actions: frozenset[Action]
 
 
-Extract = Callable[[object], Iterable[Need]]
+#: A rule's reader of a request. Each reads the request of the RPC its rule is keyed by,
+#: so the request's class depends on that key (Any); the generic ones below read any
+#: message by field name.
+Extract = Callable[[Any], Iterable[Need]]
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class Rule:
     #: the needs of each message of a client stream (RocketMQ's Telemetry settings)
     message_needs: Extract | None = None
     #: client ids the request names, bound to the caller (see the module doc)
-    client_ids: Callable[[object], Iterable[str]] | None = None
+    client_ids: Callable[[Any], Iterable[str]] | None = None
     #: RocketMQ 5: the call acts as the client of the x-mq-client-id header
     header_client_id: bool = False
 
@@ -56,14 +65,15 @@ class Rule:
 # -- extractors -------------------------------------------------------------------------
 
 
-def _path(obj, dotted: str):
+def _path(obj: object, dotted: str) -> Any:
+    """The field a dotted path of field names reaches from ``obj`` (of any message)."""
     for part in dotted.split("."):
         obj = getattr(obj, part)
     return obj
 
 
 def topic(field: str, actions: frozenset[Action]) -> Extract:
-    def extract(request) -> Iterable[Need]:
+    def extract(request: object) -> Iterable[Need]:
         name = _path(request, field)
         return [Need(Resource.topic(name), actions)] if name else []
 
@@ -71,7 +81,7 @@ def topic(field: str, actions: frozenset[Action]) -> Extract:
 
 
 def group(field: str, actions: frozenset[Action] = SUB) -> Extract:
-    def extract(request) -> Iterable[Need]:
+    def extract(request: object) -> Iterable[Need]:
         name = _path(request, field)
         return [Need(Resource.group(name), actions)] if name else []
 
@@ -79,7 +89,7 @@ def group(field: str, actions: frozenset[Action] = SUB) -> Extract:
 
 
 def each_topic(items: str, field: str, actions: frozenset[Action]) -> Extract:
-    def extract(request) -> Iterable[Need]:
+    def extract(request: object) -> Iterable[Need]:
         names = {_path(item, field) for item in _path(request, items)}
         return [Need(Resource.topic(n), actions) for n in sorted(names) if n]
 
@@ -94,7 +104,7 @@ def topic_or_every(field: str, actions: frozenset[Action]) -> Extract:
     """The topic ``field`` names; when it is empty the call covers every topic (the
     handler reports all the group's), so it needs ``actions`` on ``Topic:*``."""
 
-    def extract(request) -> Iterable[Need]:
+    def extract(request: object) -> Iterable[Need]:
         name = _path(request, field)
         return [Need(Resource.topic(name) if name else Resource("Topic", "*"), actions)]
 
@@ -104,7 +114,7 @@ def topic_or_every(field: str, actions: frozenset[Action]) -> Extract:
 def each_topic_or_every(items: str, field: str, actions: frozenset[Action]) -> Extract:
     """Each topic of ``items``; when there are none the call covers every topic."""
 
-    def extract(request) -> Iterable[Need]:
+    def extract(request: object) -> Iterable[Need]:
         if not len(_path(request, items)):
             return [Need(Resource("Topic", "*"), actions)]
         return each_topic(items, field, actions)(request)
@@ -113,7 +123,7 @@ def each_topic_or_every(items: str, field: str, actions: frozenset[Action]) -> E
 
 
 def both(*extracts: Extract) -> Extract:
-    def extract(request) -> Iterable[Need]:
+    def extract(request: object) -> Iterable[Need]:
         return [need for e in extracts for need in e(request)]
 
     return extract
@@ -123,7 +133,7 @@ def fields(*names: str) -> Callable[[object], Iterable[str]]:
     return lambda request: [v for v in (getattr(request, n) for n in names) if v]
 
 
-def _staging_sink(request) -> Iterable[str]:
+def _staging_sink(request: messaging_pb2.SendMessagesRequest) -> Iterable[str]:
     """A Spark sink is bound to its user as a client id is (``sink:`` keeps the two apart):
     another user can neither stage into it nor end its batches."""
     if request.HasField("stage") and request.stage.sink_id:
@@ -131,11 +141,11 @@ def _staging_sink(request) -> Iterable[str]:
     return []
 
 
-def _ended_sink(request) -> Iterable[str]:
+def _ended_sink(request: messaging_pb2.EndSinkBatchRequest) -> Iterable[str]:
     return [f"sink:{request.sink_id}"] if request.sink_id else []
 
 
-def _telemetry(command) -> Iterable[Need]:
+def _telemetry(command: v2_pb.TelemetryCommand) -> Iterable[Need]:
     """Settings of a RocketMQ 5 client: Pub per publishing topic, or Sub on the group and
     on each subscribed topic."""
     if command.WhichOneof("command") != "settings":
@@ -152,7 +162,7 @@ def _telemetry(command) -> Iterable[Need]:
     return []
 
 
-def _v2_heartbeat(request) -> Iterable[Need]:
+def _v2_heartbeat(request: v2_pb.HeartbeatRequest) -> Iterable[Need]:
     # Producers send no group; a consumer's heartbeat needs its group's Sub.
     return group("group.name")(request)
 
