@@ -11,11 +11,15 @@ Modules, from the outside in:
 
 - :mod:`~rmq_spark.source.stream_reader` / :mod:`~rmq_spark.source.batch_reader`: offsets,
   triggers, commits to the group; the fixed ranges of a batch query.
-- :mod:`~rmq_spark.source.read`: one Spark task's pulls, yielding Arrow batches.
+- :mod:`~rmq_spark.source.read`: one Spark task's read, yielding Arrow batches, through one
+  :class:`~rmq_spark.source.read.range_reader.RangeReader` per path (gRPC or remoting pulls,
+  short-circuit reads of a broker's files, a store directory).
 - :mod:`~rmq_spark.source.discovery`: what the brokers hold now (topics, queues, ranges).
 - :mod:`~rmq_spark.source.lag`: how far a query is behind, from its progress events
   (``LagListener``).
-- Pure parts: :mod:`~rmq_spark.source.options` (options parsed once),
+- Pure parts: :mod:`~rmq_spark.source.options` (options parsed once, with
+  :mod:`~rmq_spark.source.position_options`, :mod:`~rmq_spark.source.trigger_options` and
+  :mod:`~rmq_spark.source.partition_options` for its groups of options),
   :mod:`~rmq_spark.source.positions` (start, end, data loss),
   :mod:`~rmq_spark.source.limits` (how much each trigger reads),
   :mod:`~rmq_spark.source.pushdown` (filters a batch read takes over from Spark),
