@@ -17,11 +17,14 @@ from rmq_spark.client.connection import ClientConfig
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import validate_sink_id, validate_topic
 from rmq_spark.spark_options.connect_options import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_BACKOFF_MS,
     FileReads,
     client_config,
     credential_options,
     endpoints_option,
     name_server_option,
+    retry_options,
     tls_options,
 )
 from rmq_spark.spark_options.option_values import RawOptions, bad
@@ -55,8 +58,6 @@ DEFAULT_SEND_BATCH_SIZE = 4096
 #: a broker takes at most 65,536 messages per send by default (--max-batch-messages)
 MAX_SEND_BATCH_SIZE = 65_536
 DEFAULT_SEND_TIMEOUT_MS = 30_000
-DEFAULT_MAX_RETRIES = 3
-DEFAULT_RETRY_BACKOFF_MS = 1_000
 _MAX_INT = 2**31 - 1
 
 
@@ -115,8 +116,7 @@ class SinkOptions:
                 "sendBatchSize", MAX_SEND_BATCH_SIZE, 1, DEFAULT_SEND_BATCH_SIZE
             ),
             send_timeout_ms=raw.setting("sendTimeoutMs", _MAX_INT, 1, DEFAULT_SEND_TIMEOUT_MS),
-            max_retries=raw.setting("maxRetries", 1000, 0, DEFAULT_MAX_RETRIES),
-            retry_backoff_ms=raw.setting("retryBackoffMs", _MAX_INT, 0, DEFAULT_RETRY_BACKOFF_MS),
+            **retry_options(raw),
             exactly_once=exactly_once,
             sink_id=sink_id,
             checkpoint_location=raw.get("checkpointLocation"),

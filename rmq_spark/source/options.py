@@ -47,12 +47,15 @@ from rmq_spark.source.trigger_options import (
     trigger_options,
 )
 from rmq_spark.spark_options.connect_options import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_BACKOFF_MS,
     Credentials,
     FileReads,
     TlsFields,
     credential_options,
     endpoints_option,
     name_server_option,
+    retry_options,
     store_options,
     tls_options,
 )
@@ -143,8 +146,6 @@ _BY_KEY = {name.lower(): name for name in OPTION_NAMES}
 DEFAULT_PULL_BATCH_SIZE = 8192
 MAX_PULL_BATCH_SIZE = 65_536  # the broker's default max_pull_messages; more is lowered
 DEFAULT_PULL_TIMEOUT_MS = 10_000  # RocketMQ's consumerPullTimeoutMillis
-DEFAULT_MAX_RETRIES = 3  # as Kafka's fetchOffset.numRetries
-DEFAULT_RETRY_BACKOFF_MS = 1_000  # as Kafka's fetchOffset.retryIntervalMs
 _MAX_INT = 2**31 - 1
 
 
@@ -245,8 +246,7 @@ class SourceOptions:
                 "pullBatchSize", MAX_PULL_BATCH_SIZE, 1, DEFAULT_PULL_BATCH_SIZE
             ),
             pull_timeout_ms=raw.setting("pullTimeoutMs", _MAX_INT, 1, DEFAULT_PULL_TIMEOUT_MS),
-            max_retries=raw.setting("maxRetries", 1000, 0, DEFAULT_MAX_RETRIES),
-            retry_backoff_ms=raw.setting("retryBackoffMs", _MAX_INT, 0, DEFAULT_RETRY_BACKOFF_MS),
+            **retry_options(raw),
             filter_pushdown=raw.flag("filterPushdown", False),
             short_circuit=raw.flag("shortCircuit", True),
             message_key=_message_key(raw),

@@ -15,6 +15,8 @@ from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.spark_options.option_values import RawOptions, bad
 
 __all__ = [
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_RETRY_BACKOFF_MS",
     "MAX_RETRY_BACKOFF_MS",
     "FileReads",
     "client_config",
@@ -22,6 +24,7 @@ __all__ = [
     "endpoints_option",
     "is_address",
     "name_server_option",
+    "retry_options",
     "store_options",
     "tls_options",
 ]
@@ -243,6 +246,25 @@ def _read_secret(path: str) -> str:
 
 #: the longest pause between two retries of an unavailable broker
 MAX_RETRY_BACKOFF_MS = 10_000
+DEFAULT_MAX_RETRIES = 3  # as Kafka's fetchOffset.numRetries
+DEFAULT_RETRY_BACKOFF_MS = 1_000  # as Kafka's fetchOffset.retryIntervalMs
+_MAX_INT = 2**31 - 1
+
+
+class RetryFields(TypedDict):
+    """The retry fields of the source's and the sink's options."""
+
+    max_retries: int
+    retry_backoff_ms: int
+
+
+def retry_options(raw: RawOptions) -> RetryFields:
+    """``maxRetries`` (retries of an unavailable broker) and ``retryBackoffMs`` (the first
+    pause between them, doubling up to :data:`MAX_RETRY_BACKOFF_MS`)."""
+    return {
+        "max_retries": raw.setting("maxRetries", 1000, 0, DEFAULT_MAX_RETRIES),
+        "retry_backoff_ms": raw.setting("retryBackoffMs", _MAX_INT, 0, DEFAULT_RETRY_BACKOFF_MS),
+    }
 
 
 def client_config(
