@@ -19,11 +19,13 @@ from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.groups_seen import consuming_groups, progress_topics
 from rmq_spark.broker.core.key_query import MAX_KEY_MATCHES, KeyMatches
+from rmq_spark.broker.core.messaging import MessagingCore, TopicConfig
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.consume import MAX_PULL_BYTES
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import required
+from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import decode_record
@@ -100,11 +102,13 @@ class Administration:
         perm = whole(ext, "perm", 6, INT32) & 6  # the inherit bit means nothing for a user topic
         return TopicUpdate(topic, read, write, perm)
 
-    async def update_topic(self, connection, request: Command, update: TopicUpdate) -> Command:
+    async def update_topic(
+        self, connection: Connection, request: Command, update: TopicUpdate
+    ) -> Command:
         topics = self._broker.messaging.topics
         topic, read, write = update.topic, update.read_queues, update.write_queues
 
-        def create_or_update():
+        def create_or_update() -> None:
             if topics.find(topic) is None:
                 topics.create(topic, read, read_queues=read, write_queues=write, perm=update.perm)
             else:
@@ -113,8 +117,8 @@ class Administration:
         await self._workers.run(create_or_update)
         return request.reply()
 
-    async def delete_topic(self, connection, request: Command, topic: str) -> Command:
-        def delete():
+    async def delete_topic(self, connection: Connection, request: Command, topic: str) -> Command:
+        def delete() -> None:
             try:
                 self._broker.messaging.delete_topic(topic)
             except NotFoundError:
@@ -123,7 +127,7 @@ class Administration:
         await self._workers.run(delete)
         return request.reply()
 
-    async def topic_config(self, connection, request: Command, topic: str) -> Command:
+    async def topic_config(self, connection: Connection, request: Command, topic: str) -> Command:
         config = self._broker.messaging.topics.find(topic)
         if config is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
@@ -131,7 +135,7 @@ class Administration:
         response.body = bodies.dumps(_topic_config_json(config)).encode()
         return response
 
-    async def all_topic_configs(self, connection, request: Command, _: None) -> Command:
+    async def all_topic_configs(self, connection: Connection, request: Command, _: None) -> Command:
         configs = self._broker.messaging.topics.list()
         response = request.reply()
         table = {config.name: _topic_config_json(config) for config in configs}
@@ -139,7 +143,7 @@ class Administration:
         response.body = bodies.dumps(body).encode()
         return response
 
-    async def runtime_info(self, connection, request: Command, _: None) -> Command:
+    async def runtime_info(self, connection: Connection, request: Command, _: None) -> Command:
         broker = self._broker
         stats = broker.messaging.stats()
         table = {
@@ -167,13 +171,13 @@ class Administration:
         response.body = bodies.dumps({"table": table}).encode()
         return response
 
-    async def topic_stats(self, connection, request: Command, topic: str) -> Command:
+    async def topic_stats(self, connection: Connection, request: Command, topic: str) -> Command:
         store = self._broker.messaging
         config = store.topics.find(topic)
         if config is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
 
-        def stats():
+        def stats() -> str:
             table = {}
             for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
                 mq = MessageQueue(topic, self._broker.name, queue_id)
@@ -189,13 +193,13 @@ class Administration:
         return response
 
     async def consume_stats(
-        self, connection, request: Command, group_topic: tuple[str, str]
+        self, connection: Connection, request: Command, group_topic: tuple[str, str]
     ) -> Command:
         group, only = group_topic
         broker = self._broker
         store = broker.messaging
 
-        def stats():
+        def stats() -> str:
             topics = [only] if only else progress_topics(broker, group)
             table = {}
             for topic in topics:
@@ -218,7 +222,9 @@ class Administration:
         response.body = (await self._workers.run(stats)).encode()
         return response
 
-    async def consumer_connections(self, connection, request: Command, group: str) -> Command:
+    async def consumer_connections(
+        self, connection: Connection, request: Command, group: str
+    ) -> Command:
         registry = self._broker.consumers
         members = registry.members(group)
         if not members:
@@ -254,7 +260,7 @@ class Administration:
         response.body = bodies.dumps(body).encode()
         return response
 
-    async def all_offsets(self, connection, request: Command, _: None) -> Command:
+    async def all_offsets(self, connection: Connection, request: Command, _: None) -> Command:
         snapshot = self._broker.messaging.offsets.snapshot()
         table = {
             f"{topic}@{group}": {str(q): offset for q, offset in sorted(queues.items())}
@@ -264,14 +270,16 @@ class Administration:
         response.body = bodies.dumps({"offsetTable": table}).encode()
         return response
 
-    async def group_configs(self, connection, request: Command, _: None) -> Command:
+    async def group_configs(self, connection: Connection, request: Command, _: None) -> Command:
         table = self._broker.subscription_groups.table()
         body = {"dataVersion": _data_version(), "subscriptionGroupTable": table}
         response = request.reply()
         response.body = bodies.dumps(body).encode()
         return response
 
-    async def view_message(self, connection, request: Command, physical: int) -> Command:
+    async def view_message(
+        self, connection: Connection, request: Command, physical: int
+    ) -> Command:
         if physical < 0:
             raise InvalidArgumentError(f"offset {physical} must be >= 0")
 
@@ -291,7 +299,9 @@ class Administration:
         response.body = data
         return response
 
-    async def query_message(self, connection, request: Command, query: KeyQuery) -> Command:
+    async def query_message(
+        self, connection: Connection, request: Command, query: KeyQuery
+    ) -> Command:
         """Messages by key (RocketMQ's QueryMessageProcessor): the records go oldest first,
         as RocketMQ sorts them by commit-log offset."""
         broker = self._broker
@@ -316,7 +326,9 @@ class Administration:
         response.body = b"".join(reversed(found.records))
         return response
 
-    async def topic_consumers(self, connection, request: Command, topic: str) -> Command:
+    async def topic_consumers(
+        self, connection: Connection, request: Command, topic: str
+    ) -> Command:
         """The groups that consume a topic (``mqadmin queryMsgByUniqueKey`` and
         ``queryMsgById`` track a message through them; ``topicList -c`` lists them)."""
         groups = await self._workers.run(consuming_groups, self._broker, topic)
@@ -393,7 +405,7 @@ def _key_query(request: Command) -> KeyQuery:
     return KeyQuery(topic, key, max_num, whole(ext, "beginTimestamp"), whole(ext, "endTimestamp"))
 
 
-def _topic_config_json(config) -> dict:
+def _topic_config_json(config: TopicConfig) -> dict:
     return {
         "order": False,
         "perm": config.perm,
@@ -425,12 +437,12 @@ def _data_version() -> dict:
     return {"counter": 0, "timestamp": now_ms()}
 
 
-def _store_time_at(store, topic: str, queue_id: int, offset: int) -> int:
+def _store_time_at(store: MessagingCore, topic: str, queue_id: int, offset: int) -> int:
     """RocketMQ's statistics say 0 for a time they do not have."""
     return store.queue_store_timestamp(topic, queue_id, offset) or 0
 
 
-def _last_store_time(store, topic: str, queue_id: int) -> int:
+def _last_store_time(store: MessagingCore, topic: str, queue_id: int) -> int:
     return _store_time_at(store, topic, queue_id, store.max_offset(topic, queue_id) - 1)
 
 

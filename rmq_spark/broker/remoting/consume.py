@@ -14,6 +14,7 @@ Offsets are the broker's one consumer-offset table: a Java consumer's commits ar
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rmq_spark.auth.permissions import SUB, Need
@@ -24,6 +25,7 @@ from rmq_spark.broker.core.messaging import GetResult, Read
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import TAG_EXPRESSION, Membership
+from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, shown
@@ -149,7 +151,7 @@ class Consuming:
             sizes=ext.get(SIZES_FIELD) == "true",
         )
 
-    async def pull(self, connection, request: Command, pull: PullRequest) -> Command:
+    async def pull(self, connection: Connection, request: Command, pull: PullRequest) -> Command:
         group, topic, queue_id, offset = pull.group, pull.topic, pull.queue_id, pull.offset
         tag_codes = pull.tag_codes
         if not pull.carries_subscription:
@@ -210,7 +212,9 @@ class Consuming:
 
     # -- offsets ----------------------------------------------------------------------------
 
-    async def query_offset(self, connection, request: Command, query: QueueRequest) -> Command:
+    async def query_offset(
+        self, connection: Connection, request: Command, query: QueueRequest
+    ) -> Command:
         group, topic, queue_id = query.group, query.topic, query.queue_id
         offset = self._core.committed(group, topic, queue_id)
         if offset is None:
@@ -225,7 +229,9 @@ class Consuming:
                 )
         return request.reply(offset=str(offset))
 
-    async def update_offset(self, connection, request: Command, commit: QueueRequest) -> Command:
+    async def update_offset(
+        self, connection: Connection, request: Command, commit: QueueRequest
+    ) -> Command:
         topic, queue_id, offset = commit.topic, commit.queue_id, commit.number
         if queue_id < 0 or offset < 0:
             raise InvalidArgumentError(f"queueId {queue_id} and commitOffset {offset} must be >= 0")
@@ -237,15 +243,21 @@ class Consuming:
         await self._workers.run(write)
         return request.reply()
 
-    async def max_offset(self, connection, request: Command, queue: QueueRequest) -> Command:
+    async def max_offset(
+        self, connection: Connection, request: Command, queue: QueueRequest
+    ) -> Command:
         self._check_queue(queue)
         return request.reply(offset=str(self._core.max_offset(queue.topic, queue.queue_id)))
 
-    async def min_offset(self, connection, request: Command, queue: QueueRequest) -> Command:
+    async def min_offset(
+        self, connection: Connection, request: Command, queue: QueueRequest
+    ) -> Command:
         self._check_queue(queue)
         return request.reply(offset=str(self._core.min_offset(queue.topic, queue.queue_id)))
 
-    async def search_offset(self, connection, request: Command, search: QueueRequest) -> Command:
+    async def search_offset(
+        self, connection: Connection, request: Command, search: QueueRequest
+    ) -> Command:
         self._check_queue(search)
         topic, queue_id, timestamp = search.topic, search.queue_id, search.number
         core = self._core
@@ -257,7 +269,9 @@ class Consuming:
 
         return request.reply(offset=str(await self._workers.run(find)))
 
-    async def earliest_time(self, connection, request: Command, queue: QueueRequest) -> Command:
+    async def earliest_time(
+        self, connection: Connection, request: Command, queue: QueueRequest
+    ) -> Command:
         self._check_queue(queue)
         topic, queue_id = queue.topic, queue.queue_id
         core = self._core
@@ -303,13 +317,13 @@ def _search(request: Command) -> QueueRequest:
     return QueueRequest("", *_topic_queue(ext), number=whole(ext, "timestamp"), flag=upper)
 
 
-def _topic_queue(ext) -> tuple[str, int]:
+def _topic_queue(ext: Mapping[str, str]) -> tuple[str, int]:
     """The topic and queue id a request names (checked as names and int32)."""
     return validate_topic(text(ext, "topic"), allow_system=True), whole(
         ext, "queueId", bounds=INT32
     )
 
 
-def _group_queue(ext) -> tuple[str, str, int]:
+def _group_queue(ext: Mapping[str, str]) -> tuple[str, str, int]:
     """The consumer group, topic and queue id a request names."""
     return (validate_group(text(ext, "consumerGroup")), *_topic_queue(ext))

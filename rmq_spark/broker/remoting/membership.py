@@ -19,6 +19,7 @@ import functools
 import itertools
 import logging
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
 
@@ -348,7 +349,7 @@ class Membership:
             del self.connections[connection.client_id]
 
 
-def _enum(data: dict, name: str, names) -> str:
+def _enum(data: dict, name: str, names: Collection[str]) -> str:
     """An enum field as Java writes it (by name); the first name when absent. Names this
     broker does not know (newer clients' consume-from choices) count as absent."""
     value = data.get(name)

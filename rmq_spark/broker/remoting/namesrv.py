@@ -12,12 +12,14 @@ memory, as a name server without a kvConfig file does.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from rmq_spark.auth.permissions import PUB_OR_SUB, Need
 from rmq_spark.auth.remoting_rules import LOGIN, RemotingRule, topic_need
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
+from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.names import validate_topic
 from rmq_spark.remoting import bodies
 from rmq_spark.remoting.codes import PERM_INHERIT, RequestCode, ResponseCode
@@ -63,7 +65,7 @@ class NameServerRole:
             code.GET_KVLIST_BY_NAMESPACE: Endpoint(self.kv_list, decode=_kv("namespace")),
         }
 
-    async def route(self, connection, request: Command, topic: str) -> Command:
+    async def route(self, connection: Connection, request: Command, topic: str) -> Command:
         row = self.queue_data(topic)
         if row is None:
             raise Refusal(
@@ -89,35 +91,39 @@ class NameServerRole:
             return broker.name, queues, queues, broker.config.broker_perm | PERM_INHERIT
         return None
 
-    async def cluster(self, connection, request: Command, _: None) -> Command:
+    async def cluster(self, connection: Connection, request: Command, _: None) -> Command:
         response = request.reply()
         info = bodies.cluster_info(self._broker.name, self._address, CLUSTER)
         response.body = info.encode()
         return response
 
-    async def topic_list(self, connection, request: Command, _: None) -> Command:
+    async def topic_list(self, connection: Connection, request: Command, _: None) -> Command:
         topics = sorted(config.name for config in self._broker.messaging.topics.list())
         response = request.reply()
         response.body = bodies.dumps({"topicList": topics}).encode()
         return response
 
-    async def system_topics(self, connection, request: Command, _: None) -> Command:
+    async def system_topics(self, connection: Connection, request: Command, _: None) -> Command:
         response = request.reply()
         response.body = bodies.dumps({"topicList": [CLUSTER, self._broker.name]}).encode()
         return response
 
-    async def forget_topic(self, connection, request: Command, topic: str) -> Command:
+    async def forget_topic(self, connection: Connection, request: Command, topic: str) -> Command:
         # The broker role deleted the topic already (DELETE_TOPIC_IN_BROKER comes first);
         # routes are read from the topic table, so there is nothing more to forget.
         return request.reply()
 
-    async def put_kv(self, connection, request: Command, kv: tuple[str, ...]) -> Command:
+    async def put_kv(
+        self, connection: Connection, request: Command, kv: tuple[str, ...]
+    ) -> Command:
         namespace, key, value = kv
         with self._kv_lock:
             self._kv.setdefault(namespace, {})[key] = value
         return request.reply()
 
-    async def get_kv(self, connection, request: Command, kv: tuple[str, ...]) -> Command:
+    async def get_kv(
+        self, connection: Connection, request: Command, kv: tuple[str, ...]
+    ) -> Command:
         namespace, key = kv
         with self._kv_lock:
             value = self._kv.get(namespace, {}).get(key)
@@ -127,13 +133,17 @@ class NameServerRole:
             )
         return request.reply(value=value)
 
-    async def delete_kv(self, connection, request: Command, kv: tuple[str, ...]) -> Command:
+    async def delete_kv(
+        self, connection: Connection, request: Command, kv: tuple[str, ...]
+    ) -> Command:
         namespace, key = kv
         with self._kv_lock:
             self._kv.get(namespace, {}).pop(key, None)
         return request.reply()
 
-    async def kv_list(self, connection, request: Command, kv: tuple[str, ...]) -> Command:
+    async def kv_list(
+        self, connection: Connection, request: Command, kv: tuple[str, ...]
+    ) -> Command:
         (namespace,) = kv
         with self._kv_lock:
             table = dict(self._kv.get(namespace, {}))
@@ -154,6 +164,6 @@ def _route_needs(topic: str) -> list[Need]:
     return [] if topic == AUTO_CREATE_TOPIC else topic_need(topic, PUB_OR_SUB)
 
 
-def _kv(*names: str):
+def _kv(*names: str) -> Callable[[Command], tuple[str, ...]]:
     """Decodes the KV fields ``names``, each required."""
     return lambda request: tuple(required(request, name) for name in names)

@@ -28,6 +28,7 @@ from rmq_spark.broker.delivery import retry
 from rmq_spark.broker.remoting.answers import Refusal, failure_reply
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.group_commit import GroupCommit
+from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.transactions.state import HalfState, check_end
 from rmq_spark.broker.workers import Workers
 from rmq_spark.codec import properties as props
@@ -146,7 +147,7 @@ class Producing:
         except (InvalidArgumentError, UnicodeError) as exc:
             raise Refusal(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
 
-    def send(self, connection, request: Command, plan: SendPlan) -> None:
+    def send(self, connection: Connection, request: Command, plan: SendPlan) -> None:
         """Serve a decoded and authorized send on the event loop. The common one (a topic
         that exists, no delay, no transaction) goes straight into group commit and is
         answered when its group is stored, with no task or coroutine of its own; the others
@@ -169,7 +170,7 @@ class Producing:
 
     async def _send_later(
         self,
-        connection,
+        connection: Connection,
         request: Command,
         header: headers.SendHeader,
         plan: SendPlan,
@@ -224,7 +225,7 @@ class Producing:
         return self._round_robin.next(topic) % config.write_queue_nums
 
     @staticmethod
-    def _fields(connection, header: headers.SendHeader, plan: SendPlan) -> dict:
+    def _fields(connection: Connection, header: headers.SendHeader, plan: SendPlan) -> dict:
         """What the store writes for every message of a send beside its body and
         properties."""
         return {
@@ -237,7 +238,7 @@ class Producing:
 
     def _stored(
         self,
-        connection,
+        connection: Connection,
         request: Command,
         plan: SendPlan,
         queue_id: int,
@@ -263,7 +264,7 @@ class Producing:
         )
 
     @staticmethod
-    def _answer(connection, request: Command, answer: Command | BaseException) -> None:
+    def _answer(connection: Connection, request: Command, answer: Command | BaseException) -> None:
         """Send ``answer`` (an error becomes its response code), unless the send was
         oneway."""
         if request.is_oneway:
@@ -336,7 +337,9 @@ class Producing:
         decided on that half message, not on what the request says of it."""
         return dataclasses.replace(end, half=self._broker.transactions.half(end.transaction_id))
 
-    async def end_transaction(self, connection, request: Command, end: EndRequest) -> Command:
+    async def end_transaction(
+        self, connection: Connection, request: Command, end: EndRequest
+    ) -> Command:
         half = end.half
         if half is None:
             # not pending: ended already (answered as such) or never prepared here
@@ -368,7 +371,9 @@ class Producing:
         await self._workers.run(finish)
         return request.reply()
 
-    async def send_back(self, connection, request: Command, back: SendBackRequest) -> Command:
+    async def send_back(
+        self, connection: Connection, request: Command, back: SendBackRequest
+    ) -> Command:
         send_back = functools.partial(_send_back, self._broker.messaging, back)
         await self._workers.run(send_back)
         return request.reply()

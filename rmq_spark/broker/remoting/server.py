@@ -19,8 +19,8 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rmq_spark.errors import UnavailableError
 from rmq_spark.remoting.frame import (
@@ -84,9 +84,10 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a stream's transport (TCP, or TLS over it), which writes too
+        self.transport = stream = cast(asyncio.Transport, transport)
+        stream.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         address = transport.get_extra_info("peername")
         if isinstance(address, tuple) and len(address) >= 2:
             host = address[0]
@@ -167,7 +168,7 @@ class Connection(asyncio.Protocol):
         if not self._closed and self.transport is not None:
             self.transport.writelines(outgoing)
 
-    def spawn(self, coroutine) -> asyncio.Task:
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``coroutine`` as a task that ends with this connection."""
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
@@ -193,7 +194,7 @@ class RemotingListener:
         self.port: int = sock.getsockname()[1]
 
     @classmethod
-    def bind(cls, host: str, port: int, tls=None) -> RemotingListener:
+    def bind(cls, host: str, port: int, tls: ssl.SSLContext | None = None) -> RemotingListener:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             sock = socket.create_server((host, port), family=family, backlog=1024)

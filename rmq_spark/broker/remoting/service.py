@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from rmq_spark.auth.acl import User
-from rmq_spark.auth.interceptor import Refused
+from rmq_spark.auth.interceptor import Authorizer, Refused
 from rmq_spark.auth.remoting_check import authenticate, authorize
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.remoting.admin import Administration
@@ -46,7 +46,13 @@ IDLE_CHECK_S = 10
 
 
 class RemotingService:
-    def __init__(self, broker: Broker, workers: Workers, address: str, authorizer=None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        workers: Workers,
+        address: str,
+        authorizer: Authorizer | None = None,
+    ) -> None:
         self.broker = broker
         self._workers = workers
         #: checks each request's signature and rights when the broker has an ACL
@@ -146,6 +152,7 @@ class RemotingService:
         self, connection: Connection, user: User | None, endpoint: Endpoint, value: Any
     ) -> None:
         if user is not None:
+            assert self._authorizer is not None  # it authenticated the user
             authorize(self._authorizer, user, endpoint.rule, value, peer=connection.peer)
 
     async def _serve(
