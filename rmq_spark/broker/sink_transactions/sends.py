@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -29,13 +29,25 @@ from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import record_parts
 from rmq_spark.codec.batch_encode import EncodedBatch, encode_unstamped, prepare_batch
 from rmq_spark.codec.byte_column import ByteColumn
-from rmq_spark.codec.tag_column import hash_codes
+from rmq_spark.codec.tag_column import TagColumn, hash_codes
 from rmq_spark.errors import StoreError
 from rmq_spark.names import SCHEDULE_TOPIC
+from rmq_spark.store import MessageStore
 from rmq_spark.structs import PullStatus
 
 _READ_COUNT = 4_096
 _READ_BYTES = 64 << 20
+
+
+class ColumnSend(Protocol):
+    """A checked columnar send, as staging reads it (rocketlite.v1's ColumnBatch)."""
+
+    bodies: ByteColumn
+    properties: ByteColumn
+    tags: TagColumn
+    born_timestamps: np.ndarray | int
+    flags: np.ndarray | int
+    delay_level: int
 
 
 @dataclass
@@ -85,7 +97,7 @@ class Block:
 
 
 def final_form(
-    store_host: str, topic: str, queue_id: int, batch, born_host: str
+    store_host: str, topic: str, queue_id: int, batch: ColumnSend, born_host: str
 ) -> tuple[Staged | Ready, np.ndarray | None, np.ndarray]:
     """What the commit will write, made now: the records laid out for their queue (or, for a
     delayed send, its columns), with the bodies' CRCs and tag codes that the staged copy
@@ -103,14 +115,15 @@ def final_form(
         batch.properties,
         born_host=born_host,
         store_host=store_host,
-        born_timestamps=batch.born_timestamps,
-        flags=batch.flags,
+        # numpy arrays, which prepare_batch takes, though it annotates Sequence[int]
+        born_timestamps=batch.born_timestamps,  # type: ignore[arg-type]
+        flags=batch.flags,  # type: ignore[arg-type]
         sysflag=rec.TRANSACTION_COMMIT_TYPE,
     )
     return Ready(encode_unstamped(final), codes), final.headers["body_crc"], codes
 
 
-def queue_end(store, topic: str, queue_id: int) -> int:
+def queue_end(store: MessageStore, topic: str, queue_id: int) -> int:
     """The queue's next offset; 0 when the topic does not exist."""
     if store.topics.find(topic) is None:
         return 0
@@ -124,7 +137,7 @@ def landing(delays: DelayScheduler, block: Block) -> tuple[str, int]:
     return block.topic, block.queue_id
 
 
-def check_still_staged(store, blocks: list[Block]) -> None:
+def check_still_staged(store: MessageStore, blocks: list[Block]) -> None:
     """Raise StoreError when rows of ``blocks`` that must be read back were deleted by the
     store's retention."""
     to_read = [b for b in blocks if b.held is None]
@@ -173,7 +186,7 @@ def write_copies(writes: WritePath, delays: DelayScheduler, block: Block, skip: 
         )
 
 
-def read_back(store, block: Block) -> Staged:
+def read_back(store: MessageStore, block: Block) -> Staged:
     """The rows of ``block`` read from the staging queue, without the first one's marks."""
     parts = []
     offset, remaining = block.half_first, block.count
@@ -188,6 +201,7 @@ def read_back(store, block: Block) -> Staged:
                 f"{offset} of {ss.HALF_TOPIC} are gone (deleted by retention?); the "
                 "transaction cannot be committed"
             )
+        assert got.sizes is not None  # it has records
         parts.append(record_parts(got.data, got.record_starts(), got.sizes))
         offset += got.count
         remaining -= got.count
@@ -202,7 +216,7 @@ def read_back(store, block: Block) -> Staged:
 
 
 def copies_since(
-    store, topic: str, queue_id: int, floor: int, markers: Collection[int]
+    store: MessageStore, topic: str, queue_id: int, floor: int, markers: Collection[int]
 ) -> dict[int, int]:
     """Per marker of ``markers``, how many records from offset ``floor`` of the queue have
     it as their PREPARED_TX_OFFSET: the copies of those staged sends a commit already
@@ -228,7 +242,7 @@ def copies_since(
 def sliced(staged: Staged, skip: int) -> Staged:
     """``staged`` without its first ``skip`` messages."""
 
-    def part(values):
+    def part(values: np.ndarray | int) -> np.ndarray | int:
         return values if isinstance(values, int) else values[skip:]
 
     return Staged(

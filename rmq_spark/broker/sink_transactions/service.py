@@ -45,6 +45,7 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.names import validate_sink_id
+from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 
 log = logging.getLogger("rmq_spark.broker.sinks")
 
@@ -85,7 +86,14 @@ class SinkTransactions:
 
     # -- the API ---------------------------------------------------------------------------
 
-    def stage(self, stage, topic: str, queue_id: int, batch, born_host: str) -> int:
+    def stage(
+        self,
+        stage: messaging_pb2.SinkStage,
+        topic: str,
+        queue_id: int,
+        batch: sends.ColumnSend,
+        born_host: str,
+    ) -> int:
         """Stage a checked columnar send (a ColumnBatch) of transaction ``stage``; returns
         the staging queue offset of its first message (of the earlier copy, for a repeat)."""
         sink_id = validate_sink_id(stage.sink_id, "stage.sink_id")
@@ -123,8 +131,9 @@ class SinkTransactions:
                 batch.bodies,
                 sends.marked_first(batch.properties, marks),
                 born_host=born_host,
-                born_timestamps=batch.born_timestamps,
-                flags=batch.flags,
+                # numpy arrays, which append takes, though it annotates Sequence[int]
+                born_timestamps=batch.born_timestamps,  # type: ignore[arg-type]
+                flags=batch.flags,  # type: ignore[arg-type]
                 sysflag=rec.TRANSACTION_PREPARED_TYPE,
                 body_crcs=crcs,
                 tag_codes=codes,
