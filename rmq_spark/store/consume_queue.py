@@ -10,6 +10,7 @@ import bisect
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from rmq_spark.codec.consume_queue import ENTRY_SIZE, decode_entries, encode_entries
 from rmq_spark.store.mapped_file import UNBOUNDED, MappedFile, OpenFiles, file_name, fsync_dir
@@ -119,7 +120,13 @@ class ConsumeQueue:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def put(self, first_offset: int, physical_offsets, sizes, tag_codes) -> None:
+    def put(
+        self,
+        first_offset: int,
+        physical_offsets: npt.ArrayLike,
+        sizes: npt.ArrayLike,
+        tag_codes: npt.ArrayLike,
+    ) -> None:
         """Write entries for queue offsets ``first_offset ..`` (overwriting is allowed)."""
         data = encode_entries(physical_offsets, sizes, tag_codes)
         pos = first_offset * ENTRY_SIZE

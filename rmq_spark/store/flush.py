@@ -16,10 +16,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from rmq_spark.errors import FlushTimeoutError, ResourceExhaustedError, StoreFailedError
 
 log = logging.getLogger("rmq_spark.store")
+
+T = TypeVar("T")
 
 
 class FlushService:
@@ -98,7 +101,7 @@ class FlushService:
                 self.flushed_offset = max(self.flushed_offset, flushed)
             self._cond.notify_all()
 
-    def _safely(self, fn):
+    def _safely(self, fn: Callable[[], T]) -> T | None:
         try:
             return fn()
         except ResourceExhaustedError as exc:

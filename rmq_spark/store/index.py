@@ -358,7 +358,7 @@ class MessageIndex:
     def __enter__(self) -> MessageIndex:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _check_writable(self, what: str) -> None:

@@ -315,7 +315,7 @@ class MappedFile:
         with self._use() as (fd, _):
             return data_end(fd, self.size)
 
-    def write_at(self, pos: int, *chunks) -> None:
+    def write_at(self, pos: int, *chunks: bytes | memoryview) -> None:
         """Write ``chunks`` back to back at relative position ``pos`` with one syscall."""
         total = sum(len(c) for c in chunks)
         if pos < 0 or pos + total > self.size:
@@ -327,7 +327,7 @@ class MappedFile:
                 written += os.pwrite(fd, rest, pos + written)
         self.write_pos = max(self.write_pos, pos + total)
 
-    def append(self, *chunks) -> int:
+    def append(self, *chunks: bytes | memoryview) -> int:
         pos = self.write_pos
         self.write_at(pos, *chunks)
         return pos

@@ -192,7 +192,7 @@ class MessageStore:
     def __enter__(self) -> MessageStore:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- queues ----------------------------------------------------------------------------
@@ -300,7 +300,9 @@ class MessageStore:
             tag_codes = hash_codes(tags)
         delay = delivery_delay_ms
 
-        def lay_out(first: int, positions: np.ndarray, store_ts: int):
+        def lay_out(
+            first: int, positions: np.ndarray, store_ts: int
+        ) -> tuple[memoryview, np.ndarray | list[int]]:
             data = finish_batch(batch, first, positions, store_ts)
             codes = tag_codes if delay is None else [store_ts + delay] * batch.count
             return data, codes
@@ -322,7 +324,9 @@ class MessageStore:
         checks.check_writable(topic, self.topics.get(topic))
         self.health.check_writable()
 
-        def lay_out(first: int, positions: np.ndarray, store_ts: int):
+        def lay_out(
+            first: int, positions: np.ndarray, store_ts: int
+        ) -> tuple[memoryview, np.ndarray]:
             return stamp(batch, first, positions, store_ts), tag_codes
 
         return self._write(topic, queue_id, batch.sizes, lay_out)

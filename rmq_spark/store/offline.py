@@ -26,6 +26,7 @@ import itertools
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -225,7 +226,9 @@ class StoreView:
         buffer = self._gather(found["physical_offset"][:keep], sizes)
         return Records(buffer, sizes)
 
-    def _entries_for(self, topic: str, queue_id: int, start: int, end: int, max_bytes: int):
+    def _entries_for(
+        self, topic: str, queue_id: int, start: int, end: int, max_bytes: int
+    ) -> np.ndarray:
         """Entries from ``start`` until their records pass ``max_bytes``: read in growing
         steps, so a small budget reads few entries and a large one few times."""
         end = min(end, self.queue_range(topic, queue_id)[1])
@@ -404,7 +407,11 @@ class _Queue:
         written in order), found by bisection over the last file holding any."""
         for path, start in zip(reversed(self.paths), reversed(self.starts), strict=True):
             slots = path.stat().st_size // ENTRY_SIZE
-            used = _first_where(0, slots, lambda i, p=path: self._size_at(p, i) == 0)
+
+            def unwritten(i: int, p: Path = path) -> bool:
+                return self._size_at(p, i) == 0
+
+            used = _first_where(0, slots, unwritten)
             if used:
                 return (start + used * ENTRY_SIZE) // ENTRY_SIZE
         return self.first
@@ -451,7 +458,7 @@ def _pread(path: Path, size: int, pos: int) -> bytes:
         os.close(fd)
 
 
-def _first_where(lo: int, hi: int, pred) -> int:
+def _first_where(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
     """The first i in [lo, hi) where ``pred`` holds (it holds from there on), else hi."""
     while lo < hi:
         mid = (lo + hi) // 2

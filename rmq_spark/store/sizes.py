@@ -29,7 +29,9 @@ class RangeSize(NamedTuple):
     budget_count: int | None
 
 
-def measure(sizes: np.ndarray, budget_bytes: int | None = None, total_count: int | None = None):
+def measure(
+    sizes: np.ndarray, budget_bytes: int | None = None, total_count: int | None = None
+) -> RangeSize:
     """Sizes of the first entries of a range (``total_count`` entries long in all, default
     ``len(sizes)``): its total bytes, and how many fit in ``budget_bytes``."""
     count = len(sizes) if total_count is None else total_count

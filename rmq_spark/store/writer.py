@@ -10,9 +10,8 @@ later of the clock and the previous batch's time.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -26,7 +25,7 @@ from rmq_spark.store.failure import StoreHealth
 
 #: ``lay_out(first queue offset, physical offsets, store time)``: the batch's records with
 #: those written into them, and their consume-queue tag codes
-LayOut = Callable[[int, np.ndarray, int], tuple[Any, Any]]
+LayOut = Callable[[int, np.ndarray, int], tuple[memoryview, np.ndarray | list[int]]]
 
 
 @dataclass
@@ -76,7 +75,7 @@ class Writer:
         written, self._written = self._written, set()
         return written
 
-    def give_back(self, queues) -> None:
+    def give_back(self, queues: Iterable[ConsumeQueue]) -> None:
         """Queues a checkpoint took but could not flush (lock held): the next takes them."""
         self._written.update(queues)
 
