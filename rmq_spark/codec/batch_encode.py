@@ -65,10 +65,12 @@ class PreparedBatch:
         return int(self.sizes.sum())
 
 
-def _per_message(name: str, values, n: int, default: int) -> np.ndarray | int:
+def _per_message(
+    name: str, values: Sequence[int] | int | None, n: int, default: int
+) -> np.ndarray | int:
     if values is None:
         return default
-    if isinstance(values, numbers.Integral):
+    if isinstance(values, int | numbers.Integral):  # int named too: mypy's int is not Integral
         return int(values)
     if len(values) != n:
         raise InvalidArgumentError(f"{name} has {len(values)} values for {n} messages")

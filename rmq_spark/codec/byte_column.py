@@ -10,6 +10,7 @@ bytes for code that wants items one at a time.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import overload
 
 import numpy as np
 import pyarrow as pa
@@ -56,7 +57,13 @@ class ByteColumn(Sequence[bytes]):
     def __len__(self) -> int:
         return len(self.ends)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[bytes]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
         if isinstance(index, slice):
             return self.to_list()[index]  # a new list
         n = len(self.ends)

@@ -7,6 +7,7 @@ N * 20 of the queue's files. An all-zero entry is an unwritten slot.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 ENTRY_SIZE = 20
 ENTRY_DTYPE = np.dtype([("physical_offset", ">i8"), ("size", ">i4"), ("tag_code", ">i8")])
@@ -14,7 +15,9 @@ NATIVE_DTYPE = np.dtype([("physical_offset", "<i8"), ("size", "<i4"), ("tag_code
 assert ENTRY_DTYPE.itemsize == ENTRY_SIZE
 
 
-def encode_entries(physical_offsets, sizes, tag_codes) -> bytes:
+def encode_entries(
+    physical_offsets: npt.ArrayLike, sizes: npt.ArrayLike, tag_codes: npt.ArrayLike
+) -> bytes:
     """Encode parallel arrays of offsets, sizes and tag codes to entry bytes.
 
     >>> encode_entries([256], [100], [-1]).hex()
@@ -28,7 +31,7 @@ def encode_entries(physical_offsets, sizes, tag_codes) -> bytes:
     return entries.tobytes()
 
 
-def decode_entries(data) -> np.ndarray:
+def decode_entries(data: bytes | bytearray | memoryview) -> np.ndarray:
     """Decode entry bytes to a native-endian structured array (a copy, safe to keep)."""
     raw = np.frombuffer(data, dtype=ENTRY_DTYPE, count=len(data) // ENTRY_SIZE)
     return raw.astype(NATIVE_DTYPE)

@@ -15,7 +15,7 @@ import functools
 import ipaddress
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -316,7 +316,7 @@ def _decode_fields(mv: memoryview, pos: int, size: int, check_crc: bool) -> Reco
     )
 
 
-def iter_records(buf: bytes | memoryview, *, check_crc: bool = True):
+def iter_records(buf: bytes | memoryview, *, check_crc: bool = True) -> Iterator[Record]:
     """Decode every record of a buffer of concatenated records, in order."""
     pos = 0
     end = len(buf)

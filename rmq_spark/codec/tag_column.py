@@ -5,6 +5,7 @@ numpy gather, not a dictionary look-up per message."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import overload
 
 import numpy as np
 
@@ -29,7 +30,13 @@ class TagColumn(Sequence[str | None]):
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index):  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> str | None: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str | None]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str | None] | None:
         if isinstance(index, slice):
             return self.to_list()[index]
         if not -self.length <= index < self.length:

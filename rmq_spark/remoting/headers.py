@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from rmq_spark.errors import InvalidArgumentError, shown
 
@@ -51,7 +52,9 @@ _SEND_READ = tuple(
 )
 
 
-def whole(ext: Mapping[str, str], name: str, default: int | None = None, bounds=INT64) -> int:
+def whole(
+    ext: Mapping[str, str], name: str, default: int | None = None, bounds: tuple[int, int] = INT64
+) -> int:
     """A whole-number field as Java's parseInt/parseLong reads it (``bounds``: INT32 or
     INT64); ``default`` when absent (required when no default)."""
     value = ext.get(name)
@@ -121,7 +124,7 @@ def send_header(ext: Mapping[str, str], *, short_names: bool = True) -> SendHead
     )
 
 
-def encode_sizes(sizes) -> str:
+def encode_sizes(sizes: npt.ArrayLike) -> str:
     """Record sizes (int32 each) as one header value: Base64 of big-endian int32s. A pull
     answer's body is records back to back; with their sizes a reader finds them without
     walking the TOTALSIZE chain one record at a time.

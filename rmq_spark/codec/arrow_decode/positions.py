@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from rmq_spark.codec.arrow_decode.source import Source
 from rmq_spark.codec.record import FIXED_WITHOUT_HOSTS, IPV4_HOST, MAGIC_V1, MAGIC_V2
@@ -58,7 +59,9 @@ def walk(src: Source) -> tuple[np.ndarray, np.ndarray]:
     return positions, np.append(sizes, 0)
 
 
-def known_positions(src: Source, starts, sizes) -> tuple[np.ndarray, np.ndarray]:
+def known_positions(
+    src: Source, starts: npt.ArrayLike | None, sizes: npt.ArrayLike | None
+) -> tuple[np.ndarray, np.ndarray]:
     """The caller's starts and sizes as int64 arrays (either may be None, not both)."""
     if starts is None:
         sizes = np.asarray(sizes, dtype=np.int64)
