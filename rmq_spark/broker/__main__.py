@@ -21,6 +21,7 @@ import logging
 import signal
 import socket
 import sys
+from typing import NoReturn
 
 from rmq_spark.broker.config import DEFAULT_DELAY_LEVELS, DEFAULT_PORT, BrokerConfig
 from rmq_spark.broker.server import BrokerServer, serve
@@ -361,7 +362,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         # One line, no usage dump: the message names the flag; --help has the rest.
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 

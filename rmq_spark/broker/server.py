@@ -14,9 +14,19 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Sequence,
+)
 from concurrent.futures import Future
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -35,6 +45,22 @@ from rmq_spark.proto_gen.rocketlite.v1 import (
     groups_pb2_grpc,
     offsets_pb2_grpc,
 )
+
+if TYPE_CHECKING:
+    # loaded only when configured (the ACL, remoting, short-circuit reads) or installed
+    # (RocketMQ 5's package)
+    import ssl
+
+    from rmq_spark.auth.acl_file import AclFile
+    from rmq_spark.auth.interceptor import Authorizer
+    from rmq_spark.broker.remoting.server import RemotingListener
+    from rmq_spark.broker.remoting.service import RemotingService
+    from rmq_spark.broker.v1.short_circuit import ShortCircuitServer
+    from rmq_spark.broker.v2.service import MessagingServiceV2
+
+T = TypeVar("T")
+#: a request's deserializer (a message class's FromString), and what it makes of the bytes
+Deserializer = Callable[[bytes], object]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -65,7 +91,7 @@ class _Malformed:
         )
 
 
-def _tolerant(deserializer):
+def _tolerant(deserializer: Deserializer | None) -> Deserializer | None:
     """``deserializer`` that gives a :class:`_Malformed` instead of raising: an exception
     from a deserializer makes grpc.aio answer UNKNOWN and log a traceback."""
     if deserializer is None:
@@ -74,7 +100,7 @@ def _tolerant(deserializer):
     descriptor = getattr(cls, "DESCRIPTOR", None)
     expected = getattr(descriptor, "full_name", None) or "request"
 
-    def deserialize(data: bytes):
+    def deserialize(data: bytes) -> object:
         try:
             return deserializer(data)
         except Exception as exc:  # DecodeError, or whatever the parser makes of the bytes
@@ -83,15 +109,19 @@ def _tolerant(deserializer):
     return deserialize
 
 
-async def _results(result):
+async def _results(
+    result: AsyncIterable[object] | Awaitable[object] | Iterable[object] | None,
+) -> AsyncIterator[object]:
     """The items of a server-streaming behavior: an async generator, a coroutine that
     writes with ``context.write``, or a plain iterator."""
+    if result is None:
+        return
     if hasattr(result, "__aiter__"):
         async for item in result:
             yield item
     elif inspect.isawaitable(result):
         await result
-    elif result is not None:
+    else:
         for item in result:
             yield item
 
@@ -107,7 +137,11 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
     def __init__(self) -> None:
         self._logged: dict[str, tuple[float, int]] = {}
 
-    async def intercept_service(self, continuation, handler_call_details):
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
@@ -125,16 +159,18 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
         more = f" ({skipped} more since the last report)" if skipped else ""
         log.warning("malformed request to %s from %s: %s%s", method, peer, bad, more)
 
-    def _wrap(self, handler, method: str):
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         note = self._note
         deserializer = _tolerant(handler.request_deserializer)
 
-        async def refuse(bad: _Malformed, context) -> None:
+        async def refuse(bad: _Malformed, context: grpc.aio.ServicerContext) -> None:
             note(method, bad, context.peer())
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(bad))
 
-        def checked(requests, bad: list[_Malformed]):
-            async def messages():
+        def checked(
+            requests: AsyncIterable[object], bad: list[_Malformed]
+        ) -> AsyncIterator[object]:
+            async def messages() -> AsyncIterator[object]:
                 async for message in requests:
                     if isinstance(message, _Malformed):
                         bad.append(message)  # ends the request stream; refused after
@@ -146,9 +182,10 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
         if not handler.request_streaming and not handler.response_streaming:
             unary = handler.unary_unary
 
-            async def unary_unary(request, context):
+            async def unary_unary(request: object, context: grpc.aio.ServicerContext) -> object:
                 if isinstance(request, _Malformed):
-                    return await refuse(request, context)
+                    await refuse(request, context)  # aborts the call
+                    return None
                 answer = unary(request, context)
                 return await answer if inspect.isawaitable(answer) else answer
 
@@ -158,7 +195,9 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
         if not handler.request_streaming:
             unary_stream_inner = handler.unary_stream
 
-            async def unary_stream(request, context):
+            async def unary_stream(
+                request: object, context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[object]:
                 if isinstance(request, _Malformed):
                     await refuse(request, context)
                     return
@@ -171,12 +210,15 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
         if not handler.response_streaming:
             stream_unary_inner = handler.stream_unary
 
-            async def stream_unary(requests, context):
+            async def stream_unary(
+                requests: AsyncIterable[object], context: grpc.aio.ServicerContext
+            ) -> object:
                 bad: list[_Malformed] = []
                 answer = stream_unary_inner(checked(requests, bad), context)
                 answer = await answer if inspect.isawaitable(answer) else answer
                 if bad:
-                    return await refuse(bad[0], context)
+                    await refuse(bad[0], context)  # aborts the call
+                    return None
                 return answer
 
             return grpc.stream_unary_rpc_method_handler(
@@ -184,7 +226,9 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
             )
         stream_stream_inner = handler.stream_stream
 
-        async def stream_stream(requests, context):
+        async def stream_stream(
+            requests: AsyncIterable[object], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[object]:
             bad: list[_Malformed] = []
             async for item in _results(stream_stream_inner(checked(requests, bad), context)):
                 yield item
@@ -208,9 +252,9 @@ class _LoopThread:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def call(self, coroutine, timeout_s: float | None = None):
+    def call(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run ``coroutine`` on the loop and wait for its result here."""
-        future: Future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         return future.result(timeout_s)
 
     def close(self) -> None:
@@ -229,15 +273,15 @@ class BrokerServer:
         port: int,
         loop_thread: _LoopThread,
         workers: Workers,
-        v2_service=None,
-        acl=None,
-        remoting=None,
-        short_circuit=None,
+        v2_service: MessagingServiceV2 | None = None,
+        acl: AclFile | None = None,
+        remoting: tuple[RemotingListener, RemotingService] | None = None,
+        short_circuit: ShortCircuitServer | None = None,
     ) -> None:
         self.broker = broker
         #: the short-circuit read socket's server, or None when it is off
         self.short_circuit = short_circuit
-        #: the ACL file in force (an rmq_spark.auth.acl_file.AclFile), or None
+        #: the ACL file in force, or None
         self.acl = acl
         #: the RocketMQ 5 service (None when its package is not installed)
         self.v2 = v2_service
@@ -339,7 +383,7 @@ class BrokerServer:
     def __enter__(self) -> BrokerServer:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -439,7 +483,9 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     return broker_server, port
 
 
-def _short_circuit(config: BrokerConfig, broker: Broker, port: int, authorizer):
+def _short_circuit(
+    config: BrokerConfig, broker: Broker, port: int, authorizer: Authorizer | None
+) -> ShortCircuitServer | None:
     """The short-circuit read socket, bound (None when off, or when it cannot be made:
     readers then pull, as they do from another host)."""
     if config.short_circuit_socket is None:
@@ -456,7 +502,7 @@ def _short_circuit(config: BrokerConfig, broker: Broker, port: int, authorizer):
     return server
 
 
-def _bind_remoting(config: BrokerConfig):
+def _bind_remoting(config: BrokerConfig) -> RemotingListener | None:
     """Bind the remoting port when configured (its listener), else None."""
     if config.remoting_port is None:
         return None
@@ -466,7 +512,13 @@ def _bind_remoting(config: BrokerConfig):
     return RemotingListener.bind(config.host, config.remoting_port, remoting_tls(config))
 
 
-def _remoting_service(config: BrokerConfig, broker: Broker, workers: Workers, listener, authorizer):
+def _remoting_service(
+    config: BrokerConfig,
+    broker: Broker,
+    workers: Workers,
+    listener: RemotingListener,
+    authorizer: Authorizer | None,
+) -> RemotingService:
     from rmq_spark.broker.remoting.service import RemotingService
 
     host = (config.advertised_endpoint or config.host).rsplit(":", 1)[0]
@@ -477,17 +529,17 @@ def _remoting_service(config: BrokerConfig, broker: Broker, workers: Workers, li
     return service
 
 
-async def _start_remoting(listener, service) -> None:
+async def _start_remoting(listener: RemotingListener, service: RemotingService) -> None:
     listener.start()
     service.start()
 
 
-async def _stop_remoting(listener, service) -> None:
+async def _stop_remoting(listener: RemotingListener, service: RemotingService) -> None:
     listener.close()
     service.close()
 
 
-def remoting_tls(config: BrokerConfig):
+def remoting_tls(config: BrokerConfig) -> ssl.SSLContext | None:
     """An SSLContext for the remoting port from the same files as the gRPC port, or None."""
     material = config.tls_material()
     if material is None:
@@ -522,7 +574,9 @@ def server_credentials(config: BrokerConfig) -> grpc.ServerCredentials | None:
 
 
 async def _bind(
-    config: BrokerConfig, credentials: grpc.ServerCredentials | None, interceptors=()
+    config: BrokerConfig,
+    credentials: grpc.ServerCredentials | None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, int]:
     # Created on the loop that will run it: grpc.aio ties a server to its event loop.
     server = grpc.aio.server(
@@ -550,7 +604,7 @@ def serve(config: BrokerConfig, on_started: Callable[[BrokerServer], None] | Non
     """
     signals: list[int] = []
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         # Only note it. The handler runs between two bytecodes of the main thread, wherever
         # that was: taking a lock the main thread holds (a threading.Event's) would deadlock,
         # and a log line could land inside one being written. The main thread does the rest.
