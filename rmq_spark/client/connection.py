@@ -14,8 +14,9 @@ import logging
 import os
 import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -37,6 +38,9 @@ from rmq_spark.proto_gen.rocketlite.v1 import (
 )
 from rmq_spark.retry import backoff_delays
 from rmq_spark.units import MiB
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 log = logging.getLogger("rmq_spark.client")
 
@@ -69,7 +73,7 @@ class RetryPolicy:
                 "need 0 <= backoff_ms <= max_backoff_ms"
             )
 
-    def delays_s(self):
+    def delays_s(self) -> Iterator[float]:
         """Sleep before attempt 2, 3, ...: one value per retry."""
         delays_ms = backoff_delays(self.backoff_ms, self.max_backoff_ms)
         for delay_ms in itertools.islice(delays_ms, self.attempts - 1):
@@ -189,7 +193,7 @@ class _Signing(
     def __repr__(self) -> str:
         return f"_Signing(access_key={self._access_key!r})"
 
-    def _signed(self, details):
+    def _signed(self, details: grpc.ClientCallDetails) -> _CallDetails:
         from rmq_spark.auth.signature import signed_metadata
 
         metadata = [
@@ -207,21 +211,52 @@ class _Signing(
             getattr(details, "compression", None),
         )
 
-    def intercept_unary_unary(self, continuation, details, request):
+    # The calls ``continuation`` makes: a Future of the response for a unary response, an
+    # iterator of the responses for a stream (both also a grpc.Call).
+
+    def intercept_unary_unary(
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Message], grpc.Future],
+        details: grpc.ClientCallDetails,
+        request: Message,
+    ) -> grpc.Future:
         return continuation(self._signed(details), request)
 
-    def intercept_unary_stream(self, continuation, details, request):
+    def intercept_unary_stream(
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Message], Iterator[Message]],
+        details: grpc.ClientCallDetails,
+        request: Message,
+    ) -> Iterator[Message]:
         return continuation(self._signed(details), request)
 
-    def intercept_stream_unary(self, continuation, details, request_iterator):
+    def intercept_stream_unary(
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Iterator[Message]], grpc.Future],
+        details: grpc.ClientCallDetails,
+        request_iterator: Iterator[Message],
+    ) -> grpc.Future:
         return continuation(self._signed(details), request_iterator)
 
-    def intercept_stream_stream(self, continuation, details, request_iterator):
+    def intercept_stream_stream(
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Iterator[Message]], Iterator[Message]],
+        details: grpc.ClientCallDetails,
+        request_iterator: Iterator[Message],
+    ) -> Iterator[Message]:
         return continuation(self._signed(details), request_iterator)
 
 
 class _CallDetails(grpc.ClientCallDetails):
-    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression):
+    def __init__(
+        self,
+        method: str,
+        timeout: float | None,
+        metadata: list[tuple[str, str | bytes]],
+        credentials: grpc.CallCredentials | None,
+        wait_for_ready: bool | None,
+        compression: grpc.Compression | None,
+    ) -> None:
         self.method = method
         self.timeout = timeout
         self.metadata = metadata

@@ -23,10 +23,10 @@ import pyarrow.compute as pc
 
 from rmq_spark.client import offsets as offset_rpc
 from rmq_spark.client.cluster import Cluster
-from rmq_spark.client.connection import ClientConfig, PendingCall
+from rmq_spark.client.connection import ClientConfig, Connection, PendingCall
 from rmq_spark.client.endpoints import Endpoints
 from rmq_spark.codec.arrow_decode import RECORD_SCHEMA
-from rmq_spark.codec.subscription import parse_subscription
+from rmq_spark.codec.subscription import Subscription, parse_subscription
 from rmq_spark.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -335,7 +335,7 @@ class PullConsumer:
 
     def _pull_request(
         self, mq: MessageQueue, max_messages: int | None, max_bytes: int | None, timeout_ms: int
-    ):
+    ) -> tuple[Connection, messaging_pb2.PullMessagesRequest, float]:
         if timeout_ms < 0:
             raise InvalidArgumentError(f"timeout_ms={timeout_ms!r} must be >= 0")
         request = messaging_pb2.PullMessagesRequest(
@@ -448,7 +448,7 @@ class PullConsumer:
         return keep_subscribed_tags(batch, self._tag_values)
 
 
-def subscribed_tag_values(subscription) -> pa.Array | None:
+def subscribed_tag_values(subscription: Subscription) -> pa.Array | None:
     """The tags of a parsed subscription as an Arrow array, or None for "all tags"."""
     tags = subscription.tags
     return None if tags is None else pa.array(sorted(tags), pa.string())

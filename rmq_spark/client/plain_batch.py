@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 from rmq_spark.client.message import (
     ColumnsChunk,
@@ -68,7 +68,13 @@ class PlainBatch(Sequence[Message]):
     def __len__(self) -> int:
         return len(self.bodies)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         return Message(self.bodies[index], self.tags[index], unique_key=self.unique_keys[index])

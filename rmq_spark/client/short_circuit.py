@@ -93,7 +93,7 @@ class ShortCircuit:
     def __enter__(self) -> ShortCircuit:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -130,7 +130,9 @@ class LocalRange:
             raise ShortCircuitUnavailable(f"cannot map the files passed: {exc}") from None
         self._segment_starts = np.array([s for s, _ in segment_spans], dtype=np.int64)
 
-    def _map_all(self, spans: list[tuple[int, int]], fds: Iterable[int]):
+    def _map_all(
+        self, spans: list[tuple[int, int]], fds: Iterable[int]
+    ) -> list[tuple[int, int, mmap.mmap]]:
         mapped = []
         for (start, size), fd in zip(spans, fds, strict=True):
             if os.fstat(fd).st_size < size:  # truncated since: not what the broker saw
@@ -199,5 +201,5 @@ class LocalRange:
     def __enter__(self) -> LocalRange:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -466,7 +466,7 @@ class RemotingClient:
     def __enter__(self) -> RemotingClient:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

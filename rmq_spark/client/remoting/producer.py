@@ -149,7 +149,7 @@ class RemotingProducer:
     def __enter__(self) -> RemotingProducer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -17,7 +17,7 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -206,7 +206,7 @@ class RemotingConnection:
                 future.set_exception(UnavailableError(reason))
 
 
-def _frames(sock: socket.socket):
+def _frames(sock: socket.socket) -> Iterator[bytes | bytearray]:
     """Every frame the peer sends (without its length prefix), until it closes. Small frames
     are split out of what arrives together; a large one (a pull's answer) is received
     straight into a buffer of its own size, so its megabytes are copied once, by the
