@@ -362,15 +362,29 @@ def test_signed_streams_of_the_rocketlite_client(broker):
 
 
 def test_push_consumer_with_keys_consumes_and_commits(broker):
+    """A push consumer signing with keys consumes what its group has left in the topic and
+    commits all of it at shutdown.
+
+    Besides the 20 messages sent here (one batch, so one queue), the topic holds what the
+    module's earlier tests sent and one message put into each queue first, so that every
+    queue has something to read whatever ran before. The wait is for the last message of
+    every queue: waiting for the 20 alone let the consumer shut down before it had pulled
+    the other queue, whose messages, never consumed, stayed uncommitted (lag 1 or 2 now and
+    then under load).
+    """
     from rmq_spark.client import ConsumeStatus, PushConsumer
     from rmq_spark.client.push import PushConsumerConfig
 
-    got: list[bytes] = []
+    got: list[tuple[int, int, bytes]] = []  # queue id, queue offset, body
 
     def listener(messages, context):
-        got.extend(m.body for m in messages)
+        got.extend((m.message_queue.queue_id, m.queue_offset, m.body) for m in messages)
         return ConsumeStatus.CONSUME_SUCCESS
 
+    producer_config = ProducerConfig(**keys("good"))
+    with Producer(broker.endpoint, config=producer_config) as producer:
+        for queue_id in (0, 1):
+            producer.send(TOPIC, f"waiting in queue {queue_id}".encode(), queue=queue_id)
     config = PushConsumerConfig(consume_from="FIRST_OFFSET", **keys("good"))
     consumer = PushConsumer(GROUP, broker.endpoint, config=config)
     consumer.subscribe(TOPIC, "*")
@@ -378,9 +392,20 @@ def test_push_consumer_with_keys_consumes_and_commits(broker):
     consumer.start()
     try:
         wanted = [f"push-{i}".encode() for i in range(20)]
-        with Producer(broker.endpoint, config=ProducerConfig(**keys("good"))) as producer:
+        with Producer(broker.endpoint, config=producer_config) as producer:
             producer.send_batch(TOPIC, wanted)
-        eventually(lambda: set(wanted) <= set(got), what="every message pushed", timeout=20)
+        with Admin(broker.endpoint, ClientConfig(**keys("root"))) as admin:
+            progress = admin.consumer_progress(GROUP, TOPIC)
+        # the last message of each queue the group has not committed to the end
+        last = {(p.message_queue.queue_id, p.broker_max_offset - 1) for p in progress if p.lag}
+
+        def all_consumed() -> bool:
+            assert set(wanted) <= {body for _, _, body in got}, "not every message pushed"
+            missing = last - {(queue_id, offset) for queue_id, offset, _ in got}
+            assert not missing, f"the last messages of queues not consumed yet: {missing}"
+            return True
+
+        eventually(all_consumed, what="every message of the topic consumed", timeout=20)
     finally:
         consumer.shutdown()
     # the consumer's commits (signed, Sub on the group) reached the broker: nothing left
