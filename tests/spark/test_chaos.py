@@ -33,6 +33,7 @@ import warnings
 
 import pytest
 
+from rmq_spark.client import Admin
 from rmq_spark.store.faults import FSYNC_FAIL_AFTER
 from rmq_spark.store.verify import verify_store
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess, free_port
@@ -139,6 +140,15 @@ def test_chaos_kills_full_disk_and_failed_sync(spark, disk, topic, tmp_path):
         broker.clean_up()
 
 
+def committed_to_the_end(endpoint: str, topic: str, group: str) -> bool:
+    """Whether ``group``'s committed offset of every queue of ``topic`` is its max offset."""
+    with Admin(endpoint) as admin:
+        queues = admin.describe_topic(topic).readable
+        ends = {mq.queue_id: o.max_offset for mq, o in admin.query_offsets(queues).items()}
+        committed = {mq.queue_id: o for mq, o in admin.consumer_offsets(group, topic).items()}
+    return committed == ends
+
+
 def run_chaos(spark, broker, disk, topic, tmp_path, rng):
     endpoint = broker.endpoint
     create_topic(endpoint, topic, queues=QUEUES)
@@ -180,7 +190,15 @@ def run_chaos(spark, broker, disk, topic, tmp_path, rng):
             what="the push group's deliveries",
             timeout=120,
         )
-        time.sleep(1.0)  # let the last commits land before the final look
+        # the push group's last commits (every 300 ms) reach the queues' ends; then the
+        # watch takes its final look
+        eventually(
+            lambda: committed_to_the_end(endpoint, topic, "chaos-push"),
+            what="the push group's commits at the end of every queue",
+            timeout=60,
+            interval=0.2,
+        )
+        watch.look()
     finally:
         query.stop()
         push.stop()

@@ -74,7 +74,8 @@ def test_driver_killed_mid_stream_restarts_exactly_once(spark, broker, topic, tm
             job.wait(30)
     assert flowing.is_set() and producer.is_alive()  # messages were flowing at the kill
     assert not (checkpoint / "commits" / str(in_flight)).exists()  # killed mid-batch
-    time.sleep(0.5)  # a few more messages after the kill
+    at_kill = len(sent)
+    eventually(lambda: len(sent) >= at_kill + 16, what="a few more messages after the kill")
     stop.set()
     producer.join(30)
 

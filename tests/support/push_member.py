@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import select
 import signal
 import sys
 import time
@@ -77,16 +78,21 @@ def main(argv: list[str] | None = None) -> int:
     consumer.register_listener(listener)
 
     # The handler only notes the signal: it runs between two bytecodes of the main thread,
-    # and setting an Event there could wait on the Event's lock the main thread holds.
+    # and setting an Event there could wait on the Event's lock the main thread holds. The
+    # main thread waits on the wake-up pipe instead, where each signal writes a byte.
     signals: list[int] = []
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGTERM, lambda signum, _frame: signals.append(signum))
     signal.signal(signal.SIGINT, lambda signum, _frame: signals.append(signum))
 
     consumer.start()
     sys.stdout.write(f"ready {consumer.client_id}\n")
     sys.stdout.flush()
-    while not signals:
-        time.sleep(0.2)
+    while not signals:  # the handler has run once select returns for its byte
+        select.select([wake_read], [], [])
+        os.read(wake_read, 512)
     log.info("signal %d: shutting down", signals[0])
     started = time.monotonic()
     consumer.shutdown()
