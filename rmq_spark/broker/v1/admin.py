@@ -5,13 +5,12 @@ Each broker answers for itself only; clients merge the routes of several brokers
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
 import rmq_spark
 from rmq_spark.auth import acl_admin
-from rmq_spark.auth.acl_file import AclFile
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.messaging import TopicConfig
@@ -24,6 +23,10 @@ from rmq_spark.errors import StoreError
 from rmq_spark.names import check_manageable, validate_topic
 from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from rmq_spark.structs import Permission
+
+if TYPE_CHECKING:
+    # loaded when the broker has an ACL (server.create_server)
+    from rmq_spark.auth.acl_file import AclFile
 
 _FLUSH_MODES = {"ASYNC": admin_pb2.FLUSH_MODE_ASYNC, "SYNC": admin_pb2.FLUSH_MODE_SYNC}
 
