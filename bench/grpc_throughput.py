@@ -102,9 +102,9 @@ from _common import (
 
 from rmq_spark.client import ClientConfig, Connection, ConsumerConfig, Producer, PullConsumer
 from rmq_spark.codec.arrow_decode import decode_records
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 DEFAULT_TIMING = Timing(warmup_s=0.5, round_s=1.0, rounds=3)
 QUICK_TIMING = Timing(warmup_s=0.1, round_s=0.25, rounds=2, quick=True)

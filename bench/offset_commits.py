@@ -23,7 +23,7 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Table, broker_process, fmt_int, fmt_ratio
 
-from rmq_spark.proto_gen.rocketlite.v1 import (
+from rmq_spark.wire.proto_gen.rocketlite.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     common_pb2,

@@ -81,11 +81,11 @@ from rmq_spark.client import ConsumerConfig, PullConsumer
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.client.remoting.transport import RemotingConnection
 from rmq_spark.codec.arrow_decode import index_records
-from rmq_spark.remoting.codes import ResponseCode
-from rmq_spark.remoting.frame import Command, encode
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.structs import MessageQueue, PullStatus
+from rmq_spark.wire.remoting.codes import ResponseCode
+from rmq_spark.wire.remoting.frame import Command, encode
 
 TOPIC = "BenchRemotingPull"
 QUEUES = 4

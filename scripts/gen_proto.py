@@ -1,14 +1,15 @@
-"""Generate the Python gRPC code in rmq_spark/proto_gen/ from proto/, or check it for drift.
+"""Generate the Python gRPC code in rmq_spark/wire/proto_gen/ from proto/, or check it for drift.
 
-    python scripts/gen_proto.py           # regenerate rmq_spark/proto_gen/
+    python scripts/gen_proto.py           # regenerate rmq_spark/wire/proto_gen/
     python scripts/gen_proto.py --check   # exit 1 if the files there differ from fresh output
 
 protoc runs with ``-I proto``, so descriptors keep their canonical names
-(``rocketlite/v1/messaging.proto``) and the code lands in ``rmq_spark/proto_gen/rocketlite/v1/``.
+(``rocketlite/v1/messaging.proto``) and the code lands in
+``rmq_spark/wire/proto_gen/rocketlite/v1/``.
 protoc writes cross-file imports as ``from rocketlite.v1 import common_pb2``, which only work
-with ``rmq_spark/proto_gen`` on ``sys.path``; instead of adding it (which would make every
+with ``rmq_spark/wire/proto_gen`` on ``sys.path``; instead of adding it (which would make every
 module importable under two names, with two sets of message classes), this script rewrites
-those imports to ``from rmq_spark.proto_gen.rocketlite.v1 import ...``.
+those imports to ``from rmq_spark.wire.proto_gen.rocketlite.v1 import ...``.
 
 The generated tree belongs to this script entirely (``__init__.py`` files included), so
 ``--check`` compares every file and reports stray ones too. Output depends only on the
@@ -27,8 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
-OUT_DIR = ROOT / "rmq_spark" / "proto_gen"
-PACKAGE = "rmq_spark.proto_gen"
+OUT_DIR = ROOT / "rmq_spark" / "wire" / "proto_gen"
+PACKAGE = "rmq_spark.wire.proto_gen"
 PROTO_ROOT_PACKAGE = "rocketlite"
 REGENERATE_HINT = "run `./dev proto` (or `python scripts/gen_proto.py`) and commit the result"
 
@@ -49,7 +50,7 @@ def _package_init(depth: int) -> str:
     return (
         '"""Python code generated from proto/ (package rocketlite.v1).\n\n'
         "Import the modules by their full name, e.g.\n"
-        "``from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2, messaging_pb2_grpc``.\n"
+        "``from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2``.\n"
         '"""\n\n'
         f"{_MARK}"
         f'GENERATOR = "{_generator_version()}"\n'
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="do not write; exit 1 if rmq_spark/proto_gen differs from fresh output",
+        help="do not write; exit 1 if rmq_spark/wire/proto_gen differs from fresh output",
     )
     args = parser.parse_args(argv)
     return check() if args.check else write()

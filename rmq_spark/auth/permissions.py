@@ -23,7 +23,7 @@ from rmq_spark.auth.acl import Action, Resource
 if TYPE_CHECKING:
     from rocketmq.grpc_protocol import service_pb2 as v2_pb
 
-    from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+    from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 V1 = "/rocketlite.v1."
 V2 = "/apache.rocketmq.v2.MessagingService/"
@@ -266,7 +266,7 @@ def rule_for(method: str) -> Rule | None:
 
 def served_methods() -> list[str]:
     """Full names of every RPC the broker serves, from the proto descriptors."""
-    from rmq_spark.proto_gen.rocketlite.v1 import (
+    from rmq_spark.wire.proto_gen.rocketlite.v1 import (
         admin_pb2,
         groups_pb2,
         messaging_pb2,

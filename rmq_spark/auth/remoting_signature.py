@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from hashlib import sha1
 
 from rmq_spark.auth.signature import AuthenticationError
-from rmq_spark.remoting.codes import UNIQUE_KEY_QUERY
+from rmq_spark.wire.remoting.codes import UNIQUE_KEY_QUERY
 
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"

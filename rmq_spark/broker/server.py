@@ -40,7 +40,7 @@ from rmq_spark.broker.v1.messaging import MessagingServicer
 from rmq_spark.broker.v1.offsets import OffsetServicer
 from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import InvalidArgumentError, StoreFailedError, UnavailableError
-from rmq_spark.proto_gen.rocketlite.v1 import (
+from rmq_spark.wire.proto_gen.rocketlite.v1 import (
     admin_pb2_grpc,
     groups_pb2_grpc,
     offsets_pb2_grpc,

@@ -14,8 +14,8 @@ from rmq_spark.cli.settings import client_config, parse_timestamp
 from rmq_spark.clock import monotonic_ms
 from rmq_spark.errors import RocketliteError
 from rmq_spark.names import SYSTEM_PREFIXES
-from rmq_spark.remoting.codes import PERM_READ, PERM_WRITE
 from rmq_spark.structs import MessageQueue, PullStatus
+from rmq_spark.wire.remoting.codes import PERM_READ, PERM_WRITE
 
 if TYPE_CHECKING:
     import argparse

@@ -18,8 +18,8 @@ from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.record import parse_offset_msg_id
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
 from rmq_spark.names import check_message_type, validate_key_query, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, messaging_pb2
 from rmq_spark.structs import MessageQueue, Permission
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, messaging_pb2
 
 __all__ = ["AclEntryInfo", "Admin", "BrokerInfo", "TopicInfo", "UserInfo"]
 

@@ -17,8 +17,8 @@ from rmq_spark.client.connection import ClientConfig, Connection
 from rmq_spark.client.endpoints import Endpoints
 from rmq_spark.client.route import RouteTable, TopicRoute
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError, UnavailableError
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2
 
 T = TypeVar("T")
 

@@ -29,15 +29,15 @@ from rmq_spark.errors import (
     check_whole_numbers,
     error_from_status,
 )
-from rmq_spark.proto_gen.rocketlite.v1 import (
+from rmq_spark.retry import backoff_delays
+from rmq_spark.units import MiB
+from rmq_spark.wire.proto_gen.rocketlite.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     groups_pb2_grpc,
     messaging_pb2_grpc,
     offsets_pb2_grpc,
 )
-from rmq_spark.retry import backoff_delays
-from rmq_spark.units import MiB
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message

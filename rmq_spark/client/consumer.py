@@ -33,10 +33,10 @@ from rmq_spark.errors import (
     RocketliteError,
 )
 from rmq_spark.names import RETRY_PREFIX, validate_group
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
-from rmq_spark.pull_wire import decode_pull_response
 from rmq_spark.structs import MessageQueue, PullStatus
-from rmq_spark.wire import mq_to_pb, pull_status_from_pb
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.pull import decode_pull_response
+from rmq_spark.wire.v1 import mq_to_pb, pull_status_from_pb
 
 log = logging.getLogger("rmq_spark.client")
 

@@ -17,9 +17,9 @@ import grpc
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.connection import Connection, error_from_rpc
 from rmq_spark.errors import InvalidArgumentError, RocketliteError
-from rmq_spark.proto_gen.rocketlite.v1 import groups_pb2, messaging_pb2
 from rmq_spark.structs import MessageQueue
-from rmq_spark.wire import mq_from_pb, mq_to_pb
+from rmq_spark.wire.proto_gen.rocketlite.v1 import groups_pb2, messaging_pb2
+from rmq_spark.wire.v1 import mq_from_pb, mq_to_pb
 
 __all__ = [
     "ConsumerWatch",

@@ -29,8 +29,8 @@ from rmq_spark.codec.properties import (
     empty_value_message,
 )
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 __all__ = [
     "ColumnsChunk",

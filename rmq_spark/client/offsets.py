@@ -17,9 +17,9 @@ from rmq_spark.client.cluster import Cluster
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
 from rmq_spark.names import validate_group
 from rmq_spark.offsets.remote_broker import CommittedOffset
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2, offsets_pb2
 from rmq_spark.structs import MessageQueue
-from rmq_spark.wire import mq_from_pb, mq_to_pb
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2, offsets_pb2
+from rmq_spark.wire.v1 import mq_from_pb, mq_to_pb
 
 __all__ = [
     "ClusterOffsets",

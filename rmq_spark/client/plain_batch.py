@@ -22,7 +22,7 @@ from rmq_spark.client.message import (
     new_unique_keys,
 )
 from rmq_spark.codec.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, TAGS, UNIQ_KEY
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 #: what a plain message's property blob holds after its tag: the UNIQ_KEY property
 _KEY_NAME = UNIQ_KEY + NAME_VALUE_SEPARATOR

@@ -54,9 +54,9 @@ from rmq_spark.errors import (
     RocketliteError,
 )
 from rmq_spark.names import validate_group, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
 from rmq_spark.structs import MessageQueue
-from rmq_spark.wire import mq_from_pb
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
+from rmq_spark.wire.v1 import mq_from_pb
 
 log = logging.getLogger("rmq_spark.client")
 

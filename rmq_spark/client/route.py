@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError, UnavailableError
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2
 from rmq_spark.structs import MessageQueue, Permission
-from rmq_spark.wire import mq_from_pb
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2
+from rmq_spark.wire.v1 import mq_from_pb
 
 log = logging.getLogger("rmq_spark.client")
 

@@ -18,7 +18,7 @@ from rmq_spark.client.message import (
     split_by_size,
 )
 from rmq_spark.client.plain_batch import PlainBatch
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 __all__ = ["Chunk", "encode_requests", "fit_segment"]
 

@@ -1,4 +1,4 @@
-"""Short-circuit reads, the reader's side (:mod:`rmq_spark.short_circuit_wire`): a queue
+"""Short-circuit reads, the reader's side (:mod:`rmq_spark.wire.short_circuit`): a queue
 range read from the broker's files on this host, through file descriptors the broker
 passed after checking the caller's rights.
 
@@ -26,8 +26,8 @@ import numpy as np
 from rmq_spark.auth.signature import signed_metadata
 from rmq_spark.codec.consume_queue import ENTRY_SIZE, decode_entries
 from rmq_spark.errors import PermissionDeniedError, RocketliteError, UnauthenticatedError
-from rmq_spark.short_circuit_wire import MAX_FDS, VERSION, WireError, recv_message, send_message
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.short_circuit import MAX_FDS, VERSION, WireError, recv_message, send_message
 
 __all__ = ["LocalRange", "ShortCircuit", "ShortCircuitUnavailable"]
 

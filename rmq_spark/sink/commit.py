@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.errors import RocketliteError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.sink.options import SinkOptions
 from rmq_spark.sink.send import SinkCommit
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 log = logging.getLogger("rmq_spark.sink")
 

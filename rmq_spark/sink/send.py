@@ -28,10 +28,10 @@ from rmq_spark.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
 from rmq_spark.sink import rows as rowlib
 from rmq_spark.sink.options import SinkOptions
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
 
 __all__ = ["SinkCommit", "TaskWriter", "new_transaction_id"]
 

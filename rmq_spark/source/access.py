@@ -25,12 +25,12 @@ from rmq_spark.client.offsets import QueueOffsets, commit_offsets, query_committ
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import NotFoundError, RocketliteError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.source import discovery
 from rmq_spark.source.discovery import BrokerSnapshot, Snapshot, client_config
 from rmq_spark.source.key_lookup import MAX_PER_BROKER
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 log = logging.getLogger("rmq_spark.source")
 

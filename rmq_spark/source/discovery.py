@@ -24,12 +24,12 @@ from rmq_spark.client.connection import ClientConfig, Connection
 from rmq_spark.client.offsets import QueueOffsets, query_queue_offsets
 from rmq_spark.errors import InvalidArgumentError, RocketliteError, UnavailableError
 from rmq_spark.offsets.spark import Offsets
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.positions import starting_offsets, timestamps_needed
 from rmq_spark.spark_options import connect_options
 from rmq_spark.structs import MessageQueue, Permission
-from rmq_spark.wire import mq_to_pb
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
+from rmq_spark.wire.v1 import mq_to_pb
 
 log = logging.getLogger("rmq_spark.source")
 

@@ -9,7 +9,7 @@ import pytest
 from rmq_spark.auth import signature
 from rmq_spark.auth.acl_file import parse
 from rmq_spark.auth.interceptor import Authorizer, ClientOwners, Refused, peer_ip
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, groups_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, groups_pb2
 
 ACL = parse(
     {

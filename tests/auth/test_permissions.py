@@ -6,8 +6,8 @@ import pytest
 
 from rmq_spark.auth.acl import GROUP, TOPIC, Action, Resource
 from rmq_spark.auth.permissions import RULES, served_methods
-from rmq_spark.proto_gen.rocketlite.v1 import groups_pb2, messaging_pb2, offsets_pb2
-from rmq_spark.proto_gen.rocketlite.v1.common_pb2 import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import groups_pb2, messaging_pb2, offsets_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1.common_pb2 import MessageQueue
 
 
 def test_every_served_rpc_has_a_rule():

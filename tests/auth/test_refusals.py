@@ -24,7 +24,7 @@ from rmq_spark.errors import (
     UnauthenticatedError,
     error_from_status,
 )
-from rmq_spark.proto_gen.rocketlite.v1 import groups_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import groups_pb2
 
 ACL = parse(
     {

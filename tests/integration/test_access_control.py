@@ -26,8 +26,8 @@ from rmq_spark.client import Admin, ClientConfig, Producer, PullConsumer
 from rmq_spark.client.consumer import ConsumerConfig
 from rmq_spark.client.producer import ProducerConfig
 from rmq_spark.errors import PermissionDeniedError, UnauthenticatedError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2, messaging_pb2_grpc
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2, messaging_pb2_grpc
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 from tests.support.eventually import eventually
 
@@ -347,7 +347,7 @@ def test_a_bad_acl_file_stops_the_broker_at_start(tmp_path):
 
 def test_signed_streams_of_the_rocketlite_client(broker):
     from rmq_spark.client.connection import Connection
-    from rmq_spark.proto_gen.rocketlite.v1 import groups_pb2
+    from rmq_spark.wire.proto_gen.rocketlite.v1 import groups_pb2
 
     conn = Connection(broker.endpoint, ClientConfig(**keys("good")))
     try:

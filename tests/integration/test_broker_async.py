@@ -13,10 +13,10 @@ import time
 import grpc
 import pytest
 
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, groups_pb2
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
-from rmq_spark.pull_wire import pull_index
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, groups_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2 as m
+from rmq_spark.wire.pull import pull_index
 from tests.support.eventually import eventually
 
 #: above gRPC's default of 1,000 calls waiting to be picked up by the server

@@ -9,11 +9,11 @@ import grpc
 import pytest
 
 from rmq_spark.codec.arrow_decode import decode_records
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.store import mapped_file
 from rmq_spark.store.faults import FSYNC_FAIL_AFTER
 from rmq_spark.store.verify import verify_store
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from tests.support.eventually import eventually
 
 

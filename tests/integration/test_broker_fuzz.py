@@ -26,9 +26,9 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from rmq_spark.codec.record import offset_msg_id
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, offsets_pb2
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.store.verify import verify_store
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, offsets_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2 as m
 
 SEED = int(os.environ.get("RMQ_FUZZ_SEED", "20250611"))
 REQUESTS = int(os.environ.get("RMQ_FUZZ_REQUESTS", "600"))

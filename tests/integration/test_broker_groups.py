@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, groups_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, groups_pb2
 from tests.support.eventually import eventually
 
 CLUSTERING = groups_pb2.MESSAGE_MODEL_CLUSTERING

@@ -8,8 +8,8 @@ import concurrent.futures
 import grpc
 import pytest
 
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, groups_pb2
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, groups_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2 as m
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -23,11 +23,11 @@ from rmq_spark.codec.record import offset_msg_id
 from rmq_spark.codec.taghash import java_string_hash
 from rmq_spark.errors import ERROR_CLASS_METADATA
 from rmq_spark.offsets.json_codec import decode_offset_table
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, offsets_pb2
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
-from rmq_spark.pull_wire import pull_index
 from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, common_pb2, offsets_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2 as m
+from rmq_spark.wire.pull import pull_index
 from tests.support.broker_harness import CHANNEL_OPTIONS, Stubs, start_in_process_broker
 from tests.support.eventually import eventually
 
@@ -833,7 +833,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     ],
 )
 def test_bad_flags_exit_2_with_one_line(tmp_path, flags, fragment):
-    done = run_cli("--store", str(tmp_path / "store"), *flags)
+    # free ports unless the case names one: another broker on 9876 adds a line of its own
+    ports = ["--port", "0", "--remoting-port", "0"]
+    done = run_cli("--store", str(tmp_path / "store"), *ports, *flags)
     assert done.returncode == 2
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()

@@ -25,7 +25,7 @@ from rmq_spark.codec.properties import (
     encode_properties,
 )
 from rmq_spark.codec.record import Record, decode_record, iter_records
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
 from tests.support.broker_harness import LocalBroker, Stubs, start_in_process_broker
 from tests.support.eventually import eventually
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from tests.support.broker_harness import TEST_STORE_FLAGS, TEST_STORE_OPTIONS, BrokerProcess
 from tests.support.eventually import eventually
 

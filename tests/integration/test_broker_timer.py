@@ -34,7 +34,7 @@ from rmq_spark.codec.record import Record, iter_records
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import TIMER_TOPIC
 from rmq_spark.offsets.journal import read_journal
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
 from tests.support import scripts
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess, start_in_process_broker
 from tests.support.eventually import eventually

@@ -8,7 +8,7 @@ import time
 
 from rmq_spark.client.connection import ClientConfig, Connection, RetryPolicy
 from rmq_spark.errors import UnavailableError
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2
 from tests.support.broker_harness import free_port
 
 

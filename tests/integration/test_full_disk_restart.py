@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from rmq_spark.codec.arrow_decode import decode_records
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2 as m
 from tests.support.broker_harness import BrokerProcess
 from tests.support.eventually import eventually
 from tests.support.small_fs import SmallFilesystem

@@ -23,7 +23,7 @@ from rmq_spark.auth import signature
 from rmq_spark.client import Admin, ClientConfig
 from rmq_spark.codec.record import iter_records
 from rmq_spark.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
-from rmq_spark.proto_gen.rocketlite.v1 import (
+from rmq_spark.wire.proto_gen.rocketlite.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     common_pb2,

@@ -13,9 +13,9 @@ from rmq_spark.client.connection import NO_RETRY
 from rmq_spark.client.remoting import RemotingClient, RemotingConnection
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import PermissionDeniedError
-from rmq_spark.remoting.codes import RequestCode, ResponseCode
-from rmq_spark.remoting.frame import Command
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.remoting.codes import RequestCode, ResponseCode
+from rmq_spark.wire.remoting.frame import Command
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 from tests.support.eventually import eventually
 

@@ -16,10 +16,10 @@ import pytest
 from rmq_spark.auth.remoting_signature import sign_request
 from rmq_spark.client import Admin, ClientConfig
 from rmq_spark.codec.record import parse_offset_msg_id
-from rmq_spark.remoting import headers
-from rmq_spark.remoting.codes import RequestCode as C
-from rmq_spark.remoting.codes import ResponseCode
-from rmq_spark.remoting.frame import Command
+from rmq_spark.wire.remoting import headers
+from rmq_spark.wire.remoting.codes import RequestCode as C
+from rmq_spark.wire.remoting.codes import ResponseCode
+from rmq_spark.wire.remoting.frame import Command
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 from tests.support.remoting_wire import Remoting, Wire
 

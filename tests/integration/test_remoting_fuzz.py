@@ -2,7 +2,7 @@
 crash, never store a partial message, and keep serving everyone else.
 
 One broker (``--remoting-port 0 --auto-create-topics``) serves the whole module. Raw sockets
-speak to it: valid frames come from :mod:`rmq_spark.remoting.frame`, broken ones are made by
+speak to it: valid frames come from :mod:`rmq_spark.wire.remoting.frame`, broken ones are made by
 hand. The checks are what a client would see: a frame that cannot be read closes its
 connection without an answer (RocketMQ's rule) while a fresh connection is still served; a
 request the broker does not know gets REQUEST_CODE_NOT_SUPPORTED with its opaque, a oneway
@@ -30,10 +30,10 @@ import pytest
 from rmq_spark.client import Admin
 from rmq_spark.codec.properties import decode_properties
 from rmq_spark.codec.record import iter_records
-from rmq_spark.remoting import headers
-from rmq_spark.remoting.codes import LANGUAGES, RequestCode, ResponseCode
-from rmq_spark.remoting.frame import Command, FrameError, as_text, decode, encode
 from rmq_spark.store.verify import verify_store
+from rmq_spark.wire.remoting import headers
+from rmq_spark.wire.remoting.codes import LANGUAGES, RequestCode, ResponseCode
+from rmq_spark.wire.remoting.frame import Command, FrameError, as_text, decode, encode
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 from tests.support.remoting_wire import MIB, Closed, Remoting, Wire
 

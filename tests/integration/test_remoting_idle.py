@@ -7,8 +7,8 @@ import json
 import socket
 
 from rmq_spark.broker.remoting import service
-from rmq_spark.remoting.codes import RequestCode
-from rmq_spark.remoting.frame import Command, encode
+from rmq_spark.wire.remoting.codes import RequestCode
+from rmq_spark.wire.remoting.frame import Command, encode
 from tests.support.broker_harness import start_in_process_broker
 from tests.support.eventually import eventually
 

@@ -17,10 +17,10 @@ from rmq_spark.client.producer import ProducerConfig
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.record import IPV4_HOST, POS_BORNHOST, POS_QUEUEOFFSET
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
-from rmq_spark.pull_wire import pull_index
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2 as m
+from rmq_spark.wire.pull import pull_index
 from tests.support.broker_harness import CHANNEL_OPTIONS, Stubs
 
 Code = grpc.StatusCode

@@ -12,11 +12,11 @@ import pytest
 
 from rmq_spark.client import Admin, Producer
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.sink.commit import abort_batch, end_batch
 from rmq_spark.sink.options import SinkOptions
 from rmq_spark.sink.rows import plan_columns
 from rmq_spark.sink.send import TaskWriter
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 from tests.support.broker_harness import read_queue
 from tests.support.eventually import eventually
 

@@ -21,13 +21,13 @@ import pytest
 
 from rmq_spark.broker import BrokerConfig, create_server
 from rmq_spark.client import PullConsumer
-from rmq_spark.proto_gen.rocketlite.v1 import (
+from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import (
     admin_pb2_grpc,
     groups_pb2_grpc,
     messaging_pb2_grpc,
     offsets_pb2_grpc,
 )
-from rmq_spark.structs import MessageQueue
 
 STARTUP_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 30

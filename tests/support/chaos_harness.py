@@ -24,7 +24,7 @@ from rmq_spark.client.connection import RetryPolicy
 from rmq_spark.client.producer import ProducerConfig
 from rmq_spark.client.push import ConsumeStatus, PushConsumer, PushConsumerConfig
 from rmq_spark.errors import RocketliteError
-from rmq_spark.proto_gen.rocketlite.v1 import offsets_pb2, offsets_pb2_grpc
+from rmq_spark.wire.proto_gen.rocketlite.v1 import offsets_pb2, offsets_pb2_grpc
 
 #: a client that rides through a restart of a few seconds by itself
 PATIENT = RetryPolicy(attempts=8, backoff_ms=200, max_backoff_ms=2_000)

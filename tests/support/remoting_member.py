@@ -21,8 +21,8 @@ import threading
 import time
 
 from rmq_spark.client.remoting.transport import RemotingConnection, raise_for
-from rmq_spark.remoting.codes import RequestCode
-from rmq_spark.remoting.frame import Command
+from rmq_spark.wire.remoting.codes import RequestCode
+from rmq_spark.wire.remoting.frame import Command
 
 CALL_TIMEOUT_S = 5.0
 

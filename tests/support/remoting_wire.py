@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from rmq_spark.remoting.frame import Command, decode, encode
+from rmq_spark.wire.remoting.frame import Command, decode, encode
 from tests.support.broker_harness import BrokerProcess
 
 WAIT_S = 5.0  # for an answer, or for the broker to hang up

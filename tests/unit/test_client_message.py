@@ -9,7 +9,7 @@ import pytest
 from rmq_spark.client import Message, new_unique_key
 from rmq_spark.client.message import split_by_size, to_message
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 
 def test_unique_keys_are_32_upper_hex_distinct_with_a_process_prefix():

@@ -32,7 +32,7 @@ from rmq_spark.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc
 
 
 class RpcFailure(grpc.RpcError):

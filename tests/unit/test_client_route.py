@@ -11,8 +11,8 @@ from rmq_spark.errors import (
     NotFoundError,
     UnavailableError,
 )
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
 from rmq_spark.structs import MessageQueue, Permission
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, common_pb2
 
 
 def route_answer(broker, topic="T", read=4, write=4, perm=6, broker_perm=6):

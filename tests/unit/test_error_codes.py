@@ -18,7 +18,7 @@ from rmq_spark.errors import (
     StoreFailedError,
     UnauthenticatedError,
 )
-from rmq_spark.remoting.codes import ResponseCode as RC
+from rmq_spark.wire.remoting.codes import ResponseCode as RC
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from rmq_spark import structs
-from rmq_spark.proto_gen.rocketlite.v1 import (
+from rmq_spark.wire.proto_gen.rocketlite.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     common_pb2,

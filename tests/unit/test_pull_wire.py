@@ -7,15 +7,15 @@ import pytest
 
 from rmq_spark.codec.record import Record, encode_record
 from rmq_spark.errors import CorruptDataError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2 as m
-from rmq_spark.pull_wire import (
+from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2 as m
+from rmq_spark.wire.pull import (
     decode_pull_response,
     encode_pull_response,
     field_prefix,
     pull_index,
     varint,
 )
-from rmq_spark.structs import MessageQueue
 
 MQ = MessageQueue("Orders", "broker-a", 3)
 

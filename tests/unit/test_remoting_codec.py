@@ -15,9 +15,9 @@ from rmq_spark.errors import (
     PermissionDeniedError,
     StoreFailedError,
 )
-from rmq_spark.remoting import bodies, headers
-from rmq_spark.remoting.frame import Command, FrameError, decode, encode, split_frames
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.remoting import bodies, headers
+from rmq_spark.wire.remoting.frame import Command, FrameError, decode, encode, split_frames
 
 
 def _json_frame(header: bytes, body: bytes = b"") -> bytes:

@@ -18,10 +18,10 @@ from rmq_spark.broker.remoting.service import RemotingService
 from rmq_spark.broker.transactions.state import HalfState
 from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import InvalidArgumentError, ReservedTopicError
-from rmq_spark.remoting.codes import RequestCode as C
-from rmq_spark.remoting.codes import ResponseCode
-from rmq_spark.remoting.frame import Command
-from rmq_spark.remoting.headers import encode_batch
+from rmq_spark.wire.remoting.codes import RequestCode as C
+from rmq_spark.wire.remoting.codes import ResponseCode
+from rmq_spark.wire.remoting.frame import Command
+from rmq_spark.wire.remoting.headers import encode_batch
 from tests.support.broker_harness import TEST_STORE_OPTIONS
 
 

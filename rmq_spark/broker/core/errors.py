@@ -33,7 +33,7 @@ from rmq_spark.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from rmq_spark.remoting.codes import ResponseCode
+from rmq_spark.wire.remoting.codes import ResponseCode
 
 
 class V2Code:

@@ -4,7 +4,7 @@ runtime info (28), topic and consumer statistics (202, 208, 43, 201), consumer c
 unique key (12).
 
 Statistics keyed by message queue use fastjson's object keys (see
-:func:`rmq_spark.remoting.bodies.mq_keyed`): ``mqadmin`` reads them only in that form.
+:func:`rmq_spark.wire.remoting.bodies.mq_keyed`): ``mqadmin`` reads them only in that form.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import decode_record
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import check_manageable, validate_group, validate_topic
-from rmq_spark.remoting import bodies
-from rmq_spark.remoting.codes import OUR_VERSION, UNIQUE_KEY_QUERY, RequestCode, ResponseCode
-from rmq_spark.remoting.frame import Command
-from rmq_spark.remoting.headers import INT32, whole
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.remoting import bodies
+from rmq_spark.wire.remoting.codes import OUR_VERSION, UNIQUE_KEY_QUERY, RequestCode, ResponseCode
+from rmq_spark.wire.remoting.frame import Command
+from rmq_spark.wire.remoting.headers import INT32, whole
 
 #: how ``clusterList`` shows this broker's version
 VERSION_DESC = "V5_3_3"

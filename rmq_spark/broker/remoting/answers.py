@@ -13,8 +13,8 @@ import logging
 from rmq_spark.broker.core.errors import codes_of
 from rmq_spark.errors import RocketliteError
 from rmq_spark.log_limit import LogLimiter
-from rmq_spark.remoting.codes import ResponseCode
-from rmq_spark.remoting.frame import Command
+from rmq_spark.wire.remoting.codes import ResponseCode
+from rmq_spark.wire.remoting.frame import Command
 
 log = logging.getLogger("rmq_spark.broker.remoting")
 

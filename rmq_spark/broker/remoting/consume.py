@@ -30,14 +30,14 @@ from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, shown
 from rmq_spark.names import validate_group, validate_topic
-from rmq_spark.remoting import codes
-from rmq_spark.remoting.codes import RequestCode, ResponseCode
-from rmq_spark.remoting.frame import Command
-from rmq_spark.remoting.headers import INT32, encode_sizes, text, whole
 from rmq_spark.structs import PullStatus
+from rmq_spark.wire.remoting import codes
+from rmq_spark.wire.remoting.codes import RequestCode, ResponseCode
+from rmq_spark.wire.remoting.frame import Command
+from rmq_spark.wire.remoting.headers import INT32, encode_sizes, text, whole
 
 #: rocketlite's own clients ask for the records' sizes with this field ("true"), and get
-#: them in it (see rmq_spark.remoting.headers.encode_sizes); RocketMQ's clients never do
+#: them in it (see rmq_spark.wire.remoting.headers.encode_sizes); RocketMQ's clients never do
 SIZES_FIELD = "rocketliteSizes"
 #: a held pull answers this long before the client's own 30 s timeout at the latest
 MAX_SUSPEND_MS = 25_000

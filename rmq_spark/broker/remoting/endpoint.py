@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rmq_spark.auth.remoting_rules import SUPER, RemotingRule
-from rmq_spark.remoting.frame import Command
+from rmq_spark.wire.remoting.frame import Command
 
 if TYPE_CHECKING:
     from rmq_spark.broker.remoting.server import Connection

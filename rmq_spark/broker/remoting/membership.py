@@ -38,10 +38,10 @@ from rmq_spark.codec.record import Record, encode_record, offset_msg_id
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, shown
 from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
-from rmq_spark.remoting import bodies
-from rmq_spark.remoting.codes import FLAG_ONEWAY, OUR_VERSION, RequestCode, ResponseCode
-from rmq_spark.remoting.frame import Command
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.remoting import bodies
+from rmq_spark.wire.remoting.codes import FLAG_ONEWAY, OUR_VERSION, RequestCode, ResponseCode
+from rmq_spark.wire.remoting.frame import Command
 
 log = logging.getLogger("rmq_spark.broker.remoting")
 

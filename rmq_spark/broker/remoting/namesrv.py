@@ -21,9 +21,9 @@ from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.names import validate_topic
-from rmq_spark.remoting import bodies
-from rmq_spark.remoting.codes import PERM_INHERIT, RequestCode, ResponseCode
-from rmq_spark.remoting.frame import Command
+from rmq_spark.wire.remoting import bodies
+from rmq_spark.wire.remoting.codes import PERM_INHERIT, RequestCode, ResponseCode
+from rmq_spark.wire.remoting.frame import Command
 
 #: RocketMQ's default cluster name, and the topic producers fall back on for auto-creation
 CLUSTER = "DefaultCluster"

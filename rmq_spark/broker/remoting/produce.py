@@ -38,9 +38,9 @@ from rmq_spark.codec.record import (
 )
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, shown
 from rmq_spark.names import RETRY_PREFIX, check_sendable, validate_group, validate_topic
-from rmq_spark.remoting import headers
-from rmq_spark.remoting.codes import RequestCode, ResponseCode
-from rmq_spark.remoting.frame import Command
+from rmq_spark.wire.remoting import headers
+from rmq_spark.wire.remoting.codes import RequestCode, ResponseCode
+from rmq_spark.wire.remoting.frame import Command
 
 #: sysFlag bits a producer may set: compressed, multi tags, compression type
 SENDER_SYSFLAG_MASK = 0x1 | 0x2 | 0x700

@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rmq_spark.errors import UnavailableError
-from rmq_spark.remoting.frame import (
+from rmq_spark.wire.remoting.frame import (
     Buffer,
     Command,
     FrameError,

@@ -35,8 +35,8 @@ from rmq_spark.broker.remoting.produce import Producing
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.workers import Workers
 from rmq_spark.log_limit import LogLimiter
-from rmq_spark.remoting.codes import RequestCode, ResponseCode
-from rmq_spark.remoting.frame import DEFAULT_MAX_FRAME_BYTES, Command
+from rmq_spark.wire.remoting.codes import RequestCode, ResponseCode
+from rmq_spark.wire.remoting.frame import DEFAULT_MAX_FRAME_BYTES, Command
 
 log = logging.getLogger("rmq_spark.broker.remoting")
 

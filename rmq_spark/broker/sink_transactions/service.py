@@ -45,7 +45,7 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.names import validate_sink_id
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 log = logging.getLogger("rmq_spark.broker.sinks")
 

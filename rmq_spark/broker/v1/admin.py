@@ -21,8 +21,8 @@ from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.errors import StoreError
 from rmq_spark.names import check_manageable, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from rmq_spark.structs import Permission
+from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 
 if TYPE_CHECKING:
     # loaded when the broker has an ACL (server.create_server)

@@ -22,9 +22,9 @@ from rmq_spark.clock import now_ms
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError
 from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, groups_pb2, groups_pb2_grpc
 from rmq_spark.structs import MessageQueue
-from rmq_spark.wire import mq_to_pb
+from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, groups_pb2, groups_pb2_grpc
+from rmq_spark.wire.v1 import mq_to_pb
 
 if TYPE_CHECKING:
     from rmq_spark.broker.core.broker import Broker

@@ -42,8 +42,8 @@ from rmq_spark.codec.record import (
 )
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import retry_topic, validate_group, validate_message_key, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 from rmq_spark.structs import MessageQueue, PullStatus
+from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST  # empty body, topic and properties
 

@@ -21,8 +21,8 @@ from rmq_spark.broker.v1.status import blocking
 from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import validate_group, validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, offsets_pb2, offsets_pb2_grpc
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, offsets_pb2, offsets_pb2_grpc
 
 
 class OffsetServicer(offsets_pb2_grpc.OffsetServiceServicer):

@@ -11,9 +11,9 @@ from rmq_spark.broker.v1.queues import check_queue
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.names import validate_group
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
-from rmq_spark.pull_wire import encode_pull_response
-from rmq_spark.wire import pull_status_to_pb
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.pull import encode_pull_response
+from rmq_spark.wire.v1 import pull_status_to_pb
 
 DEFAULT_PULL_MESSAGES = 32  # RocketMQ's pullBatchSize default
 DEFAULT_PULL_BYTES = 4 << 20

@@ -8,8 +8,8 @@ from rmq_spark.broker.core.checks import check_broker_name, non_negative
 from rmq_spark.broker.core.messaging import TopicConfig
 from rmq_spark.errors import NotFoundError
 from rmq_spark.names import validate_topic
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2
 
 
 def check_queue(

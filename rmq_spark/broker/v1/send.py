@@ -21,7 +21,7 @@ from rmq_spark.codec.record import (
     offset_msg_ids,
 )
 from rmq_spark.errors import InvalidArgumentError, PermissionDeniedError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 #: property names a sender may not set: they have their own fields or belong to the broker
 RESERVED_PROPERTIES = props.RESERVED_PROPERTIES

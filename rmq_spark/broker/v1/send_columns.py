@@ -16,7 +16,7 @@ from rmq_spark.codec import properties as props
 from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.codec.tag_column import TagColumn
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 #: batches from this many messages have their property blobs checked with numpy
 VECTOR_CHECK_MIN = 48

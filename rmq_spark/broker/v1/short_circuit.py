@@ -1,4 +1,4 @@
-"""The broker's side of short-circuit reads (:mod:`rmq_spark.short_circuit_wire`).
+"""The broker's side of short-circuit reads (:mod:`rmq_spark.wire.short_circuit`).
 
 A Unix domain socket, by default ``<temp dir>/rocketlite-<port>.sock`` (the broker's gRPC
 port). Any local user may connect, as any local user may reach the broker's port: what
@@ -29,8 +29,8 @@ from rmq_spark.errors import (
     RocketliteError,
     UnauthenticatedError,
 )
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
-from rmq_spark.short_circuit_wire import (
+from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
+from rmq_spark.wire.short_circuit import (
     MAX_FDS,
     VERSION,
     WireError,

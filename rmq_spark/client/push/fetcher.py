@@ -19,10 +19,10 @@ from rmq_spark.client.push.message import PulledColumns, messages_of
 from rmq_spark.client.push.queue_phase import Event, Phase
 from rmq_spark.client.push.state import MemberState, QueueState
 from rmq_spark.errors import RocketliteError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
-from rmq_spark.pull_wire import decode_pull_response
 from rmq_spark.structs import PullStatus
-from rmq_spark.wire import mq_to_pb, pull_status_from_pb
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.pull import decode_pull_response
+from rmq_spark.wire.v1 import mq_to_pb, pull_status_from_pb
 
 __all__ = ["Fetcher"]
 

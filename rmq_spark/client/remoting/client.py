@@ -38,7 +38,8 @@ from rmq_spark.errors import (
     UnavailableError,
 )
 from rmq_spark.names import validate_key_query
-from rmq_spark.remoting.codes import (
+from rmq_spark.structs import MessageQueue, PullStatus
+from rmq_spark.wire.remoting.codes import (
     PERM_READ,
     PERM_WRITE,
     PULL_SUBSCRIPTION,
@@ -47,9 +48,8 @@ from rmq_spark.remoting.codes import (
     RequestCode,
     ResponseCode,
 )
-from rmq_spark.remoting.frame import Buffer, Command
-from rmq_spark.remoting.headers import decode_sizes, encode_batch
-from rmq_spark.structs import MessageQueue, PullStatus
+from rmq_spark.wire.remoting.frame import Buffer, Command
+from rmq_spark.wire.remoting.headers import decode_sizes, encode_batch
 
 #: the consumer group a pull names when the caller has none (brokers require one)
 DEFAULT_GROUP = "rocketlite-reader"

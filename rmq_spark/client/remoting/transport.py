@@ -29,8 +29,8 @@ from rmq_spark.errors import (
     RocketliteError,
     UnavailableError,
 )
-from rmq_spark.remoting.codes import FLAG_ONEWAY, OUR_VERSION, ResponseCode
-from rmq_spark.remoting.frame import (
+from rmq_spark.wire.remoting.codes import FLAG_ONEWAY, OUR_VERSION, ResponseCode
+from rmq_spark.wire.remoting.frame import (
     DEFAULT_MAX_FRAME_BYTES,
     Command,
     FrameError,

@@ -37,15 +37,15 @@ from rmq_spark.client.connection import NO_RETRY, Connection, PendingCall
 from rmq_spark.client.remoting import PullAnswer, RemotingClient
 from rmq_spark.errors import NotFoundError, RocketliteError
 from rmq_spark.offsets.spark import DataLoss
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
-from rmq_spark.pull_wire import decode_pull_response
 from rmq_spark.retry import backoff_delays
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import QueueRange
 from rmq_spark.source.read.range_reader import PULL_MAX_BYTES, report_loss
 from rmq_spark.spark_options.connect_options import MAX_RETRY_BACKOFF_MS
 from rmq_spark.structs import MessageQueue, PullStatus
-from rmq_spark.wire import mq_to_pb, pull_status_from_pb
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.pull import decode_pull_response
+from rmq_spark.wire.v1 import mq_to_pb, pull_status_from_pb
 
 log = logging.getLogger("rmq_spark.source")
 
@@ -192,7 +192,7 @@ def _check_progress(mq: MessageQueue, offset: int, following: int, status: PullS
 
 class GrpcReader(PullReader[messaging_pb2.PullMessagesResponse]):
     """Pulls from one rocketlite broker over gRPC (``PullMessages``, the answer's records
-    indexed: see :func:`~rmq_spark.pull_wire.decode_pull_response`). It owns ``conn``."""
+    indexed: see :func:`~rmq_spark.wire.pull.decode_pull_response`). It owns ``conn``."""
 
     def __init__(self, conn: Connection, options: SourceOptions, columns: tuple[str, ...]):
         super().__init__(options, columns)

@@ -15,8 +15,8 @@ import json
 from collections.abc import Iterable, Mapping
 
 from rmq_spark.errors import InvalidArgumentError
-from rmq_spark.remoting.frame import is_text
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.remoting.frame import is_text
 
 #: MixAll.MASTER_ID: the key of a broker's master address in brokerAddrs
 MASTER_ID = "0"

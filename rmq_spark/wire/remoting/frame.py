@@ -21,7 +21,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from rmq_spark.remoting.codes import (
+from rmq_spark.wire.remoting.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
     LANGUAGES,
@@ -74,7 +74,7 @@ class Command:
 
     def reply(self, code: int = 0, remark: str | None = None, **ext: str) -> Command:
         """A response to this request: same opaque, the response flag, our version."""
-        from rmq_spark.remoting.codes import OUR_VERSION
+        from rmq_spark.wire.remoting.codes import OUR_VERSION
 
         return Command(
             code=code, ext=ext, opaque=self.opaque, flag=FLAG_RESPONSE, remark=remark,

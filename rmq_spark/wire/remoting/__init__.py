@@ -3,8 +3,8 @@ and response codes (:mod:`.codes`), typed headers and batch bodies (:mod:`.heade
 the JSON bodies clients and tools parse (:mod:`.bodies`). No sockets here: the broker's
 server (:mod:`rmq_spark.broker.remoting`) and the client's transport use them."""
 
-from rmq_spark.remoting.codes import RequestCode, ResponseCode
-from rmq_spark.remoting.frame import Command, FrameError, decode, encode, split_frames
+from rmq_spark.wire.remoting.codes import RequestCode, ResponseCode
+from rmq_spark.wire.remoting.frame import Command, FrameError, decode, encode, split_frames
 
 __all__ = [
     "Command",

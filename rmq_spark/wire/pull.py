@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import CorruptDataError
-from rmq_spark.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 
 __all__ = [
     "QUEUE_OFFSET_DTYPE",

@@ -5,8 +5,8 @@ Used by both ends of the wire (broker servicers and client), so each mapping liv
 
 from __future__ import annotations
 
-from rmq_spark.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
 from rmq_spark.structs import MessageQueue, PullStatus
+from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
 
 _PULL_STATUS_TO_PB = {
     PullStatus.FOUND: messaging_pb2.PULL_STATUS_FOUND,
