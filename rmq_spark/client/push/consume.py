@@ -23,17 +23,19 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 
 from rmq_spark.client.groups import send_back
 from rmq_spark.client.push.listener import (
+    ConcurrentListener,
     ConsumeContext,
     ConsumeStatus,
     OrderlyContext,
+    OrderlyListener,
     OrderlyStatus,
 )
 from rmq_spark.client.push.message import ReceivedMessage
@@ -55,16 +57,19 @@ REPORT_EVERY_S = 0.02
 SPREAD_ABOVE_S = 0.001
 
 
-class _ConsumeService:
-    def __init__(self, member: MemberState, listener) -> None:
-        self.member = member
+_Listener = TypeVar("_Listener", ConcurrentListener, OrderlyListener)
+
+
+class _ConsumeService(Generic[_Listener]):
+    def __init__(self, member: MemberState, listener: _Listener) -> None:
+        self.member: MemberState = member
         self.config = member.config
-        self.listener = listener
+        self.listener: _Listener = listener
         self.pool = ThreadPoolExecutor(
             self.config.consume_thread_count, thread_name_prefix=f"rmq-consume-{member.group}"
         )
 
-    def submit(self, fn, *args) -> None:
+    def submit(self, fn: Callable[..., object], *args: object) -> None:
         if self.member.pool_closed:
             return
         try:
@@ -140,10 +145,10 @@ class _ConsumeService:
         return True
 
 
-class ConcurrentService(_ConsumeService):
+class ConcurrentService(_ConsumeService[ConcurrentListener]):
     """Runs a concurrent listener on a thread pool."""
 
-    def __init__(self, member: MemberState, listener) -> None:
+    def __init__(self, member: MemberState, listener: ConcurrentListener) -> None:
         super().__init__(member, listener)
         self._tasks = 0  # submitted, not finished
         self._tasks_lock = threading.Lock()
@@ -327,7 +332,7 @@ class ConcurrentService(_ConsumeService):
         return offsets[~retried]
 
 
-class OrderlyService(_ConsumeService):
+class OrderlyService(_ConsumeService[OrderlyListener]):
     """Runs an orderly listener: one task per queue at a time, in queue order."""
 
     def dispatch(
