@@ -102,7 +102,8 @@ def test_broker_subcommand_serves_refuses_a_second_broker_and_stops_cleanly(tmp_
             producer.send_batch("CliLife", [b"one", b"two", b"three"])
 
         second, bogus, bad_value, missing = Cli().run_all(
-            ["broker", "--store", str(store_dir), "--port", "0"],
+            # (no remoting port: whether 9876 is free on this machine is beside the point)
+            ["broker", "--store", str(store_dir), "--port", "0", "--remoting-port", "off"],
             ["broker", "--store", str(tmp_path / "other"), "--bogus"],
             ["broker", "--store", str(tmp_path / "other"), "--flush", "maybe"],
             ["broker", "--port", "0"],
