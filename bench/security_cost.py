@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import (
     ServerProcess,
@@ -38,10 +38,10 @@ from _common import (
     paired_ratio,
     timing_from_args,
 )
-from tls_ca import make_pki
 
 from rmq_spark.client import Admin, ClientConfig, Producer, ProducerConfig, PullConsumer
 from rmq_spark.client.consumer import ConsumerConfig
+from tests.support.tls_ca import make_pki
 
 DEFAULT = Timing(warmup_s=1.0, round_s=2.0, rounds=5)
 QUICK = Timing(warmup_s=0.1, round_s=0.2, rounds=2)
