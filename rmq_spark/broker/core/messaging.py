@@ -20,10 +20,9 @@ the one table in :mod:`rmq_spark.broker.core.errors`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from rmq_spark.broker import long_poll
 from rmq_spark.broker.config import BrokerConfig
@@ -45,6 +44,7 @@ from rmq_spark.errors import NotFoundError, PermissionDeniedError
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
 from rmq_spark.store import AppendResult, MessageStore
 from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.file_ranges import RangeFiles
 from rmq_spark.store.index import MessageIndex
 from rmq_spark.store.message_store import GetResult
 from rmq_spark.store.sizes import RangeSize
@@ -53,7 +53,6 @@ from rmq_spark.structs import Permission, PullStatus
 
 __all__ = ["AppendResult", "GetResult", "MessagingCore", "Read", "TopicConfig"]
 
-T = TypeVar("T")
 #: the smallest record: empty body, topic and properties, IPv4 hosts
 MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST
 #: hands blocking store work to the broker's worker threads (``Workers.run``)
@@ -171,7 +170,7 @@ class MessagingCore:
 
     def wait_for_messages(
         self, queues: list[tuple[str, int]], wait_s: float, is_ready: Callable[[], bool]
-    ) -> asyncio.Future[bool] | Awaitable[bool]:
+    ) -> Awaitable[bool]:
         """Wait on the event loop until ``is_ready()`` (checked at each write to one of
         ``queues``) or ``wait_s`` passes (pop-style receives over several queues)."""
         return self._notifier.wait_any(queues, wait_s, is_ready)
@@ -271,7 +270,9 @@ class MessagingCore:
         read that checks a record starts there)."""
         return self._store.read_record(physical)
 
-    def range_files(self, topic: str, queue_id: int, start: int, end: int, max_files: int) -> Any:
+    def range_files(
+        self, topic: str, queue_id: int, start: int, end: int, max_files: int
+    ) -> RangeFiles:
         """The files that hold the queue's range [start, end) (short-circuit reads)."""
         return self._store.range_files(topic, queue_id, start, end, max_files)
 

@@ -34,8 +34,6 @@ from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.byte_column import ByteColumn
 from rmq_spark.codec.java_hash import queue_by_hash
 from rmq_spark.codec.record import (
-    FIXED_WITHOUT_HOSTS,
-    IPV4_HOST,
     encode_host,
     offset_msg_id_prefix,
     parse_offset_msg_id,
@@ -44,8 +42,6 @@ from rmq_spark.errors import InvalidArgumentError, NotFoundError
 from rmq_spark.names import retry_topic, validate_group, validate_message_key, validate_topic
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
-
-MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST  # empty body, topic and properties
 
 
 class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
@@ -399,12 +395,9 @@ def _queue_offsets(
 
 def _physical_offset(broker: Broker, ref: messaging_pb2.MessageRef) -> int:
     """The physical offset a MessageRef names, on this broker."""
-    kind = ref.WhichOneof("ref")
-    if kind == "physical_offset":
-        return checks.non_negative(ref.physical_offset, "physical_offset")
-    if kind != "offset_msg_id":
-        raise InvalidArgumentError("message names no record; set offset_msg_id or physical_offset")
-    host, physical = parse_offset_msg_id(ref.offset_msg_id)
+    physical, host = _record_ref(ref)
+    if host is None:
+        return physical
     if encode_host(host) != encode_host(broker.store_host):  # packed: one spelling per address
         raise NotFoundError(
             f"offset message id {ref.offset_msg_id} names store host {host}, but this broker "
@@ -422,4 +415,4 @@ def _record_ref(ref: messaging_pb2.MessageRef) -> tuple[int, str | None]:
         return physical, host
     if which == "physical_offset":
         return checks.non_negative(ref.physical_offset, "physical_offset"), None
-    raise InvalidArgumentError("message: set offset_msg_id or physical_offset")
+    raise InvalidArgumentError("message names no record; set offset_msg_id or physical_offset")
