@@ -23,6 +23,7 @@ that arrived meanwhile (group commit), which a power loss cannot lose either.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -127,6 +128,8 @@ class OffsetJournal:
         if keep_bytes is not None and os.fstat(self._fd).st_size > keep_bytes:
             os.ftruncate(self._fd, keep_bytes)
         self._written = self._synced = os.fstat(self._fd).st_size
+        #: a failed write may have left part of a record after ``_written``
+        self._torn = False
         self._write_lock = threading.Lock()
         self._sync_lock = threading.Lock()
 
@@ -135,14 +138,34 @@ class OffsetJournal:
         return self._written
 
     def append(self, payload: bytes) -> int:
-        """Write one record (into the page cache); returns the journal's end after it."""
+        """Write one record (into the page cache); returns the journal's end after it.
+
+        A write that fails part-way (a full disk) raises OSError, and the part written is
+        cut off again: records appended later must not sit behind a torn one, where
+        replay, which stops at the first torn record, would never reach them. When even
+        the cut fails, every later append retries it first and fails while it cannot.
+        """
         record = frame(payload)
         with self._write_lock:
+            self._cut_torn_tail()
+            self._torn = True  # until the whole record is known to be in the file
             written = os.write(self._fd, record)
-            if written != len(record):  # a full disk; what was written is a torn tail
-                raise OSError(f"short write to {self.path}: {written} of {len(record)} bytes")
+            if written != len(record):
+                self._cut_torn_tail()
+                raise OSError(
+                    errno.ENOSPC,
+                    f"short write ({written} of {len(record)} bytes; the disk is full?)",
+                    str(self.path),
+                )
+            self._torn = False
             self._written += written
             return self._written
+
+    def _cut_torn_tail(self) -> None:
+        """Truncate the file back to its last whole record if a failed write left a tail."""
+        if self._torn:
+            os.ftruncate(self._fd, self._written)
+            self._torn = False
 
     def make_durable(self, end: int) -> None:
         """With ``sync``: fdatasync unless another caller's sync already covered ``end``
@@ -161,6 +184,7 @@ class OffsetJournal:
         with self._write_lock, self._sync_lock:
             os.ftruncate(self._fd, 0)
             self._written = self._synced = 0
+            self._torn = False
 
     def close(self) -> None:
         os.close(self._fd)

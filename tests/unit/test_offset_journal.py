@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import zlib
 
+import pytest
+
+from rmq_spark.errors import ResourceExhaustedError
 from rmq_spark.offsets.broker_table import (
     COMPACTING_NAME,
     FILE_NAME,
@@ -11,6 +14,7 @@ from rmq_spark.offsets.broker_table import (
     ConsumerOffsetTable,
 )
 from rmq_spark.offsets.journal import decode_records, encode_drop, encode_set, frame
+from tests.support.small_fs import SmallFilesystem
 
 
 def test_a_record_is_length_crc_and_compact_json():
@@ -108,3 +112,28 @@ def test_sync_commits_journal_the_same_way(tmp_path):
     reopened = ConsumerOffsetTable.open(tmp_path)
     assert reopened.query("G", "T") == {0: 1}
     reopened.close()
+
+
+def test_a_commit_refused_by_a_full_disk_does_not_hide_the_commits_after_it(tmp_path):
+    """A real full disk (a small tmpfs): the refused commit's record is written in part.
+    The commits acknowledged once space is back must still be replayed after a crash,
+    not lost behind the torn record."""
+    disk = SmallFilesystem(tmp_path / "disk", 1 << 20)
+    try:
+        config = disk.path / "config"
+        table = ConsumerOffsetTable.open(config, persist_interval_ms=3_600_000)
+        table.commit("G", "T", {0: 560, 1: 560})
+        disk.fill()
+        # larger than what is left of the journal's last page: the write stops part-way
+        too_big = {queue_id: 740 for queue_id in range(1000)}
+        with pytest.raises(ResourceExhaustedError, match=r"cannot journal.*the commit was not"):
+            table.commit("G", "T", too_big)
+        assert table.query("G", "T") == {0: 560, 1: 560}
+        disk.free()
+        table.commit("G", "T", {0: 740, 1: 740})
+        crash(table)
+        reopened = ConsumerOffsetTable.open(config, persist_interval_ms=3_600_000)
+        assert reopened.query("G", "T") == {0: 740, 1: 740}
+        reopened.close()
+    finally:
+        disk.close()
