@@ -1,7 +1,8 @@
 """Remoting members (orderly Java consumers lock their queues with LOCK_BATCH_MQ): when a
 member's connection closes without UNREGISTER_CLIENT, the broker ends its queue locks and
 then tells the group, so a survivor that rebalances on NOTIFY_CONSUMER_IDS_CHANGED (as
-RocketMQ's clients do) locks the freed queues on its first try.
+RocketMQ's clients do) locks the freed queues on its first try. A member is also told when
+it joins, as RocketMQ's broker tells a new channel.
 
 A connection that merely reconnects (a second one with the same client id is open when the
 first closes) keeps the locks, and so does a member that unregistered first: an orderly
@@ -114,6 +115,29 @@ def test_a_member_that_reconnected_keeps_its_locks(local_broker):
     finally:
         for member in (old, new, other):
             member.close()
+
+
+def test_a_member_is_told_of_the_group_it_has_just_joined(local_broker):
+    """As RocketMQ's broker tells a new channel: Java's lite pull consumer rebalances on it
+    (it has no rebalance at start), so its first message does not wait for a 20 s timer."""
+    address, name = local_broker
+    first = RemotingMember(address, GROUP, "10.0.0.1@first", name)
+    second = RemotingMember(address, GROUP, "10.0.0.2@second", name)
+    try:
+        before = time.monotonic()
+        first.heartbeat(TOPIC)
+        assert first.wait_notified(after=before, timeout_s=5) is not None
+        joined = time.monotonic()
+        second.heartbeat(TOPIC)
+        assert second.wait_notified(after=joined, timeout_s=5) is not None
+        assert first.wait_notified(after=joined, timeout_s=5) is not None  # a change for it
+        # a heartbeat of a member already in the group changes nothing: no notice
+        again = time.monotonic()
+        second.heartbeat(TOPIC)
+        assert second.wait_notified(after=again, timeout_s=1) is None
+    finally:
+        first.close()
+        second.close()
 
 
 def test_a_member_that_unregistered_keeps_its_locks_until_it_unlocks(local_broker):

@@ -194,11 +194,16 @@ public class RemotingProbe {
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.setAutoCommit(false);
         c.subscribe(topic, "*");
+        long started = System.currentTimeMillis();
         c.start();
-        long deadline = System.currentTimeMillis() + seconds * 1000L;
+        long deadline = started + seconds * 1000L;
         int got = 0;
         while (got < expected && System.currentTimeMillis() < deadline) {
-            for (MessageExt m : c.poll(1000)) { printGot(m); got++; }
+            List<MessageExt> polled = c.poll(100);
+            if (got == 0 && !polled.isEmpty()) {
+                System.out.printf("FIRST %d%n", System.currentTimeMillis() - started);
+            }
+            for (MessageExt m : polled) { printGot(m); got++; }
             c.commitSync();
         }
         c.commitSync();

@@ -1,15 +1,16 @@
 """Group membership over remoting: HEART_BEAT (34), UNREGISTER_CLIENT (35),
 GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42).
 
-Members go into the broker's one :class:`~rmq_spark.broker.membership.groups.ConsumerRegistry` and
-queue locks into its one lock table, so a group's members are the same whichever protocol
-each speaks, and so are its locks. A remoting member's connection stands for it as
+Members go into the broker's one :class:`~rmq_spark.broker.membership.groups.ConsumerRegistry`
+and queue locks into its one lock table, so a group's members are the same whichever
+protocol each speaks, and so are its locks. A remoting member's connection stands for it as
 RocketMQ's channel does: while the connection is open a watch of the group sends it
-NOTIFY_CONSUMER_IDS_CHANGED (40) at every change. When the connection closes without
-UNREGISTER_CLIENT and the client has no other connection watching the group, the member
-leaves after the registry's reconnect grace: its queue locks end first, then the others are
-told, so an orderly consumer that rebalances on the notification locks the freed queues at
-its first try (RocketMQ's broker keeps them until they expire).
+NOTIFY_CONSUMER_IDS_CHANGED (40) when it joins and at every change after. When the
+connection closes without UNREGISTER_CLIENT and the client has no other connection
+watching the group, the member leaves after the registry's reconnect grace: its queue locks
+end first, then the others are told, so an orderly consumer that rebalances on the
+notification locks the freed queues at its first try (RocketMQ's broker keeps them until
+they expire).
 """
 
 from __future__ import annotations
@@ -220,11 +221,10 @@ class Membership:
                 )
 
     async def _watch(self, connection: Connection, group: str, client_id: str) -> None:
-        first = True
+        # The first event is the membership the member has just joined into: it is told
+        # too, as RocketMQ's broker tells a new channel. A lite pull consumer does not
+        # rebalance at start, so without it its first message waits for its 20 s timer.
         async for _ in self._broker.consumers.watch(group, client_id):
-            if first:  # the membership the member joined into: it rebalances anyway
-                first = False
-                continue
             connection.send(
                 Command(
                     code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
