@@ -65,9 +65,11 @@ class PreparedBatch:
         return int(self.sizes.sum())
 
 
-def _per_message(
-    name: str, values: Sequence[int] | int | None, n: int, default: int
-) -> np.ndarray | int:
+#: a value of every message of a batch, or one for all of them (None: the default)
+PerMessage = Sequence[int] | np.ndarray | int | None
+
+
+def _per_message(name: str, values: PerMessage, n: int, default: int) -> np.ndarray | int:
     if values is None:
         return default
     if isinstance(values, int | numbers.Integral):  # int named too: mypy's int is not Integral
@@ -85,9 +87,9 @@ def prepare_batch(
     *,
     born_host: str = "127.0.0.1:0",
     store_host: str = "127.0.0.1:0",
-    born_timestamps: Sequence[int] | int | None = None,
-    flags: Sequence[int] | int | None = None,
-    reconsume_times: Sequence[int] | int | None = None,
+    born_timestamps: PerMessage = None,
+    flags: PerMessage = None,
+    reconsume_times: PerMessage = None,
     sysflag: int = 0,
     prepared_tx_offset: int = 0,
     body_crcs: np.ndarray | None = None,

@@ -33,6 +33,7 @@ import numpy as np
 
 from rmq_spark.codec.batch_encode import (
     EncodedBatch,
+    PerMessage,
     finish_batch,
     prepare_batch,
     stamp,
@@ -247,9 +248,9 @@ class MessageStore:
         *,
         tags: Sequence[str | None] | None = None,
         born_host: str = "127.0.0.1:0",
-        born_timestamps: Sequence[int] | int | None = None,
-        flags: Sequence[int] | int | None = None,
-        reconsume_times: Sequence[int] | int | None = None,
+        born_timestamps: PerMessage = None,
+        flags: PerMessage = None,
+        reconsume_times: PerMessage = None,
         sysflag: int = 0,
         prepared_tx_offset: int = 0,
         delivery_delay_ms: int | None = None,

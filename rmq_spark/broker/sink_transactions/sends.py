@@ -116,8 +116,8 @@ def final_form(
         born_host=born_host,
         store_host=store_host,
         # numpy arrays, which prepare_batch takes, though it annotates Sequence[int]
-        born_timestamps=batch.born_timestamps,  # type: ignore[arg-type]
-        flags=batch.flags,  # type: ignore[arg-type]
+        born_timestamps=batch.born_timestamps,
+        flags=batch.flags,
         sysflag=rec.TRANSACTION_COMMIT_TYPE,
     )
     return Ready(encode_unstamped(final), codes), final.headers["body_crc"], codes

@@ -132,8 +132,8 @@ class SinkTransactions:
                 sends.marked_first(batch.properties, marks),
                 born_host=born_host,
                 # numpy arrays, which append takes, though it annotates Sequence[int]
-                born_timestamps=batch.born_timestamps,  # type: ignore[arg-type]
-                flags=batch.flags,  # type: ignore[arg-type]
+                born_timestamps=batch.born_timestamps,
+                flags=batch.flags,
                 sysflag=rec.TRANSACTION_PREPARED_TYPE,
                 body_crcs=crcs,
                 tag_codes=codes,
