@@ -23,7 +23,13 @@ import socket
 import sys
 from typing import NoReturn
 
-from rmq_spark.broker.config import DEFAULT_DELAY_LEVELS, DEFAULT_PORT, BrokerConfig
+from rmq_spark.broker.config import (
+    DEFAULT_CLUSTER,
+    DEFAULT_DELAY_LEVELS,
+    DEFAULT_PORT,
+    BrokerConfig,
+    parse_name_servers,
+)
 from rmq_spark.broker.server import BrokerServer, serve
 from rmq_spark.errors import InvalidArgumentError, RocketliteError
 from rmq_spark.store import faults
@@ -90,6 +96,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=16,
         metavar="N",
         help="threads that run store work (held pulls and watch streams take none)",
+    )
+
+    cluster = parser.add_argument_group("cluster (RocketMQ's name servers)")
+    cluster.add_argument(
+        "--cluster",
+        default=DEFAULT_CLUSTER,
+        metavar="NAME",
+        help="RocketMQ cluster name this broker registers under (default %(default)s)",
+    )
+    cluster.add_argument(
+        "--broker-id",
+        type=int,
+        default=0,
+        metavar="N",
+        help="RocketMQ broker id: 0 registers as the master of --name, others as a slave",
+    )
+    cluster.add_argument(
+        "--namesrv-addr",
+        type=_name_servers,
+        default=(),
+        metavar="HOST:PORT[;HOST:PORT]",
+        help="register with these name servers (Apache RocketMQ's, or rocketlite brokers' "
+        "remoting ports) at start, every 30 s and when topics change, and unregister on a "
+        "clean stop; needs the remoting port",
     )
 
     security = parser.add_argument_group(
@@ -291,6 +321,15 @@ def _remoting_port(text: str) -> int:
     return int(text)
 
 
+def _name_servers(text: str) -> tuple[str, ...]:
+    try:
+        return parse_name_servers(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(
+            str(exc).removeprefix("--namesrv-addr").lstrip(": ")
+        ) from None
+
+
 def _default_remoting_port(args: argparse.Namespace) -> int | None:
     """The flag's port; without the flag RocketMQ's 9876 when no one listens there."""
     if args.remoting_port == _REMOTING_OFF:
@@ -316,6 +355,9 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     config = BrokerConfig(
         store_dir=args.store,
         name=args.name,
+        cluster=args.cluster,
+        broker_id=args.broker_id,
+        namesrv_addrs=args.namesrv_addr,
         host=args.host,
         port=args.port,
         remoting_port=_default_remoting_port(args),

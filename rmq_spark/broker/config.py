@@ -7,11 +7,14 @@ from pathlib import Path
 
 from rmq_spark import tls
 from rmq_spark.errors import InvalidArgumentError, check_whole_numbers
+from rmq_spark.names import validate_topic
 from rmq_spark.store import geometry
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.units import MiB, parse_duration_ms
 
 DEFAULT_PORT = 10911
+#: RocketMQ's default cluster name (BrokerConfig.brokerClusterName)
+DEFAULT_CLUSTER = "DefaultCluster"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
@@ -31,12 +34,52 @@ def parse_delay_levels(text: str) -> list[int]:
     return levels
 
 
+def check_name_server(address: object) -> str:
+    """``host:port`` of a name server, checked; InvalidArgumentError names a bad one.
+
+    >>> check_name_server(" 10.0.0.5:9876 ")
+    '10.0.0.5:9876'
+    """
+    text = address.strip() if isinstance(address, str) else ""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535 or " " in text:
+        raise InvalidArgumentError(
+            f"--namesrv-addr: {address!r} is not a name server address; give HOST:PORT "
+            "(several separated by ';'), e.g. 127.0.0.1:9876"
+        )
+    return text
+
+
+def parse_name_servers(text: str) -> tuple[str, ...]:
+    """``"h1:9876;h2:9876"`` (RocketMQ's namesrvAddr) as checked addresses.
+
+    >>> parse_name_servers("127.0.0.1:9876; 127.0.0.1:9877")
+    ('127.0.0.1:9876', '127.0.0.1:9877')
+    """
+    parts = [part for part in text.split(";") if part.strip()]
+    if not parts:
+        raise InvalidArgumentError(
+            f"--namesrv-addr {text!r} names no name server; give HOST:PORT[;HOST:PORT]"
+        )
+    return tuple(check_name_server(part) for part in parts)
+
+
 @dataclass
 class BrokerConfig:
     """Everything a broker needs; ``store`` settings are passed through to StoreConfig."""
 
     store_dir: str | Path
     name: str = "broker-a"
+    #: RocketMQ's cluster name and broker id (0 = master) this broker registers under, in
+    #: its own name-server role and with ``namesrv_addrs``
+    cluster: str = DEFAULT_CLUSTER
+    broker_id: int = 0
+    #: name servers to register with (``host:port`` each; RocketMQ's namesrvAddr split on
+    #: ``;``): Apache RocketMQ's, or other rocketlite brokers' remoting ports. Needs the
+    #: remoting port, whose address the routes name
+    namesrv_addrs: tuple[str, ...] = ()
+    #: how often the broker registers again (RocketMQ's registerNameServerPeriod)
+    register_interval_ms: int = 30_000
     host: str = "127.0.0.1"
     #: 0 picks a free port (tests); the bound port is returned by create_server
     port: int = DEFAULT_PORT
@@ -108,9 +151,11 @@ class BrokerConfig:
                 f"remoting port {self.remoting_port!r} must be 0..65535 (0 = any free) or "
                 "None (off)"
             )
+        self._check_cluster_identity()
         check_whole_numbers(
             self,
             (
+                "register_interval_ms",
                 "default_topic_queues",
                 "max_message_bytes",
                 "max_pull_messages",
@@ -158,6 +203,27 @@ class BrokerConfig:
             raise InvalidArgumentError(
                 "--tls-client-ca needs --tls-cert and --tls-key: client certificates are "
                 "checked during the TLS handshake, which needs the broker's own certificate"
+            )
+
+    def _check_cluster_identity(self) -> None:
+        try:
+            validate_topic(self.cluster)  # RocketMQ's brokers register it as a topic too
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"--cluster {self.cluster!r}: {exc}") from None
+        if (
+            isinstance(self.broker_id, bool)
+            or not isinstance(self.broker_id, int)
+            or not 0 <= self.broker_id < 1 << 63
+        ):
+            raise InvalidArgumentError(
+                f"--broker-id {self.broker_id!r} must be a whole number >= 0 (0 = master)"
+            )
+        self.namesrv_addrs = tuple(check_name_server(a) for a in self.namesrv_addrs)
+        if self.namesrv_addrs and self.remoting_port is None:
+            raise InvalidArgumentError(
+                f"--namesrv-addr {';'.join(self.namesrv_addrs)} needs the remoting port: the "
+                "routes name it as this broker's address (give --remoting-port PORT, or 0 "
+                "for any free port)"
             )
 
     @property

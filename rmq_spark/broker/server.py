@@ -532,9 +532,11 @@ def _remoting_service(
 async def _start_remoting(listener: RemotingListener, service: RemotingService) -> None:
     listener.start()
     service.start()
+    await service.start_registration()
 
 
 async def _stop_remoting(listener: RemotingListener, service: RemotingService) -> None:
+    await service.stop_registration()  # clients stop being sent here before the port closes
     listener.close()
     service.close()
 

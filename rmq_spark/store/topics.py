@@ -157,6 +157,9 @@ class TopicTable:
         self._path = path
         self._topics = topics  # replaced, never mutated, so a failed write changes nothing
         self._lock = threading.Lock()
+        #: counts the changes made since the table was opened: a reader that keeps its own
+        #: copy of the table (what a broker registers with name servers) sees it move
+        self.version = 0
 
     @classmethod
     def open(cls, config_dir: str | os.PathLike[str], *, force_empty: bool = False) -> TopicTable:
@@ -308,6 +311,7 @@ class TopicTable:
         """Write ``topics`` durably, then make them current. Caller holds the lock."""
         write_json_atomic(self._path, topic_table_to_json(topics), validate=topic_table_from_json)
         self._topics = topics
+        self.version += 1
 
 
 def _check_queue_count(label: str, value: object, where: str = "") -> None:

@@ -32,6 +32,7 @@ from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import NameServerRole
 from rmq_spark.broker.remoting.produce import Producing
+from rmq_spark.broker.remoting.registration import Registrar
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.workers import Workers
 from rmq_spark.log_limit import LogLimiter
@@ -61,8 +62,15 @@ class RemotingService:
         self.address = address
         self.connections: set[Connection] = set()
         self.membership = Membership(broker, workers)
+        self.name_server = NameServerRole(broker, address)
+        #: keeps the broker registered with --namesrv-addr's name servers (None without)
+        self.registrar = (
+            Registrar(broker, workers, address, broker.config.namesrv_addrs)
+            if broker.config.namesrv_addrs
+            else None
+        )
         parts = (
-            NameServerRole(broker, address),
+            self.name_server,
             Producing(broker, workers),
             Consuming(broker, workers, self.membership),
             self.membership,
@@ -79,6 +87,17 @@ class RemotingService:
     def start(self) -> None:
         """Start closing idle connections (on the event loop)."""
         self._reaper = asyncio.get_running_loop().create_task(self._close_idle())
+
+    async def start_registration(self) -> None:
+        """Register with the name servers (the first time waited for, briefly), then keep
+        registering; nothing without --namesrv-addr."""
+        if self.registrar is not None:
+            await self.registrar.start()
+
+    async def stop_registration(self) -> None:
+        """Unregister from the name servers (a clean stop), before the port closes."""
+        if self.registrar is not None:
+            await self.registrar.stop()
 
     async def _close_idle(self) -> None:
         """Close connections silent for IDLE_S, as RocketMQ's broker does: a client that
@@ -101,6 +120,7 @@ class RemotingService:
     def connection_closed(self, connection: Connection) -> None:
         self.connections.discard(connection)
         self.membership.forget(connection)
+        self.name_server.connection_closed(connection)
 
     def dispatch(self, connection: Connection, request: Command) -> None:
         """Serve one request: authenticate, decode once, authorize the decoded value, then
