@@ -175,6 +175,15 @@ def test_no_one_takes_the_pinned_brokers_name_and_id():
     assert table.brokers() == [BrokerData("C", "own", {0: A0, 1: B0})]
 
 
+def test_the_pinned_broker_registering_with_itself_stays_pinned():
+    table = RouteTable()
+    table.register(reg("own", 0, A0, [("T", 1, 1, 6)]), 0, pinned=True)
+    table.register(reg("own", 0, A0, [("T", 1, 1, 6)]), 0, channel=object())
+    assert not table.unregister("C", "own", 0, A0)
+    assert table.expire(10 * EXPIRY_MS) == []
+    assert [b.broker_name for b in table.brokers()] == ["own"]
+
+
 def test_cluster_questions():
     table = table_of(
         reg("a", 0, A0, [("T", 4, 4, 6), ("OnlyA", 1, 1, 6)], cluster="C1"),

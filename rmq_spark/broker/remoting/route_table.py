@@ -154,6 +154,9 @@ class RouteTable:
         first = first or old is None
         previous = self._live.get(reg.address)
         changed = previous is None or previous.version != reg.version
+        # the pinned broker registering with itself (its own address among its name
+        # servers) stays pinned
+        pinned = pinned or (previous is not None and previous.pinned)
         if reg.broker_id == MASTER_ID and reg.topics is not None and (changed or first):
             self._replace_topics(reg.broker_name, reg.topics)
         self._live[reg.address] = _Live(now_ms, reg.version, channel, reg.ha_address, pinned)
@@ -165,7 +168,10 @@ class RouteTable:
         return Registered()
 
     def unregister(self, cluster: str, broker_name: str, broker_id: int, address: str) -> bool:
-        """A broker leaving cleanly; False when the table did not hold it."""
+        """A broker leaving cleanly; False when the table did not hold it. The pinned
+        broker does not leave."""
+        if self._is_pinned(address):
+            return False
         known = self._live.pop(address, None) is not None
         broker = self._brokers.get(broker_name)
         if broker is not None and broker.addresses.get(broker_id) == address:
