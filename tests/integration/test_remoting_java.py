@@ -201,6 +201,7 @@ def test_lite_pull_commits_are_the_groups_offsets(broker, java):
     # the broker tells the joining member at once (against Apache RocketMQ: about 1 s);
     # without that notice the lite consumer waits for its 20 s rebalance timer
     (first_ms,) = [int(line.split()[1]) for line in lines if line.startswith("FIRST ")]
+    print(f"\n[lite pull] first message {first_ms} ms after the consumer's start")
     assert first_ms < LITE_FIRST_MESSAGE_MS, f"first message after {first_ms} ms"
     with Admin(broker.endpoint) as admin:
         offsets = admin.consumer_offsets("g-lite", "JavaLite")
