@@ -29,7 +29,7 @@ from rmq_spark.spark_options.connect_options import (
 )
 from rmq_spark.spark_options.option_values import RawOptions, bad
 
-__all__ = ["SINK_ONLY", "SinkOptions"]
+__all__ = ["SINK_ONLY", "SinkOptions", "local_checkpoint"]
 
 OPTION_NAMES = (
     "endpoints",
@@ -88,13 +88,10 @@ class SinkOptions:
         files the options name once."""
         raw = RawOptions(_canonical_keys(options), streaming=False)
         name_server = name_server_option(raw)
-        exactly_once = raw.flag("exactlyOnce", name_server is None)
-        if exactly_once and name_server is not None:
-            raise InvalidArgumentError(
-                "option exactlyOnce=true needs rocketlite brokers (option endpoints): Apache "
-                "RocketMQ has no multi-message transactions, so writes through nameServer are "
-                "at least once; set exactlyOnce=false"
-            )
+        exactly_once = raw.flag("exactlyOnce", True)
+        checkpoint = raw.get("checkpointLocation")
+        if exactly_once and name_server is not None and checkpoint is not None:
+            local_checkpoint(checkpoint)
         topic = raw.get("topic")
         if topic is not None:
             try:
@@ -119,7 +116,7 @@ class SinkOptions:
             **retry_options(raw),
             exactly_once=exactly_once,
             sink_id=sink_id,
-            checkpoint_location=raw.get("checkpointLocation"),
+            checkpoint_location=checkpoint,
             **tls_options(raw, reads),
             access_key=credentials.get("access_key"),
             secret_key=credentials.get("secret_key"),
@@ -154,6 +151,27 @@ class SinkOptions:
             location = os.path.abspath(location)
         digest = hashlib.sha256(location.encode()).hexdigest()[:24]
         return f"q-{digest}"
+
+
+def local_checkpoint(location: str) -> str:
+    """The local directory of a checkpoint given as a path or a ``file:`` URI; other file
+    systems are refused (exactly once through ``nameServer`` locks files there).
+
+    >>> local_checkpoint("file:///tmp/ck"), local_checkpoint("/tmp/ck")
+    ('/tmp/ck', '/tmp/ck')
+    """
+    path = location
+    if path.startswith("file:"):
+        path = "/" + path[len("file:") :].lstrip("/")
+    elif "://" in path:
+        raise bad(
+            "checkpointLocation",
+            location,
+            "exactly-once writes through nameServer record each micro-batch in the checkpoint "
+            "and lock its files, so it must be a local path or a file: URI (or set "
+            "exactlyOnce=false for at-least-once writes)",
+        )
+    return os.path.abspath(path)
 
 
 def _canonical_keys(options: Mapping[str, str]) -> dict[str, str]:

@@ -8,6 +8,7 @@ the other, so rows with one ``shardingKey`` arrive in the order the task had the
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,6 +20,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.remoting import RemotingProducer
+from rmq_spark.client.remoting.transactions import HalfRef, HalfSender
 from rmq_spark.client.route import TopicRoute
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.properties import DELAY, decode_properties
@@ -33,13 +35,16 @@ from rmq_spark.sink.options import SinkOptions
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2, messaging_pb2
 
-__all__ = ["SinkCommit", "TaskWriter", "new_transaction_id"]
+__all__ = ["SinkCommit", "TaskWriter", "new_transaction_id", "producer_group"]
 
 PRODUCER_GROUP = "rocketlite-spark-sink"
 #: one request carries at most about this many bytes of bodies and properties
 MAX_REQUEST_BYTES = 8 << 20
 #: RocketMQ's 18 delay levels (1s .. 2h); a broker with other levels refuses what it lacks
 DELAY_LEVELS = 18
+#: the property each half message carries (exactly once through ``nameServer``): its
+#: micro-batch, which a check of it is answered by
+BATCH_PROPERTY = "rocketliteSinkBatch"
 
 
 @dataclass
@@ -50,6 +55,20 @@ class SinkCommit(WriterCommitMessage):
     parts: dict[str, tuple[str, int]] = field(default_factory=dict)
     rows: int = 0
     bytes: int = 0
+    #: through ``nameServer``, exactly once: the half messages sent, and where their
+    #: brokers are
+    halves: list[HalfRef] = field(default_factory=list)
+    brokers: dict[str, str] = field(default_factory=dict)
+
+
+def producer_group(sink_id: str) -> str:
+    """The producer group of an exactly-once sink's half messages through ``nameServer``:
+    the brokers send their checks to the live producer of this group.
+
+    >>> producer_group("q-0123")
+    'rocketlite-sink-d54399a17a5eb0dc'
+    """
+    return "rocketlite-sink-" + hashlib.sha256(sink_id.encode()).hexdigest()[:16]
 
 
 def new_transaction_id(sink_id: str, batch: str | None, partition: int, attempt: int) -> str:
@@ -68,8 +87,10 @@ class TaskWriter:
         sink_id: str,
         transaction_id: str,
         partition: int,
+        batch: str | None = None,
     ) -> None:
         self.options = options
+        self.batch = batch or "0"
         self.plan = plan
         self.sink_id = sink_id
         self.transaction_id = transaction_id
@@ -82,11 +103,14 @@ class TaskWriter:
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="rocketlite-sink-send")
         self._in_flight: tuple[Future, Callable[[], None]] | None = None
         self._remoting: RemotingProducer | None = None
+        self._halves: HalfSender | None = None
         self._cluster: Cluster | None = None
         if options.name_server is not None:
             self._remoting = RemotingProducer(
                 options.name_server, PRODUCER_GROUP, options.client_config()
             )
+            if options.exactly_once:
+                self._halves = HalfSender(self._remoting.client, producer_group(sink_id))
         else:
             self._cluster = Cluster(options.endpoints, options.client_config())
 
@@ -109,10 +133,19 @@ class TaskWriter:
 
     def finish(self) -> SinkCommit:
         self._wait_in_flight()
+        if self._halves is not None:
+            assert self._remoting is not None
+            self.commit.halves = self._halves.finish()
+            for name in {h.broker for h in self.commit.halves}:
+                address = self._remoting.client.broker_address(name)
+                if address is not None:
+                    self.commit.brokers[name] = address
         return self.commit
 
     def close(self) -> None:
         self._sender.shutdown(wait=True)
+        if self._halves is not None:
+            self._halves.close()
         if self._cluster is not None:
             self._cluster.close()
         if self._remoting is not None:
@@ -265,6 +298,11 @@ class TaskWriter:
             if level:
                 item[DELAY] = str(level)
             fields.append(item)
+        if self._halves is not None:
+            for body, item in zip(bodies, fields, strict=True):
+                item[BATCH_PROPERTY] = self.batch
+                self._halves.send(mq, body, item)
+            return
         self._remoting.client.send(mq, bodies, fields, producer_group=PRODUCER_GROUP)
 
 

@@ -2,10 +2,12 @@
 
 Each task runs :func:`write_task` over its partition's Arrow batches and returns a
 :class:`~rmq_spark.sink.send.SinkCommit`; the driver's ``commit`` ends the batch on every
-broker (:mod:`rmq_spark.sink.commit`), ``abort`` rolls the batch back. Without exactly once
-(``exactlyOnce=false``, or a ``nameServer`` target) the tasks' sends are visible at once and
-commit and abort have nothing to do: rows of a retried task or a replayed batch are written
-again (at least once, as Spark's Kafka sink).
+broker (:mod:`rmq_spark.sink.commit`), ``abort`` rolls the batch back. Through
+``nameServer`` the tasks send RocketMQ half messages and the commit ends them once, from a
+record in the query's checkpoint (:mod:`rmq_spark.sink.half_commit`). Without exactly once
+(``exactlyOnce=false``) the tasks' sends are visible at once and commit and abort have
+nothing to do: rows of a retried task or a replayed batch are written again (at least once,
+as Spark's Kafka sink).
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.sink.commit import abort_batch, end_batch
+from rmq_spark.sink.half_commit import (
+    abort_remoting_batch,
+    end_remoting_batch,
+    ensure_responder,
+)
+from rmq_spark.sink.half_record import SinkState, state_path
 from rmq_spark.sink.options import SinkOptions
 from rmq_spark.sink.rows import ColumnPlan
 from rmq_spark.sink.send import SinkCommit, TaskWriter, new_transaction_id
@@ -45,7 +54,7 @@ def write_task(
     attempt = context.attemptNumber() if context else 0
     batch = context.getLocalProperty(_BATCH_ID_PROPERTY) if context else None
     txn = new_transaction_id(sink_id, batch, partition, attempt)
-    writer = TaskWriter(options, plan, sink_id, txn, partition)
+    writer = TaskWriter(options, plan, sink_id, txn, partition, batch)
     try:
         for record_batch in batches:
             writer.write(record_batch)
@@ -66,12 +75,22 @@ class RocketliteBatchWriter(DataSourceArrowWriter):
         return write_task(self.options, self.plan, self.sink_id, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        if self.options.exactly_once:
-            end_batch(self.options, self.sink_id, 0, _ours(messages))
+        if not self.options.exactly_once:
+            return
+        if self.options.name_server is not None:
+            end_remoting_batch(
+                self.options, self.sink_id, 0, _ours(messages), None, ordered=_ordered(self.plan)
+            )
+            return
+        end_batch(self.options, self.sink_id, 0, _ours(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        if self.options.exactly_once:
-            abort_batch(self.options, self.sink_id, 0)
+        if not self.options.exactly_once:
+            return
+        if self.options.name_server is not None:
+            abort_remoting_batch(self.options, self.sink_id, _ours(messages))
+            return
+        abort_batch(self.options, self.sink_id, 0)
 
 
 class RocketliteStreamWriter(DataSourceStreamArrowWriter):
@@ -82,11 +101,36 @@ class RocketliteStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
         self.plan = plan
         self.sink_id = options.stream_sink_id() if options.exactly_once else "at-least-once"
+        self._state_path = None
+        if options.exactly_once and options.name_server is not None:
+            if options.checkpoint_location is None:
+                raise InvalidArgumentError(
+                    "exactly-once writes through nameServer record each micro-batch in the "
+                    "query's checkpoint: set .option('checkpointLocation', ...) on "
+                    "writeStream, or exactlyOnce=false for at-least-once writes"
+                )
+            self._state_path = state_path(options.checkpoint_location)
+            ensure_responder(options, self.sink_id, SinkState(self._state_path))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return write_task(self.options, self.plan, self.sink_id, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self._state_path is not None:
+            state = SinkState(self._state_path)
+            ended = end_remoting_batch(
+                self.options, self.sink_id, batchId, _ours(messages), state,
+                ordered=_ordered(self.plan),
+            )  # fmt: skip
+            if ended.replayed:
+                log.warning(
+                    "batch %d of sink %s was recorded by an earlier run of the query; the "
+                    "replay's %d rows were rolled back",
+                    batchId,
+                    self.sink_id,
+                    ended.rolled_back,
+                )
+            return
         if self.options.exactly_once:
             end = end_batch(self.options, self.sink_id, batchId, _ours(messages))
             if end.replayed:
@@ -98,8 +142,17 @@ class RocketliteStreamWriter(DataSourceStreamArrowWriter):
                 )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self._state_path is not None:
+            abort_remoting_batch(self.options, self.sink_id, _ours(messages))
+            return
         if self.options.exactly_once:
             abort_batch(self.options, self.sink_id, batchId)
+
+
+def _ordered(plan: ColumnPlan) -> bool:
+    """Rows of one queue keep their order when the write names their queue (a shardingKey
+    or queueId column): their half messages are then committed one after the other."""
+    return plan.has("shardingKey") or plan.has("queueId")
 
 
 def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommit | None]:

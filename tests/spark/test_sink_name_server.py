@@ -10,13 +10,17 @@ from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.errors import NotFoundError
 from tests.support.broker_harness import BrokerProcess
 from tests.support.eventually import eventually
-from tests.support.sink_helpers import bodies
+from tests.support.sink_helpers import bodies, read_all
 from tests.support.spark_helpers import create_topic
 
 
 def _write(df, name_server: str, topic: str, **options: str) -> None:
+    """At least once unless ``options`` say otherwise (``exactlyOnce=None``: the default)."""
     writer = df.write.format("rocketlite").option("nameServer", name_server).mode("append")
-    for key, value in {"topic": topic, "exactlyOnce": "false", **options}.items():
+    chosen = {"topic": topic, "exactlyOnce": "false", **options}
+    for key, value in chosen.items():
+        if value is None:
+            continue
         writer = writer.option(key, value)
     writer.save()
 
@@ -42,10 +46,30 @@ def test_writes_through_the_remoting_port(spark, tmp_path):
         broker.stop()
 
 
-def test_exactly_once_is_refused_through_a_name_server(spark):
+def test_exactly_once_is_the_default_through_the_remoting_port(spark, tmp_path):
+    """A ``df.write`` through ``nameServer`` sends half messages and commits them once the
+    job is done: each row visible once, with its tags, keys and properties."""
+    broker = BrokerProcess(
+        "broker-a", tmp_path / "store", tmp_path / "broker.log", ["--remoting-port", "0"]
+    ).start()
+    try:
+        create_topic(broker.endpoint, "EoRemoting", queues=3)
+        _write(_rows(spark, 300).repartition(3), broker.remoting_address, "EoRemoting",
+               exactlyOnce=None)  # fmt: skip
+        found = read_all(broker.endpoint, "EoRemoting")
+        rows = [row for queue in found.values() for row in queue]
+        assert sorted(r["body"] for r in rows) == sorted(f"m{i}".encode() for i in range(300))
+        by_body = {r["body"]: r for r in rows}
+        assert by_body[b"m7"]["tags"] == "TagA" and by_body[b"m7"]["keys"] == ["k7"]
+        assert by_body[b"m7"]["properties"]["n"] == "7"
+    finally:
+        broker.stop()
+
+
+def test_a_checkpoint_elsewhere_than_on_local_disk_is_refused(spark):
     df = spark.createDataFrame([("x",)], "body string")
-    with pytest.raises(Exception, match="exactlyOnce=true needs rocketlite brokers"):
-        _write(df, "127.0.0.1:9876", "T", exactlyOnce="true")
+    with pytest.raises(Exception, match="checkpointLocation='hdfs://nn/ck' is invalid"):
+        _write(df, "127.0.0.1:9876", "T", exactlyOnce="true", checkpointLocation="hdfs://nn/ck")
 
 
 def test_writes_into_apache_rocketmq(spark, apache):

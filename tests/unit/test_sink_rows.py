@@ -124,7 +124,10 @@ def test_queues_by_queue_id_then_sharding_key_then_round_robin():
         ({"topic": "T"}, "option endpoints is required"),
         ({"endpoints": "127.0.0.1:1", "sendBatchSize": "0"}, "option sendBatchSize=.*1..65536"),
         ({"endpoints": "127.0.0.1:1", "exactlyOnce": "maybe"}, "expected true or false"),
-        ({"nameServer": "127.0.0.1:9876", "exactlyOnce": "true"}, "needs rocketlite brokers"),
+        (
+            {"nameServer": "127.0.0.1:9876", "checkpointLocation": "hdfs://nn/ck"},
+            "option checkpointLocation='hdfs://nn/ck' is invalid: .* a local path",
+        ),
         ({"endpoints": "127.0.0.1:1", "sinkId": "a b"}, "option sinkId='a b' is invalid"),
         ({"endpoints": "127.0.0.1:1", "sendBatchSzie": "5"}, "did you mean sendBatchSize"),
     ],
@@ -141,4 +144,7 @@ def test_a_streams_sink_id_is_its_checkpoints():
     assert a.stream_sink_id() == b.stream_sink_id() != c.stream_sink_id()
     named = SinkOptions.parse({"endpoints": "127.0.0.1:1", "sinkId": "etl-orders"})
     assert named.stream_sink_id() == "etl-orders"
-    assert SinkOptions.parse({"nameServer": "127.0.0.1:9876"}).exactly_once is False
+    # exactly once is the default through a name server too; at least once is a choice
+    assert SinkOptions.parse({"nameServer": "127.0.0.1:9876"}).exactly_once is True
+    chosen = SinkOptions.parse({"nameServer": "127.0.0.1:9876", "exactlyOnce": "false"})
+    assert chosen.exactly_once is False

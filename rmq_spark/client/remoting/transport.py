@@ -2,9 +2,12 @@
 
 Requests carry an ``opaque`` the answer echoes; a reader thread matches answers to the
 waiting callers, so many threads share one connection as RocketMQ's clients share their
-channel. Requests the broker sends (NOTIFY_CONSUMER_IDS_CHANGED) go to ``on_request`` or are
-dropped. A connection that broke fails every waiting call with UnavailableError and is
-opened again by the next call.
+channel. Requests the broker sends on its own (NOTIFY_CONSUMER_IDS_CHANGED, and
+CHECK_TRANSACTION_STATE to a producer group's connection) go to ``on_request``, on the
+reader thread (a hook hands slow work to a thread of its own), or are dropped.
+:meth:`RemotingConnection.submit` sends a request and returns at once, so one thread keeps
+many requests in flight (a transactional producer's one-message sends). A connection that
+broke fails every waiting call with UnavailableError and is opened again by the next call.
 
 >>> conn = RemotingConnection("127.0.0.1:9876")                    # doctest: +SKIP
 >>> conn.call(Command(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}), 3.0)  # doctest: +SKIP
@@ -123,6 +126,23 @@ class RemotingConnection:
             raise RequestTimeoutError(
                 f"{self.address} did not answer request {request.code} within {timeout_s:g} s"
             ) from None
+
+    def submit(self, request: Command) -> Future[Command]:
+        """Send ``request`` and return the future of its answer (it fails with
+        UnavailableError when the connection breaks first). The caller bounds the wait:
+        :meth:`forget` drops a request whose answer it no longer waits for."""
+        future: Future[Command] = Future()
+        with self._lock:
+            sock = self._ensure_open()
+            request.opaque = next(self._opaques) & 0x7FFFFFFF
+            self._pending[request.opaque] = future
+            self._send_locked(sock, request)
+        return future
+
+    def forget(self, request: Command) -> None:
+        """Stop waiting for the answer to ``request`` (sent with :meth:`submit`)."""
+        with self._lock:
+            self._pending.pop(request.opaque, None)
 
     def oneway(self, request: Command) -> None:
         """Send ``request`` without waiting: the receiver answers none."""
