@@ -17,6 +17,7 @@ from rmq_spark.client import Admin
 from rmq_spark.client.remoting import RemotingClient, RemotingProducer
 from rmq_spark.errors import NotFoundError
 from rmq_spark.wire.remoting import bodies
+from tests.support import java_probe
 from tests.support.broker_harness import start_broker
 from tests.support.eventually import eventually
 from tests.support.remoting_wire import Wire
@@ -238,3 +239,26 @@ def test_bad_name_server_flags_are_refused_naming_the_value(tmp_path):
         text = broker.log_text()
         assert said in text and "Traceback" not in text, text
         assert err is None
+
+
+@java_probe.NEEDS_JAVA
+def test_java_and_mqadmin_see_one_cluster_of_rocketlite_brokers(cluster, java):
+    ns = cluster["broker-a"].remoting_address
+    listed = java.mqadmin("clusterList", "-n", ns)
+    assert all(b.remoting_address in listed for b in cluster.values()), listed
+    topic = f"JavaCluster{uuid.uuid4().hex[:6]}"
+    out = java.mqadmin("updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", topic, "-w", "2")
+    assert out.count("create topic to") == 3 and "success" in out, out
+    with RemotingClient(ns) as client:
+        eventually(lambda: route_brokers(client, topic) == set(cluster), what="the route")
+    sent = [x.split() for x in java("produce", ns, topic, "30", "sync") if x.startswith("SENT ")]
+    # SENT queueId queueOffset msgId offsetMsgId status: the offset id names the store
+    stores = {b.remoting_address: name for name, b in cluster.items()}
+    hosts = {
+        ".".join(str(int(s[4][i : i + 2], 16)) for i in range(0, 8, 2)) + f":{int(s[4][8:16], 16)}"
+        for s in sent
+    }
+    assert {stores[h] for h in hosts} == set(cluster)
+    lines = java("push", ns, topic, f"g-{topic}", "30", "60", "concurrent")
+    got = [line.split(maxsplit=6)[6] for line in lines if line.startswith("GOT ")]
+    assert sorted(got) == sorted(f"body-{i}" for i in range(30))
