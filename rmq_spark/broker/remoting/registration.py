@@ -188,7 +188,10 @@ class Registrar:
             ):
                 last = now
                 registered_version = version
-                await self._register_all(version)
+                try:
+                    await self._register_all(version)
+                except Exception as exc:  # a bug: logged, and the next round tries again
+                    log.error("registering with the name servers failed: %r", exc)
 
     async def _register_all(self, version: int) -> None:
         try:
