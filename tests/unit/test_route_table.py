@@ -107,6 +107,15 @@ def test_routes_after_registrations(registrations, topic, expected):
     assert route_rows(table_of(*registrations), topic) == expected
 
 
+def test_a_live_address_replaced_under_the_same_name_and_id_is_reported():
+    table = table_of(reg("a", 0, A0))
+    assert table.register(reg("a", 0, A1), 0).replaced == A0
+    assert table.register(reg("a", 0, A1), 0).replaced is None
+    assert table.channel_closed(None) == []  # no channel: nothing to close
+    assert table.unregister("C", "a", 0, A1)
+    assert table.register(reg("a", 0, A0), 0).replaced is None
+
+
 def test_a_slave_learns_its_masters_address_and_ha_address():
     table = table_of(reg("a", 0, A0))
     assert table.register(reg("a", 1, A1), 0) == Registered(A0, f"ha-{A0}")

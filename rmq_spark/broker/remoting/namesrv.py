@@ -211,7 +211,16 @@ class NameServerRole:
             registered = table.register(registration, now_ms(), channel=connection)
         except InvalidArgumentError as exc:
             raise Refusal(ResponseCode.SYSTEM_ERROR, str(exc)) from None
-        if not known:
+        if registered.replaced is not None:
+            log.warning(
+                "broker %s id %d moved from %s to %s, which registered it too: are two "
+                "brokers started with the same --name and --broker-id?",
+                registration.broker_name,
+                registration.broker_id,
+                registered.replaced,
+                registration.address,
+            )
+        elif not known:
             log.info(
                 "broker %s (id %d, cluster %s) at %s registered",
                 registration.broker_name,

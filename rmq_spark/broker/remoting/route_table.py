@@ -90,6 +90,9 @@ class Registered:
 
     master_address: str | None = None
     ha_address: str | None = None
+    #: the address that held this broker name and id until now, while it was still live
+    #: (two brokers configured alike take turns; the name server says so)
+    replaced: str | None = None
 
 
 @dataclass
@@ -149,8 +152,10 @@ class RouteTable:
                 del broker.addresses[broker_id]
         old = broker.addresses.get(reg.broker_id)
         broker.addresses[reg.broker_id] = reg.address
+        replaced = None
         if old is not None and old != reg.address:
-            self._live.pop(old, None)  # the id moved to a new address: the old one is gone
+            # the id moved to a new address: the old one is gone
+            replaced = old if self._live.pop(old, None) is not None else None
         first = first or old is None
         previous = self._live.get(reg.address)
         changed = previous is None or previous.version != reg.version
@@ -164,8 +169,8 @@ class RouteTable:
             master = broker.addresses.get(MASTER_ID)
             live = None if master is None else self._live.get(master)
             if live is not None:
-                return Registered(master, live.ha_address)
-        return Registered()
+                return Registered(master, live.ha_address, replaced)
+        return Registered(replaced=replaced)
 
     def unregister(self, cluster: str, broker_name: str, broker_id: int, address: str) -> bool:
         """A broker leaving cleanly; False when the table did not hold it. The pinned
@@ -192,9 +197,11 @@ class RouteTable:
             self._drop_address(address)
         return gone
 
-    def channel_closed(self, channel: Hashable) -> list[str]:
+    def channel_closed(self, channel: Hashable | None) -> list[str]:
         """Drop the brokers that registered on ``channel`` (their connection closed, as when
         the process died); their addresses."""
+        if channel is None:
+            return []
         gone = [a for a, live in self._live.items() if live.channel is channel]
         for address in gone:
             self._drop_address(address)
