@@ -47,7 +47,7 @@ def ns_topic(args: argparse.Namespace) -> int:
                     "broker": mq.broker_name,
                     "queueId": mq.queue_id,
                     "perm": _perm(mq, route),
-                    "address": route.addresses[mq.broker_name],
+                    "address": route.reached_at(mq.broker_name),
                 }
                 for mq in sorted(set(route.readable) | set(route.writable))
             ]
@@ -60,7 +60,7 @@ def ns_topic(args: argparse.Namespace) -> int:
                 route = client.route(name)
             except RocketliteError:
                 continue  # a system topic no broker serves a route for
-            for broker in sorted(route.addresses):
+            for broker in sorted(route.replicas):
                 rows.append(
                     {
                         "topic": name,

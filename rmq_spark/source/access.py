@@ -23,10 +23,11 @@ import pyarrow as pa
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.offsets import QueueOffsets, commit_offsets, query_committed
 from rmq_spark.client.remoting import RemotingClient
+from rmq_spark.client.remoting.replicas import MASTER_ID
 from rmq_spark.codec.arrow_decode import decode_records
-from rmq_spark.errors import NotFoundError, RocketliteError
+from rmq_spark.errors import NotFoundError, RocketliteError, UnavailableError
 from rmq_spark.source import discovery
-from rmq_spark.source.discovery import BrokerSnapshot, Snapshot, client_config
+from rmq_spark.source.discovery import BrokerSnapshot, Snapshot, client_config, describe_queues
 from rmq_spark.source.key_lookup import MAX_PER_BROKER
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.structs import MessageQueue
@@ -126,8 +127,10 @@ class RemotingAccess:
         self._pool = ThreadPoolExecutor(_REMOTING_THREADS, thread_name_prefix="rmq-source")
 
     def snapshot(self, options: SourceOptions) -> Snapshot:
-        """Routes of the source's topics, then min and max offset of every readable queue.
-        A broker that does not answer is a failure of the snapshot (its address named)."""
+        """Routes of the source's topics, then min and max offset of every readable queue,
+        each from a live replica of its broker group (the master, else a slave). A group
+        none of whose replicas answers is a failure of the snapshot, named with its
+        queues; so is a group the route gives queues but no address."""
         topics = list(options.topics)
         if options.topic_pattern is not None:
             topics = [t for t in self.client.topics() if options.subscribes(t)]
@@ -138,32 +141,62 @@ class RemotingAccess:
             except NotFoundError:
                 continue  # not created yet: no queue to read (as with endpoints)
         answers = list(self._pool.map(self._queue_offsets, queues))
-        brokers: dict[str, dict[MessageQueue, QueueOffsets]] = {}
-        failures: dict[str, RocketliteError] = {}
+        groups: dict[str, dict[MessageQueue, QueueOffsets]] = {}
+        answered_by: dict[str, int] = {}
+        missing: dict[str, list[MessageQueue]] = {}
+        errors: dict[str, RocketliteError] = {}
         for mq, answer in zip(queues, answers, strict=True):
-            address = self.client.address_of(mq)
+            name = mq.broker_name
             if isinstance(answer, RocketliteError):
-                failures[address] = answer
+                missing.setdefault(name, []).append(mq)
+                errors[name] = answer
             else:
-                brokers.setdefault(mq.broker_name, {})[mq] = answer
-        for address in failures:
-            for name in [n for n, q in brokers.items() if self._address(n) == address]:
-                del brokers[name]  # a broker answers for all of its queues or not at all
-        for address, error in failures.items():
-            log.warning("broker %s did not answer: %s", address, error)
+                offsets, broker_id = answer
+                groups.setdefault(name, {})[mq] = offsets
+                answered_by[name] = max(answered_by.get(name, MASTER_ID), broker_id)
+        failures: dict[str, RocketliteError] = {}
+        for name, lost in sorted(missing.items()):
+            groups.pop(name, None)  # a group answers for all of its queues or not at all
+            failures[f"broker group {name}"] = UnavailableError(
+                f"{describe_queues(lost)} of broker group {name!r} "
+                f"({self._replicas_text(name)}) cannot be read: {errors[name]}"
+            )
+        for key, error in failures.items():
+            log.warning("%s did not answer: %s", key, error)
+        for name, broker_id in sorted(answered_by.items()):
+            if broker_id != MASTER_ID and name in groups:
+                log.warning(
+                    "broker group %s is read from its slave (broker id %d): its master is "
+                    "down or not in the route",
+                    name,
+                    broker_id,
+                )
         return Snapshot(
-            {name: BrokerSnapshot(name, self._address(name), qs) for name, qs in brokers.items()},
+            {
+                name: BrokerSnapshot(
+                    name,
+                    self.client.read_address(name) or "?",
+                    qs,
+                    broker_id=answered_by[name],
+                    replicas=self.client.replicas_of(name),
+                )
+                for name, qs in groups.items()
+            },
             failures,
         )
 
-    def _address(self, broker_name: str) -> str:
-        return self.client.broker_address(broker_name) or "?"
+    def _replicas_text(self, broker_name: str) -> str:
+        replicas = self.client.replicas_of(broker_name)
+        if not replicas:
+            return "the route names no address of it"
+        return ", ".join(f"broker id {i} at {a}" for i, a in sorted(replicas.items()))
 
-    def _queue_offsets(self, mq: MessageQueue) -> QueueOffsets | RocketliteError:
+    def _queue_offsets(self, mq: MessageQueue) -> tuple[QueueOffsets, int] | RocketliteError:
         try:
-            return QueueOffsets(self.client.min_offset(mq), self.client.max_offset(mq))
+            low, high, broker_id = self.client.queue_offsets(mq)
         except RocketliteError as exc:
             return exc
+        return QueueOffsets(low, high), broker_id
 
     def committed(self, group: str, queues: list[MessageQueue]) -> dict[MessageQueue, int]:
         answers = self._pool.map(lambda mq: self.client.committed_offset(group, mq), queues)
@@ -179,12 +212,12 @@ class RemotingAccess:
         list(self._pool.map(lambda item: self.client.commit_offset(group, *item), offsets.items()))
 
     def endpoint_of(self, broker_name: str) -> str:
-        """The address of a broker by name, from the routes of the source's topics (a
-        restarted driver may plan a batch before any snapshot)."""
-        address = self.client.broker_address(broker_name)
+        """Where a broker group is read (its master, else a live slave), from the routes of
+        the source's topics (a restarted driver may plan a batch before any snapshot)."""
+        address = self.client.read_address(broker_name)
         if address is None:
             self.snapshot(self._options)  # learns the routes of every topic read
-            address = self.client.broker_address(broker_name)
+            address = self.client.read_address(broker_name)
         if address is None:
             raise NotFoundError(
                 f"no route of the source's topics names broker {broker_name!r} at "

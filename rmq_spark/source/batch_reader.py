@@ -105,8 +105,8 @@ class RocketliteBatchReader(DataSourceReader):
         planned = plan_for_options(ranges, options)
         if found is not None:
             planned = narrowed(planned, found)
-        endpoints = snapshot.endpoints
-        return [RocketlitePartition.of(p, endpoints) for p in planned]
+        endpoints, replicas = snapshot.endpoints, snapshot.replicas
+        return [RocketlitePartition.of(p, endpoints, replicas) for p in planned]
 
 
 class FilteringBatchReader(RocketliteBatchReader):

@@ -37,6 +37,7 @@ __all__ = [
     "BrokerSnapshot",
     "Snapshot",
     "client_config",
+    "describe_queues",
     "offsets_at",
     "resolve_start",
     "take_snapshot",
@@ -62,6 +63,11 @@ class BrokerSnapshot:
     broker_name: str
     endpoint: str
     queues: dict[MessageQueue, QueueOffsets]
+    #: which replica of the group answered (0: the master; else a slave, which may be
+    #: behind its master: see :attr:`Snapshot.from_slave`)
+    broker_id: int = 0
+    #: broker id -> address of every replica of the group (nameServer only)
+    replicas: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,9 +89,20 @@ class Snapshot:
         """Broker name -> the endpoint that answered for it."""
         return {name: broker.endpoint for name, broker in self.brokers.items()}
 
+    @property
+    def replicas(self) -> dict[str, dict[int, str]]:
+        """Broker name -> broker id -> address, where the route named replicas."""
+        return {name: b.replicas for name, b in self.brokers.items() if b.replicas}
+
     def answered(self, broker_name: str) -> bool:
         """True when this broker answered, so its queues' absence is real."""
         return broker_name in self.brokers
+
+    def from_slave(self, broker_name: str) -> bool:
+        """True when a slave answered for this broker group: its queues may end short of
+        where the master's end, which is neither data loss nor a re-created queue."""
+        broker = self.brokers.get(broker_name)
+        return broker is not None and broker.broker_id != 0
 
     def describe_failures(self) -> str:
         return "; ".join(f"{ep}: {error}" for ep, error in sorted(self.failures.items()))
@@ -94,10 +111,26 @@ class Snapshot:
         """Raise UnavailableError naming the silent endpoints if any endpoint failed."""
         if self.failures:
             raise UnavailableError(
-                f"cannot {what}: {len(self.failures)} of the source's endpoints did not answer "
-                f"({self.describe_failures()}); check that every broker in the option "
-                "endpoints is running, or raise maxRetries / retryBackoffMs"
+                f"cannot {what}: {len(self.failures)} of the source's brokers did not answer "
+                f"({self.describe_failures()}); check that every broker (option endpoints) "
+                "or a replica of every broker group (option nameServer) is running, or "
+                "raise maxRetries / retryBackoffMs"
             )
+
+
+def describe_queues(queues: list[MessageQueue]) -> str:
+    """Queues as messages name them, by topic: "queues 0, 1, 3 of topic 'T'".
+
+    >>> describe_queues([MessageQueue("T", "b", 1), MessageQueue("T", "b", 0)])
+    "queues 0, 1 of topic 'T'"
+    """
+    by_topic: dict[str, list[int]] = {}
+    for mq in queues:
+        by_topic.setdefault(mq.topic, []).append(mq.queue_id)
+    return "; ".join(
+        f"queues {', '.join(map(str, sorted(ids)))} of topic {topic!r}"
+        for topic, ids in sorted(by_topic.items())
+    )
 
 
 def take_snapshot(cluster: Cluster, options: SourceOptions) -> Snapshot:

@@ -171,6 +171,7 @@ def reconcile(
     queues: Queues,
     answered: Callable[[str], bool],
     seen_max: Mapping[MessageQueue, int] | None = None,
+    from_slave: Callable[[str], bool] | None = None,
 ) -> Reconciled:
     """Compare the stream's next offsets with the brokers' queue ranges.
 
@@ -179,6 +180,10 @@ def reconcile(
     ``seen_max`` holds the highest end each queue had before (earlier triggers, or the
     offsets a Trigger.AvailableNow query set out to reach): a queue that now ends below it
     went backwards (re-created) and is read again from its first message.
+    ``from_slave(broker_name)`` says that a slave answered for that broker group: a slave
+    may be behind its master, so a queue that ends below the next offset, or below where
+    it ended before, is not lost there; it is silent (kept at its offset) until a replica
+    holds more.
 
     >>> a, b = MessageQueue("t", "b", 0), MessageQueue("t", "b", 1)
     >>> r = reconcile({a: 2}, {a: QueueOffsets(5, 9), b: QueueOffsets(0, 4)}, lambda _: True)
@@ -200,6 +205,12 @@ def reconcile(
             continue
         low, high = queues[mq].min_offset, queues[mq].max_offset
         before = (seen_max or {}).get(mq)
+        if from_slave is not None and from_slave(mq.broker_name):
+            if expected > high:  # the slave has not got that far yet
+                silent.append(mq)
+                effective[mq] = latest[mq] = expected
+                continue
+            before = None  # ending below the master's end is no sign of a new queue
         if before is not None and high < before:
             losses.append(DataLoss(mq, "shrunk", before, high))
             expected = low

@@ -39,7 +39,7 @@ from rmq_spark.offsets.spark import (
     to_json_dict,
 )
 from rmq_spark.source.access import BrokerAccess, GrpcAccess, open_access
-from rmq_spark.source.discovery import Snapshot, resolve_start
+from rmq_spark.source.discovery import Snapshot, describe_queues, resolve_start
 from rmq_spark.source.limits import (
     TriggerLimits,
     backlogs,
@@ -76,6 +76,9 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         #: was re-created, and must not be read as the continuation of the old one
         self._seen_max: Offsets = {}
         self._endpoints: dict[str, str] = {}
+        #: broker name -> broker id -> address (nameServer: every replica of a group)
+        self._replicas: dict[str, dict[int, str]] = {}
+        self._silent_groups: set[str] = set()
         self._last_trigger_ms: int | None = None
         self._committed: OffsetsJson | None = None
 
@@ -118,12 +121,21 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             )
             return start
         state = reconcile(
-            self._subscribed(start), snapshot.queues, snapshot.answered, self._seen_max
+            self._subscribed(start),
+            snapshot.queues,
+            snapshot.answered,
+            self._seen_max,
+            snapshot.from_slave,
         )
         if state.losses:
             self._data_loss(state.losses)
+        self._warn_silent(state.silent, snapshot)
         silent = set(state.silent)
-        self._seen_max.update((mq, v) for mq, v in state.latest.items() if mq not in silent)
+        self._seen_max.update(
+            (mq, v)
+            for mq, v in state.latest.items()
+            if mq not in silent and not snapshot.from_slave(mq.broker_name)
+        )
         self._check_target_reachable(state.start, state.silent, snapshot)
         self._latest = dict(state.latest)
         latest = self._available_now_cap(state.start, state.latest)
@@ -166,7 +178,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         )
         planned = plan_for_options(ranges, self.options)
         endpoints = self._endpoints_of({mq.broker_name for mq in ranges})
-        return [RocketlitePartition.of(p, endpoints) for p in planned]
+        return [RocketlitePartition.of(p, endpoints, self._replicas) for p in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RocketlitePartition), partition
@@ -190,6 +202,7 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _snapshot(self) -> Snapshot:
         snapshot = self._client().snapshot(self.options)
         self._endpoints.update(snapshot.endpoints)
+        self._replicas.update(snapshot.replicas)
         return snapshot
 
     def _within_bytes(self, start: Offsets, end: Offsets, max_bytes: int) -> Offsets:
@@ -254,6 +267,24 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 f"{', '.join(brokers)} did not answer ({snapshot.describe_failures()}); "
                 "restart the query once the brokers are back (it resumes from its checkpoint)"
             )
+
+    def _warn_silent(self, silent: list[MessageQueue], snapshot: Snapshot) -> None:
+        """Say, each time it changes, which brokers the query goes on without: their
+        queues keep their offsets and are read again once a replica answers."""
+        groups = {mq.broker_name for mq in silent}
+        if groups == self._silent_groups:
+            return
+        self._silent_groups = groups
+        if groups:
+            log.warning(
+                "the query goes on without broker %s (queues kept at their offsets: %s); "
+                "not in the route, not answering, or read from a slave that is behind%s",
+                ", ".join(sorted(groups)),
+                describe_queues(silent),
+                f" ({snapshot.describe_failures()})" if snapshot.failures else "",
+            )
+        else:
+            log.warning("every broker the query reads answers again")
 
     def _data_loss(self, losses: list[DataLoss]) -> None:
         fail = self.options.fail_on_data_loss

@@ -183,3 +183,52 @@ def test_search_by_time_is_the_first_offset_stored_at_or_after_it(name_server):
         assert late == early + 1
         assert client.offset_at(mq, between) == late
         assert client.offset_at(mq, int(time.time() * 1000) + 60_000) == late + 1
+
+
+@rocketmq_harness.needs_rocketmq
+def test_reads_follow_the_replicas_of_a_broker_group(tmp_path):
+    """Apache RocketMQ with broker-a as master and slave and a broker-b master: with
+    broker-a's master SIGKILLed, pulls, offsets, committed offsets and key look-ups of its
+    queues come from its slave (a commit is refused, naming the master); once the master
+    is back, reads return to it."""
+    from rmq_spark.errors import UnavailableError
+
+    cluster = rocketmq_harness.ReplicatedCluster(tmp_path / "cluster").start()
+    try:
+        queues = cluster.make_topic("Replicated")
+        a_queues = [mq for mq in queues if mq.broker_name == "broker-a"]
+        with RemotingClient(cluster.name_server) as client:
+            for i, mq in enumerate(queues):
+                client.send(mq, [f"m{i}-{j}".encode() for j in range(5)], [{"KEYS": "k"}] * 5)
+            client.commit_offset("replica-group", a_queues[1], 3)
+            cluster.wait_slave_caught_up(queues)
+            with cluster.slave_client() as slave:  # it copies the offsets every 10 s
+                eventually(
+                    lambda: slave.committed_offset("replica-group", a_queues[1]) == 3,
+                    what="the slave's copy of the group's offsets",
+                    timeout=30,
+                )
+            ends = {mq: client.max_offset(mq) for mq in queues}
+            assert all(client.pull(mq, 0).broker_id == 0 for mq in a_queues)
+
+            cluster.kill("broker-a", 0)
+            cluster.wait_routed([("broker-a", 1), ("broker-b", 0)])
+            for mq in a_queues:
+                assert client.max_offset(mq) == ends[mq]
+                answer = client.pull(mq, 0, max_messages=64)
+                assert answer.status == PullStatus.FOUND and answer.broker_id == 1
+                assert len(answer.records()) == ends[mq]
+            assert client.committed_offset("replica-group", a_queues[1]) == 3
+            found = client.query_messages("Replicated", "k")
+            assert {name for _, name in found} == {"broker-a", "broker-b"}
+            with pytest.raises(UnavailableError, match="master of broker group 'broker-a'"):
+                client.commit_offset("replica-group", a_queues[1], 4)
+
+            cluster.start_broker("broker-a", 0)
+
+            def back_on_the_master() -> bool:
+                return client.pull(a_queues[0], 0).broker_id == 0
+
+            eventually(back_on_the_master, what="reads back on the master", timeout=30)
+    finally:
+        cluster.stop()

@@ -1,7 +1,9 @@
 """Apache RocketMQ itself for the tests that compare against it: a name server and one broker
 (``broker-a`` of ``DefaultCluster``) on free loopback ports with a temporary store, started
 from a build named by ``ROCKETMQ_HOME`` (its ``lib/`` of jars and ``conf/``), and the Java
-command line to run its tools and clients with."""
+command line to run its tools and clients with. :class:`ReplicatedCluster` starts a name
+server, broker-a as a master with a slave, and a broker-b master, each broker killable and
+restartable on its own."""
 
 from __future__ import annotations
 
@@ -274,3 +276,218 @@ def make_topic(client, topic: str, timeout_s: float = 30) -> tuple[list, int]:
 
     queues = eventually(routed, what=f"topic {topic} in its route", timeout=timeout_s, interval=1)
     return queues, first
+
+
+def _home(root: Path) -> Path:
+    """A ROCKETMQ_HOME for processes under ``root``: RocketMQ's logback files, logging
+    under ``root``."""
+    home = root / "home"
+    (home / "conf").mkdir(parents=True, exist_ok=True)
+    for conf in (Path(ROCKETMQ_HOME) / "conf").glob("logback_*.xml"):
+        (home / "conf" / conf.name).write_text(conf.read_text().replace("${user.home}", str(root)))
+    return home
+
+
+class _JavaProcess:
+    """One RocketMQ process (name server or broker) from a config file, in its own process
+    group, its output in ``root/<name>.out``."""
+
+    def __init__(self, root: Path, name: str, main: str, heap: str, port: int) -> None:
+        self.root, self.name, self.main, self.heap, self.port = root, name, main, heap, port
+        self.conf = root / f"{name}.conf"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, env: dict[str, str]) -> None:
+        log = self.root / f"{self.name}.out"
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(
+                [*java_command(self.root, self.heap), self.main, "-c", str(self.conf)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        _wait_port(self.port, self.process, log)
+
+    def stop(self, *, crash: bool = False) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGKILL if crash else signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class ReplicatedCluster:
+    """Apache RocketMQ as a cluster with replicas: a name server (``name_server``),
+    ``broker-a`` as a master (broker id 0) with a slave (id 1, ``brokerRole=SLAVE``, its own
+    store and ports, replicating from the master's HA port, listenPort+1) and a
+    ``broker-b`` master, with small heaps. ``address[(name, id)]`` is each broker's
+    address; :meth:`kill` SIGKILLs one and :meth:`start_broker` starts it again on its
+    store. ``settings`` are extra ``broker.conf`` lines of every broker."""
+
+    BROKERS = (("broker-a", 0), ("broker-a", 1), ("broker-b", 0))
+
+    def __init__(self, root: Path, settings: tuple[str, ...] = (), heap: str = "384m") -> None:
+        self.root = root
+        self.settings = settings
+        self.home = _home(root)
+        self.env = {**os.environ, "ROCKETMQ_HOME": str(self.home)}
+        port = _free_port()
+        self.name_server = f"127.0.0.1:{port}"
+        self._namesrv = _JavaProcess(
+            root, "namesrv", "org.apache.rocketmq.namesrv.NamesrvStartup", "128m", port
+        )
+        self._namesrv.conf.write_text(f"listenPort={port}\n")
+        self._brokers: dict[tuple[str, int], _JavaProcess] = {}
+        self.address: dict[tuple[str, int], str] = {}
+        for name, broker_id in self.BROKERS:
+            port = _free_port(spacing=2)
+            node = _JavaProcess(
+                root,
+                f"{name}-{broker_id}",
+                "org.apache.rocketmq.broker.BrokerStartup",
+                heap,
+                port,
+            )
+            store = root / f"store-{name}-{broker_id}"
+            node.conf.write_text(
+                "\n".join(
+                    [
+                        "brokerClusterName=DefaultCluster",
+                        f"brokerName={name}",
+                        f"brokerId={broker_id}",
+                        f"brokerRole={'ASYNC_MASTER' if broker_id == 0 else 'SLAVE'}",
+                        "flushDiskType=ASYNC_FLUSH",
+                        f"namesrvAddr={self.name_server}",
+                        "brokerIP1=127.0.0.1",
+                        "brokerIP2=127.0.0.1",
+                        f"listenPort={port}",
+                        f"haListenPort={port + 1}",
+                        f"storePathRootDir={store}",
+                        f"storePathCommitLog={store / 'commitlog'}",
+                        "autoCreateTopicEnable=true",
+                        "mappedFileSizeCommitLog=16777216",
+                        "mappedFileSizeConsumeQueue=600000",
+                        "diskMaxUsedSpaceRatio=98",
+                        *settings,
+                    ]
+                )
+                + "\n"
+            )
+            self._brokers[(name, broker_id)] = node
+            self.address[(name, broker_id)] = f"127.0.0.1:{port}"
+
+    def start(self) -> ReplicatedCluster:
+        self._namesrv.start(self.env)
+        for key in self.BROKERS:
+            self._brokers[key].start(self.env)
+        self.wait_routed(self.BROKERS)
+        return self
+
+    def start_broker(self, name: str, broker_id: int) -> None:
+        """Start a stopped broker again on its store, and wait until the name server
+        routes it."""
+        self._brokers[(name, broker_id)].start(self.env)
+        self.wait_routed([(n, i) for n, i in self.BROKERS if self.running(n, i)])
+
+    def kill(self, name: str, broker_id: int) -> None:
+        """SIGKILL one broker (the name server drops it from its routes at once)."""
+        self._brokers[(name, broker_id)].stop(crash=True)
+
+    def running(self, name: str, broker_id: int) -> bool:
+        return self._brokers[(name, broker_id)].running
+
+    def replicas(self, topic: str = "TBW102") -> dict[str, dict[int, str]]:
+        """The replicas the name server's route of ``topic`` names now."""
+        from rmq_spark.client.remoting import RemotingClient
+        from rmq_spark.errors import NotFoundError
+
+        with RemotingClient(self.name_server) as client:
+            try:
+                return client.route(topic).replicas
+            except NotFoundError:
+                return {}
+
+    def wait_routed(self, brokers, topic: str = "TBW102", timeout: float = 60) -> None:
+        """Until the route of ``topic`` names exactly ``brokers`` ((name, id) pairs)."""
+        wanted = {(name, i): self.address[(name, i)] for name, i in brokers}
+
+        def routed() -> bool:
+            found = {
+                (n, i): a for n, group in self.replicas(topic).items() for i, a in group.items()
+            }
+            assert found == wanted, f"route of {topic}: {found}, waiting for {wanted}"
+            return True
+
+        eventually(routed, what=f"the route of {topic}", timeout=timeout, interval=0.3)
+
+    def make_topic(self, topic: str, timeout_s: float = 60) -> list:
+        """``topic`` on both masters, made by a first send to queue 0 of each (as RocketMQ's
+        producers make a topic), replicated to broker-a's slave; returns its readable queues
+        and leaves one ``b"first"`` message in queue 0 of each group."""
+        from rmq_spark.client.remoting import RemotingClient
+        from rmq_spark.structs import MessageQueue
+
+        with RemotingClient(self.name_server) as client:
+            client.route("TBW102")  # the masters' addresses
+            for name in ("broker-a", "broker-b"):
+                client.send(MessageQueue(topic, name, 0), [b"first"])
+
+            def routed() -> list:
+                route = client.route(topic)
+                assert {mq.broker_name for mq in route.writable} == {"broker-a", "broker-b"}
+                return route.readable
+
+            queues = eventually(routed, what=f"{topic} routed", timeout=timeout_s, interval=0.5)
+        self.wait_slave_caught_up(queues, timeout_s)
+        return queues
+
+    def wait_slave_caught_up(self, queues, timeout_s: float = 60) -> None:
+        """Until broker-a's slave holds every message its master holds in ``queues`` and
+        serves pulls of them (it takes the topic's config from the master every 10 s)."""
+        from rmq_spark.client.remoting import RemotingClient
+        from rmq_spark.errors import UnavailableError
+        from rmq_spark.structs import PullStatus
+
+        mine = [mq for mq in queues if mq.broker_name == "broker-a"]
+        with RemotingClient(self.name_server) as master, self.slave_client() as slave:
+
+            def caught_up() -> bool:
+                for mq in mine:
+                    end = master.max_offset(mq)
+                    assert slave.max_offset(mq) == end, f"slave behind on {mq}"
+                    if end:
+                        try:
+                            answer = slave.pull(mq, end - 1, max_messages=1)
+                        except UnavailableError as exc:  # no topic config there yet
+                            raise AssertionError(str(exc)) from None
+                        assert answer.status == PullStatus.FOUND, f"slave pull of {mq}: {answer}"
+                return True
+
+            eventually(caught_up, what="broker-a's slave to catch up", timeout=timeout_s,
+                       interval=0.5)  # fmt: skip
+
+    def slave_client(self):
+        """A RemotingClient that asks broker-a's slave alone (its name server, port 1,
+        never answers, so it keeps to the replica it is given)."""
+        from rmq_spark.client.connection import NO_RETRY, ClientConfig
+        from rmq_spark.client.remoting import RemotingClient
+
+        client = RemotingClient("127.0.0.1:1", ClientConfig(retry=NO_RETRY))
+        client.learn_replicas("broker-a", {1: self.address[("broker-a", 1)]})
+        return client
+
+    def stop(self) -> None:
+        for node in self._brokers.values():
+            node.stop()
+        self._namesrv.stop()
+        for name, broker_id in self.BROKERS:
+            shutil.rmtree(self.root / f"store-{name}-{broker_id}", ignore_errors=True)

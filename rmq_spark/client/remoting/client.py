@@ -3,7 +3,11 @@ pulls, offsets and sends at the brokers the routes name.
 
 It reads an Apache RocketMQ 4.9+/5.x cluster (``namesrvAddr``) or a rocketlite broker's
 remoting port alike. Queues are ``MessageQueue(topic, brokerName, queueId)`` as everywhere
-in rocketlite; a broker's address comes only from the route (its master, id 0).
+in rocketlite; a broker group's addresses come only from the route: its master (id 0) and
+its slaves. Writes and offset commits go to the master. Reads go to the master, or to a
+slave when the master is down or gone from the route, or when a pull answer suggests one
+(``suggestWhichBrokerId``), and back to the master when it returns, as RocketMQ's Java
+client does (:mod:`~rmq_spark.client.remoting.replicas` decides).
 
 >>> client = RemotingClient("127.0.0.1:9876")                              # doctest: +SKIP
 >>> queues = client.route("orders").readable                               # doctest: +SKIP
@@ -17,7 +21,7 @@ import ssl
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +30,7 @@ import pyarrow.compute as pc
 from rmq_spark.auth.remoting_signature import sign_request
 from rmq_spark.client.connection import ClientConfig
 from rmq_spark.client.message import new_unique_keys
+from rmq_spark.client.remoting.replicas import MASTER_ID, commit_node, read_node
 from rmq_spark.client.remoting.transport import RemotingConnection, RemotingError, raise_for
 from rmq_spark.clock import now_ms
 from rmq_spark.codec import fastjson
@@ -58,6 +63,10 @@ DEFAULT_PRODUCER_GROUP = "rocketlite-producer"
 JAVA_LONG_MAX = 2**63 - 1
 #: how far a search by time is corrected (RocketMQ 4.x answers the nearest offset)
 MAX_SEARCH_STEPS = 4
+#: how long reads pass over a replica that failed (then it is tried again)
+DOWN_S = 5.0
+#: how often reads from slaves ask the name server whether the master is back
+ROUTE_RECHECK_S = 5.0
 _PULL_STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
@@ -66,14 +75,31 @@ _PULL_STATUS = {
 }
 
 
+class BrokerGroupGoneError(NotFoundError):
+    """A fresh route of the topic no longer names the broker group a read needs: every
+    broker of the group stopped (or left the name server). It may come back (a restart)."""
+
+
 @dataclass(frozen=True)
 class Route:
-    """A topic's queues and the address of each broker that holds some of them."""
+    """A topic's queues and where the broker groups that hold them are."""
 
     topic: str
+    #: broker name -> its master's address (groups without a master are absent)
     addresses: dict[str, str]
+    #: the queues of every group that may be read, masterless ones too
     readable: list[MessageQueue]
+    #: the queues of the groups with a master that may be written
     writable: list[MessageQueue]
+    #: broker name -> broker id -> address, every replica the route names (a group the
+    #: route gives queues but no address maps to {})
+    replicas: dict[str, dict[int, str]] = field(default_factory=dict)
+
+    def reached_at(self, broker_name: str) -> str:
+        """Where a group is read now: its master, else its first slave ("" if none)."""
+        replicas = self.replicas.get(broker_name) or {}
+        master = self.addresses.get(broker_name)
+        return master or (replicas[min(replicas)] if replicas else "")
 
 
 @dataclass(frozen=True)
@@ -96,6 +122,10 @@ class PullAnswer:
     data: Buffer
     #: each record's size when the broker sends them (rocketlite does), else None
     sizes: np.ndarray | None = None
+    #: the replica that answered (0: the master, else a slave of the group)
+    broker_id: int = MASTER_ID
+    #: the replica the broker said to read this queue from next (suggestWhichBrokerId)
+    suggested_broker_id: int = MASTER_ID
 
     def records(self, columns: Sequence[str] | None = None) -> pa.RecordBatch:
         """The records decoded into Arrow (:data:`~rmq_spark.codec.arrow_decode.RECORD_SCHEMA`,
@@ -106,27 +136,29 @@ class PullAnswer:
 
 
 def parse_route(topic: str, body: bytes | bytearray | memoryview) -> Route:
-    """A TopicRouteData body (standard JSON or fastjson's) as a :class:`Route`."""
+    """A TopicRouteData body (standard JSON or fastjson's) as a :class:`Route`: every
+    replica of every broker group. A group without a master is read from its slaves but
+    not written (RocketMQ's clients do the same)."""
     data = fastjson.loads(body)
     if not isinstance(data, dict):
         raise InvalidArgumentError(f"the route of {topic!r} is not a JSON object")
-    addresses = {}
+    replicas: dict[str, dict[int, str]] = {}
     for broker in data.get("brokerDatas") or []:
         addrs = broker.get("brokerAddrs") or {}
-        master = addrs.get(0, addrs.get("0"))
-        if master:
-            addresses[broker["brokerName"]] = master
+        replicas[broker["brokerName"]] = {
+            int(broker_id): address for broker_id, address in sorted(addrs.items()) if address
+        }
     readable, writable = [], []
     for queue_data in data.get("queueDatas") or []:
         name = queue_data["brokerName"]
-        if name not in addresses:
-            continue  # no master: RocketMQ's clients skip such a broker too
+        group = replicas.setdefault(name, {})  # queues but no address: read as unreachable
         perm = int(queue_data.get("perm", 6))
         if perm & PERM_READ:
             readable += [MessageQueue(topic, name, i) for i in range(queue_data["readQueueNums"])]
-        if perm & PERM_WRITE:
+        if perm & PERM_WRITE and MASTER_ID in group:
             writable += [MessageQueue(topic, name, i) for i in range(queue_data["writeQueueNums"])]
-    return Route(topic, addresses, sorted(readable), sorted(writable))
+    addresses = {name: group[MASTER_ID] for name, group in replicas.items() if MASTER_ID in group}
+    return Route(topic, addresses, sorted(readable), sorted(writable), replicas)
 
 
 class RemotingClient:
@@ -141,7 +173,15 @@ class RemotingClient:
         self.config = config or ClientConfig()
         self._lock = threading.Lock()
         self._connections: dict[str, RemotingConnection] = {}
-        self._brokers: dict[str, str] = {}  # broker name -> address, learnt from routes
+        #: broker name -> broker id -> address, learnt from routes (or handed over)
+        self._replicas: dict[str, dict[int, str]] = {}
+        #: per queue, the broker id its last pull answer suggested (Java's
+        #: pullFromWhichNodeTable); the master when absent
+        self._suggested: dict[MessageQueue, int] = {}
+        #: address -> monotonic time until which reads pass it over (it just failed)
+        self._down: dict[str, float] = {}
+        #: topic -> monotonic time of its last route asked because a read needed it
+        self._route_asked: dict[str, float] = {}
         self._tls = tls_context(self.config)
 
     # -- name server ------------------------------------------------------------------------
@@ -154,7 +194,9 @@ class RemotingClient:
         answer = self._ask_name_server(request, f"route of topic {topic!r}")
         route = parse_route(topic, answer.body)
         with self._lock:
-            self._brokers.update(route.addresses)
+            for name, replicas in route.replicas.items():
+                self._replicas[name] = dict(replicas)
+            self._route_asked[topic] = time.monotonic()
         return route
 
     def topics(self) -> list[str]:
@@ -218,12 +260,25 @@ class RemotingClient:
                 **({"maxMsgBytes": str(max_bytes)} if max_bytes else {}),
             },
         )
-        answer = self._broker_call(mq, request, f"pull of {mq}", extra_s=suspend_ms / 1000)
+        suggested = self.suggested(mq)
+        answer, broker_id = self._read_call(
+            mq, request, f"pull of {mq}", suggested, extra_s=suspend_ms / 1000
+        )
         status = _PULL_STATUS.get(answer.code)  # type: ignore[call-overload]
+        if answer.code == ResponseCode.TOPIC_NOT_EXIST and broker_id != MASTER_ID:
+            # a slave takes topic configs from its master now and then (RocketMQ: every
+            # 10 s): it may not know a new topic yet, which says nothing of the topic
+            raise UnavailableError(
+                f"pull of {mq}: the slave (broker id {broker_id}) of broker group "
+                f"{mq.broker_name!r} does not know the topic yet ({answer.remark})"
+            )
         if status is None:
-            raise_for(answer, f"pull of {mq}")
+            raise_for(answer, f"pull of {mq} from broker id {broker_id}")
             raise RemotingError(answer.code, f"pull of {mq}: unexpected answer {answer.code}")
         ext = answer.ext
+        suggestion = int(ext.get("suggestWhichBrokerId") or MASTER_ID)
+        with self._lock:
+            self._suggested[mq] = suggestion
         found = status == PullStatus.FOUND
         sizes = ext.get("rocketliteSizes") if found else None
         return PullAnswer(
@@ -233,7 +288,15 @@ class RemotingClient:
             int(ext.get("maxOffset", 0)),
             answer.body if found else b"",
             None if sizes is None else decode_sizes(sizes),
+            broker_id,
+            suggestion,
         )
+
+    def suggested(self, mq: MessageQueue) -> int:
+        """The broker id ``mq``'s last pull answer suggested reading from (the master's, 0,
+        before any)."""
+        with self._lock:
+            return self._suggested.get(mq, MASTER_ID)
 
     def send(
         self,
@@ -310,8 +373,9 @@ class RemotingClient:
         }
         what = f"look-up of key {key!r} in topic {topic!r}"
         found = []
-        for name, address in sorted(self.route(topic).addresses.items()):
-            answer = self._call(address, Command(RequestCode.QUERY_MESSAGE, ext), what)
+        for name in sorted(self.route(topic).replicas):
+            request = Command(RequestCode.QUERY_MESSAGE, ext)
+            answer, _ = self._read_call(MessageQueue(topic, name, 0), request, what)
             if answer.code == ResponseCode.QUERY_NOT_FOUND:
                 continue
             raise_for(answer, f"{what} on broker {name!r}")
@@ -370,14 +434,16 @@ class RemotingClient:
                 "setZeroIfNotFound": "false",
             },
         )
-        answer = self._broker_call(mq, request, f"offset of {group} on {mq}")
+        answer, _ = self._read_call(mq, request, f"offset of {group} on {mq}")
         if answer.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         raise_for(answer, f"offset of group {group!r} on {mq}")
         return int(answer.ext["offset"])
 
     def commit_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
-        """Store ``offset`` as ``group``'s next offset of ``mq`` (what mqadmin shows)."""
+        """Store ``offset`` as ``group``'s next offset of ``mq`` (what mqadmin shows), on
+        the group's master: UnavailableError, at once, while the route names no master or
+        the master was just seen down (its slaves copy the master's offsets)."""
         request = Command(
             RequestCode.UPDATE_CONSUMER_OFFSET,
             {
@@ -387,13 +453,156 @@ class RemotingClient:
                 "commitOffset": str(offset),
             },
         )
-        raise_for(self._broker_call(mq, request, "offset commit"), f"commit of {group} on {mq}")
+        what = f"commit of {group} on {mq}"
+        with self._lock:
+            self._expire_down()
+            address = commit_node(self._replicas.get(mq.broker_name) or {}, self._down)
+        if address is None:
+            raise UnavailableError(
+                f"{what}: the master of broker group {mq.broker_name!r} is down or not in "
+                "the route; offsets are committed to the master only"
+            )
+        try:
+            answer = self._call(address, request, what)
+        except RocketliteError as exc:
+            if exc.retriable:
+                self._mark_down(address)
+            raise
+        raise_for(answer, what)
 
     def _offset(self, code: int, mq: MessageQueue, what: str, **ext: str) -> int:
         request = Command(code, {"topic": mq.topic, "queueId": str(mq.queue_id), **ext})
-        answer = self._broker_call(mq, request, f"{what} of {mq}")
-        raise_for(answer, f"{what} of {mq}")
+        answer, broker_id = self._read_call(mq, request, f"{what} of {mq}")
+        raise_for(answer, f"{what} of {mq} from broker id {broker_id}")
         return int(answer.ext["offset"])
+
+    def queue_offsets(self, mq: MessageQueue) -> tuple[int, int, int]:
+        """``(min offset, max offset, broker id)`` of ``mq``, asked of one replica when it
+        stays up (the broker id is the one that gave the max: 0 is the master)."""
+        what = f"offsets of {mq}"
+        ext = {"topic": mq.topic, "queueId": str(mq.queue_id)}
+        low, low_id = self._read_call(mq, Command(RequestCode.GET_MIN_OFFSET, ext), what)
+        raise_for(low, f"min offset of {mq} from broker id {low_id}")
+        request = Command(RequestCode.GET_MAX_OFFSET, ext)
+        high, broker_id = self._read_call(mq, request, what, suggested=low_id)
+        raise_for(high, f"max offset of {mq} from broker id {broker_id}")
+        return int(low.ext["offset"]), int(high.ext["offset"]), broker_id
+
+    # -- which replica ------------------------------------------------------------------------
+
+    def _read_call(
+        self,
+        mq: MessageQueue,
+        request: Command,
+        what: str,
+        suggested: int = MASTER_ID,
+        extra_s: float = 0.0,
+    ) -> tuple[Command, int]:
+        """``request`` answered by a live replica of ``mq``'s broker group (see
+        :mod:`~rmq_spark.client.remoting.replicas`), with the id of the one that answered.
+        A replica that fails is passed over for a while and the route asked again; when no
+        replica answers, the client's retry delays are waited out between rounds, then
+        UnavailableError names the group and its replicas. NotFoundError when a fresh
+        route no longer names the group."""
+        timeout_s = self.config.request_timeout_s + extra_s
+        delays = self.config.retry.delays_s()
+        errors: list[str] = []
+        asked = False
+        while True:
+            node = self._read_node(mq, suggested)
+            if node is None and not asked:
+                asked = True
+                self._ask_route_for(mq)
+                node = self._read_node(mq, suggested)
+            if node is not None:
+                broker_id, address = node
+                try:
+                    return self._connection(address).call(self._signed(request), timeout_s), (
+                        broker_id
+                    )
+                except RocketliteError as exc:
+                    if not exc.retriable:
+                        raise
+                    errors.append(f"broker id {broker_id} at {address}: {exc}")
+                    self._mark_down(address)
+                    if not asked:
+                        asked = True
+                        self._ask_route_for(mq)
+                    continue
+            delay = next(delays, None)
+            if delay is None:
+                raise UnavailableError(
+                    f"{what}: no replica of broker group {mq.broker_name!r} answered "
+                    f"({'; '.join(errors[-4:]) or self._replicas_text(mq.broker_name)}); "
+                    "is the group's master or a slave running?"
+                )
+            time.sleep(delay)
+            with self._lock:  # every replica is tried again after the pause
+                for address in (self._replicas.get(mq.broker_name) or {}).values():
+                    self._down.pop(address, None)
+            asked = False
+
+    def _read_node(self, mq: MessageQueue, suggested: int) -> tuple[int, str] | None:
+        with self._lock:
+            self._expire_down()
+            replicas = self._replicas.get(mq.broker_name)
+            asked_at = self._route_asked.get(mq.topic)
+        if replicas is None or (MASTER_ID not in replicas and _stale(asked_at)):
+            # unknown group, or read from slaves: has the master come back?
+            self._ask_route_for(mq)
+            with self._lock:
+                replicas = self._replicas.get(mq.broker_name)
+        with self._lock:
+            return read_node(replicas or {}, suggested, self._down)
+
+    def _ask_route_for(self, mq: MessageQueue) -> None:
+        """Ask the name servers for ``mq``'s topic again (the replicas of its group);
+        NotFoundError when the answer no longer names the group, or the topic is gone."""
+        try:
+            route = self.route(mq.topic)
+        except NotFoundError as exc:
+            raise BrokerGroupGoneError(
+                f"broker group {mq.broker_name!r} is no longer in the route of topic "
+                f"{mq.topic!r}: {exc}"
+            ) from None
+        except RocketliteError as exc:
+            if not exc.retriable:
+                raise
+            with self._lock:  # the name servers are down: go on with what is known
+                self._route_asked[mq.topic] = time.monotonic()
+            return
+        if mq.broker_name not in route.replicas:
+            raise BrokerGroupGoneError(
+                f"broker group {mq.broker_name!r} is no longer in the route of topic "
+                f"{mq.topic!r} (the name server names {sorted(route.replicas) or 'none'}); "
+                "were all of its brokers stopped?"
+            )
+
+    def _mark_down(self, address: str) -> None:
+        with self._lock:
+            self._down[address] = time.monotonic() + DOWN_S
+
+    def _expire_down(self) -> None:
+        now = time.monotonic()
+        for address in [a for a, until in self._down.items() if until <= now]:
+            del self._down[address]
+
+    def _replicas_text(self, broker_name: str) -> str:
+        replicas = self.replicas_of(broker_name)
+        if not replicas:
+            return "the route names no address of it"
+        return ", ".join(f"id {i} at {a}" for i, a in sorted(replicas.items()))
+
+    def replicas_of(self, broker_name: str) -> dict[int, str]:
+        """Broker id -> address of every replica of a group the routes named."""
+        with self._lock:
+            return dict(self._replicas.get(broker_name) or {})
+
+    def learn_replicas(self, broker_name: str, replicas: dict[int, str]) -> None:
+        """Use ``replicas`` for ``broker_name`` without asking a name server (a Spark task
+        gets the replicas the driver's routes gave)."""
+        with self._lock:
+            self._replicas[broker_name] = dict(replicas)
 
     def _broker_call(
         self, mq: MessageQueue, request: Command, what: str, extra_s: float = 0.0
@@ -402,25 +611,32 @@ class RemotingClient:
         return self._call(address, request, what, extra_s)
 
     def broker_address(self, broker_name: str) -> str | None:
-        """The address of a broker some route named, or None."""
+        """The address of a group's master some route named, or None."""
         with self._lock:
-            return self._brokers.get(broker_name)
+            return (self._replicas.get(broker_name) or {}).get(MASTER_ID)
+
+    def read_address(self, broker_name: str) -> str | None:
+        """Where a read of the group goes now (its master, or a live slave), or None."""
+        with self._lock:
+            self._expire_down()
+            node = read_node(self._replicas.get(broker_name) or {}, MASTER_ID, self._down)
+        return None if node is None else node[1]
 
     def learn_broker(self, broker_name: str, address: str) -> None:
-        """Use ``address`` for ``broker_name`` without asking a name server (a Spark task
-        gets the addresses the driver's routes gave)."""
+        """Use ``address`` as ``broker_name``'s master without asking a name server (a
+        Spark task gets the addresses the driver's routes gave)."""
         with self._lock:
-            self._brokers[broker_name] = address
+            self._replicas.setdefault(broker_name, {})[MASTER_ID] = address
 
     def address_of(self, mq: MessageQueue) -> str:
-        with self._lock:
-            address = self._brokers.get(mq.broker_name)
+        """The master's address of ``mq``'s group (where writes go)."""
+        address = self.broker_address(mq.broker_name)
         if address is None:
             address = self.route(mq.topic).addresses.get(mq.broker_name)
         if address is None:
             raise NotFoundError(
-                f"no route names broker {mq.broker_name!r} for topic {mq.topic!r}; is it "
-                "registered with the name server?"
+                f"no route names a master of broker {mq.broker_name!r} for topic "
+                f"{mq.topic!r}; is it registered with the name server?"
             )
         return address
 
@@ -496,3 +712,7 @@ def tls_context(config: ClientConfig) -> ssl.SSLContext | None:
     if config.tls_cert_file and config.tls_key_file:
         context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
     return context
+
+
+def _stale(asked_at: float | None) -> bool:
+    return asked_at is None or time.monotonic() - asked_at >= ROUTE_RECHECK_S

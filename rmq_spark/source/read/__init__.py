@@ -51,11 +51,28 @@ class RocketlitePartition(InputPartition):
     ranges: tuple[QueueRange, ...]
     #: (broker name, endpoint) for every broker of ``ranges``
     endpoints: tuple[tuple[str, str], ...]
+    #: (broker name, broker id, address) of every replica of those brokers, where a name
+    #: server's route named them (option nameServer)
+    replicas: tuple[tuple[str, int, str], ...] = ()
 
     @classmethod
-    def of(cls, planned: PlannedPartition, endpoints: dict[str, str]) -> RocketlitePartition:
+    def of(
+        cls,
+        planned: PlannedPartition,
+        endpoints: dict[str, str],
+        replicas: dict[str, dict[int, str]] | None = None,
+    ) -> RocketlitePartition:
         brokers = sorted({r.mq.broker_name for r in planned.ranges})
-        return cls(planned.ranges, tuple((name, endpoints[name]) for name in brokers))
+        known = replicas or {}
+        return cls(
+            planned.ranges,
+            tuple((name, endpoints[name]) for name in brokers),
+            tuple(
+                (name, broker_id, address)
+                for name in brokers
+                for broker_id, address in sorted((known.get(name) or {}).items())
+            ),
+        )
 
     @property
     def size(self) -> int:
@@ -102,7 +119,7 @@ def open_reader(
     )
     if options.name_server is not None:
         client = RemotingClient(options.name_server, config)
-        return RemotingReader(client, partition.endpoints, options, columns)
+        return RemotingReader(client, partition.endpoints, options, columns, partition.replicas)
     return _EachBroker(partition, options, config, columns)
 
 

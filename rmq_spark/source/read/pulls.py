@@ -29,13 +29,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
 from rmq_spark.client.connection import NO_RETRY, Connection, PendingCall
 from rmq_spark.client.remoting import PullAnswer, RemotingClient
-from rmq_spark.errors import NotFoundError, RocketliteError
+from rmq_spark.client.remoting.client import BrokerGroupGoneError
+from rmq_spark.client.remoting.replicas import MASTER_ID
+from rmq_spark.errors import NotFoundError, RocketliteError, UnavailableError
 from rmq_spark.offsets.spark import DataLoss
 from rmq_spark.retry import backoff_delays
 from rmq_spark.source.options import SourceOptions
@@ -128,6 +131,19 @@ class PullReader(ABC, Generic[AnswerT]):
                     call, ahead = ahead, None
                     return call.result()
                 return self._call(mq, offset, self._batch(offset, end))
+            except BrokerGroupGoneError as exc:
+                # every broker of the group stopped: it may be restarting, so wait for it as
+                # for an unavailable broker; still gone after the retries, its ranges are lost
+                if attempt == attempts:
+                    self._lost(DataLoss(mq, "vanished", offset), detail=str(exc))
+                    return None
+                backoff_ms = next(delays_ms)
+                log.warning(
+                    "pull of %s at %d: %s; retry %d/%d within %d ms",
+                    mq.describe(), offset, exc, attempt, attempts - 1, backoff_ms,
+                )  # fmt: skip
+                self._pause(exc, backoff_ms / 1000)
+                continue
             except NotFoundError as exc:
                 self._lost(DataLoss(mq, "vanished", offset), detail=str(exc))
                 return None
@@ -263,15 +279,22 @@ class RemotingReader(PullReader[PullAnswer]):
         brokers: tuple[tuple[str, str], ...],
         options: SourceOptions,
         columns: tuple[str, ...],
+        replicas: tuple[tuple[str, int, str], ...] = (),
     ) -> None:
         super().__init__(options, columns)
         self.client = client
+        groups: dict[str, dict[int, str]] = {}
+        for name, broker_id, address in replicas:
+            groups.setdefault(name, {})[broker_id] = address
         for name, address in brokers:
-            client.learn_broker(name, address)
+            if name not in groups:
+                client.learn_broker(name, address)
+        for name, group in groups.items():
+            client.learn_replicas(name, group)
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="rmq-read-ahead")
 
     def _call(self, mq: MessageQueue, offset: int, max_messages: int) -> PullAnswer:
-        return self.client.pull(
+        answer = self.client.pull(
             mq,
             offset,
             max_messages=max_messages,
@@ -279,6 +302,22 @@ class RemotingReader(PullReader[PullAnswer]):
             group=self.options.group,
             expression=self.options.subscription.expression,
         )
+        if answer.broker_id == MASTER_ID:
+            return answer
+        if answer.status == PullStatus.NO_MATCHED_MSG and offset < answer.min_offset:
+            # a RocketMQ slave answers an offset below its first one so, not with
+            # OFFSET_ILLEGAL: retention deleted what the read has not reached
+            return replace(answer, status=PullStatus.OFFSET_ILLEGAL)
+        if _short_of(offset, answer):
+            # A slave behind its master: what it lacks is not lost (the master has it),
+            # so this is retried as an unavailable broker, not reported as data loss.
+            raise UnavailableError(
+                f"the slave (broker id {answer.broker_id}) of broker group "
+                f"{mq.broker_name!r} holds {mq.describe()} only up to offset "
+                f"{answer.max_offset}, short of offset {offset} this read needs, and the "
+                "group's master did not answer"
+            )
+        return answer
 
     def _start(self, mq: MessageQueue, offset: int, max_messages: int) -> _Pending[PullAnswer]:
         # the broker reads the next records while this thread decodes the last ones
@@ -288,7 +327,11 @@ class RemotingReader(PullReader[PullAnswer]):
         time.sleep(pause_s)
 
     def _address(self, mq: MessageQueue) -> str:
-        return self.client.broker_address(mq.broker_name) or mq.broker_name
+        replicas = self.client.replicas_of(mq.broker_name)
+        if not replicas:
+            return f"broker group {mq.broker_name!r}"
+        where = ", ".join(f"id {i} at {a}" for i, a in sorted(replicas.items()))
+        return f"broker group {mq.broker_name!r} ({where})"
 
     def _status(self, mq: MessageQueue, answer: PullAnswer) -> PullStatus:
         return answer.status
@@ -299,3 +342,14 @@ class RemotingReader(PullReader[PullAnswer]):
     def close(self) -> None:
         self._ahead.shutdown(wait=False, cancel_futures=True)
         self.client.close()
+
+
+def _short_of(offset: int, answer: PullAnswer) -> bool:
+    """True when a pull at ``offset`` found nothing because the answering replica ends
+    before it: no new message there, an offset past its end, or (a RocketMQ slave's answer
+    to an offset it cannot check) a retry that does not move forward."""
+    if answer.status == PullStatus.NO_NEW_MSG:
+        return True
+    if answer.status == PullStatus.OFFSET_ILLEGAL:
+        return offset >= answer.max_offset
+    return answer.status == PullStatus.NO_MATCHED_MSG and answer.next_begin_offset <= offset
