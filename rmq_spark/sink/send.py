@@ -299,9 +299,9 @@ class TaskWriter:
                 item[DELAY] = str(level)
             fields.append(item)
         if self._halves is not None:
-            for body, item in zip(bodies, fields, strict=True):
+            for item in fields:
                 item[BATCH_PROPERTY] = self.batch
-                self._halves.send(mq, body, item)
+            self._halves.send_many(mq, bodies, fields)
             return
         self._remoting.client.send(mq, bodies, fields, producer_group=PRODUCER_GROUP)
 

@@ -59,6 +59,11 @@ PGROUP = "PGROUP"
 #: END_TRANSACTION's commitOrRollback values (RocketMQ's MessageSysFlag transaction types)
 COMMIT = 8
 ROLLBACK = 12
+#: the sys flag of a half message (RocketMQ's MessageSysFlag prepared type)
+_HALF_FLAG = str(TRANSACTION_PREPARED_TYPE)
+#: requests written to a connection with one system call
+_WRITE_TOGETHER = 128
+_NOT_SENT: Future[Command] = Future()
 #: how often the check listener heartbeats (a broker forgets a silent client after 120 s)
 HEARTBEAT_S = 20.0
 
@@ -147,7 +152,7 @@ class HalfSender:
     :meth:`finish` waits for every answer and returns the half messages' coordinates in
     the order they were sent."""
 
-    def __init__(self, client: RemotingClient, group: str, *, window: int = 256) -> None:
+    def __init__(self, client: RemotingClient, group: str, *, window: int = 1024) -> None:
         self.client = client
         self.group = group
         self.window = window
@@ -158,30 +163,47 @@ class HalfSender:
     def send(self, mq: MessageQueue, body: bytes, fields: dict[str, str]) -> str:
         """Send one half message to ``mq`` (its properties ``fields``; a UNIQ_KEY is added
         when missing); returns its UNIQ_KEY."""
-        fields = dict(fields)
-        key = fields.setdefault(UNIQ_KEY, new_unique_keys(1)[0])
-        fields[TRAN_MSG] = "true"
-        fields[PGROUP] = self.group
-        ext = {
-            "a": self.group,
-            "b": mq.topic,
-            "c": "TBW102",
-            "d": "4",
-            "e": str(mq.queue_id),
-            "f": str(TRANSACTION_PREPARED_TYPE),
-            "g": str(now_ms()),
-            "h": "0",
-            "i": encode_properties(fields).decode(),
-            "j": "0",
-            "k": "false",
-        }
+        return self.send_many(mq, [body], [fields])[0]
+
+    def send_many(
+        self, mq: MessageQueue, bodies: Sequence[bytes], fields: Sequence[dict[str, str]]
+    ) -> list[str]:
+        """Send half messages to ``mq``, one request each, written to the connection
+        together; returns their UNIQ_KEYs."""
         address = self.client.address_of(mq)
-        request = self._wire.signed(RequestCode.SEND_MESSAGE_V2, ext, body)
-        while len(self._in_flight) >= self.window:
-            self._settle(self._in_flight.popleft())
-        future = self._wire.connection(address).submit(request)
-        self._in_flight.append(_Sent(mq, address, request, future, key))
-        return key
+        fresh = iter(new_unique_keys(len(bodies)))
+        born = str(now_ms())
+        sent = []
+        for body, item in zip(bodies, fields, strict=True):
+            item = dict(item)
+            key = item.get(UNIQ_KEY) or item.setdefault(UNIQ_KEY, next(fresh))
+            item[TRAN_MSG] = "true"
+            item[PGROUP] = self.group
+            ext = {
+                "a": self.group,
+                "b": mq.topic,
+                "c": "TBW102",
+                "d": "4",
+                "e": str(mq.queue_id),
+                "f": _HALF_FLAG,
+                "g": born,
+                "h": "0",
+                "i": encode_properties(item).decode(),
+                "j": "0",
+                "k": "false",
+            }
+            request = self._wire.signed(RequestCode.SEND_MESSAGE_V2, ext, body)
+            sent.append(_Sent(mq, address, request, _NOT_SENT, key))
+        conn = self._wire.connection(address)
+        for start in range(0, len(sent), _WRITE_TOGETHER):
+            chunk = sent[start : start + _WRITE_TOGETHER]
+            while self._in_flight and len(self._in_flight) + len(chunk) > self.window:
+                self._settle(self._in_flight.popleft())
+            futures = conn.submit_many([s.request for s in chunk])
+            for item, future in zip(chunk, futures, strict=True):
+                item.future = future
+            self._in_flight.extend(chunk)
+        return [s.key for s in sent]
 
     def finish(self) -> list[HalfRef]:
         while self._in_flight:
@@ -271,7 +293,7 @@ def end_halves(
     resolution: int,
     *,
     ordered: bool = False,
-    window: int = 256,
+    window: int = 1024,
 ) -> None:
     """End ``halves`` with ``resolution`` (COMMIT or ROLLBACK). With ``ordered`` the halves
     of one queue are ended one after the other, in the given order, so they are written to
@@ -304,12 +326,19 @@ def end_halves(
                     start(lane)
             return
         flight: deque[tuple[Future[Command], Command, str, HalfRef]] = deque()
-        for half in halves:
-            while len(flight) >= window:
+        listed = list(halves)
+        for start in range(0, len(listed), _WRITE_TOGETHER):
+            chunk = listed[start : start + _WRITE_TOGETHER]
+            while flight and len(flight) + len(chunk) > window:
                 _check_end(wire, *flight.popleft(), resolution, timeout_s)
-            address = _address(client, half)
-            request = end_request(wire, group, half, resolution)
-            flight.append((wire.connection(address).submit(request), request, address, half))
+            by_address: dict[str, list[tuple[Command, HalfRef]]] = {}
+            for half in chunk:
+                request = end_request(wire, group, half, resolution)
+                by_address.setdefault(_address(client, half), []).append((request, half))
+            for address, items in by_address.items():
+                futures = wire.connection(address).submit_many([r for r, _ in items])
+                for (request, half), future in zip(items, futures, strict=True):
+                    flight.append((future, request, address, half))
         while flight:
             _check_end(wire, *flight.popleft(), resolution, timeout_s)
     finally:

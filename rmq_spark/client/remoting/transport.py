@@ -139,6 +139,25 @@ class RemotingConnection:
             self._send_locked(sock, request)
         return future
 
+    def submit_many(self, requests: list[Command]) -> list[Future[Command]]:
+        """:meth:`submit` of several requests, written to the socket at once."""
+        futures: list[Future[Command]] = [Future() for _ in requests]
+        with self._lock:
+            sock = self._ensure_open()
+            frames = []
+            for request, future in zip(requests, futures, strict=True):
+                request.opaque = next(self._opaques) & 0x7FFFFFFF
+                request.version = request.version or OUR_VERSION
+                request.language = "PYTHON"
+                self._pending[request.opaque] = future
+                frames.append(encode(request))
+            try:
+                sock.sendall(b"".join(frames))
+            except OSError as exc:
+                self._fail_locked(sock, f"sending to {self.address} failed: {exc}")
+                raise UnavailableError(f"sending to {self.address} failed: {exc}") from None
+        return futures
+
     def forget(self, request: Command) -> None:
         """Stop waiting for the answer to ``request`` (sent with :meth:`submit`)."""
         with self._lock:
