@@ -94,19 +94,22 @@ class Wire:
         return response
 
     def hang_up_seen(self, timeout_s: float = WAIT_S) -> list[Command]:
-        """Wait for the broker to close the connection; the frames it sent before. Fails
-        if it is still open after ``timeout_s``."""
+        """Wait for the broker to close the connection; the responses it sent before (its
+        own requests, such as NOTIFY_CONSUMER_IDS_CHANGED to a member of a group, are not
+        answers). Fails if it is still open after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         got = []
         while True:
             try:
-                got.append(self.read_frame(deadline))
+                command = self.read_frame(deadline)
             except Closed:
                 return got
             except TimeoutError:
                 raise AssertionError(
                     f"the broker kept the connection open for {timeout_s} s"
                 ) from None
+            if command.is_response:
+                got.append(command)
 
 
 # -- requests ---------------------------------------------------------------------------------
