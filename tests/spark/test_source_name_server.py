@@ -14,7 +14,14 @@ from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.structs import MessageQueue
 from tests.support import rocketmq_harness
 from tests.support.broker_harness import BrokerProcess
-from tests.support.spark_helpers import create_topic, rows_of, run_available_now
+from tests.support.eventually import eventually
+from tests.support.spark_helpers import (
+    create_topic,
+    rows_of,
+    run_available_now,
+    start_collecting,
+    unless_stopped,
+)
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +181,93 @@ def test_name_server_takes_the_sources_other_options(spark, remoting_broker):
     assert sorted(r.body for r in first_two) == [b"a0", b"a1"]
     resumed = _read(spark, ns, "PatternA", group="ns-group", startingOffsets="group").collect()
     assert sorted(r.body for r in resumed) == [b"a2", b"a3"]
+
+
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory):
+    """Apache RocketMQ with broker-a as master and slave and a broker-b master; skips the
+    test without a build in ``ROCKETMQ_HOME``."""
+    if not rocketmq_harness.available():
+        pytest.skip("needs Apache RocketMQ 4.9: set ROCKETMQ_HOME to a build with lib/")
+    cluster = rocketmq_harness.ReplicatedCluster(tmp_path_factory.mktemp("replicated")).start()
+    yield cluster
+    cluster.stop()
+
+
+def _everything(spark, name_server: str, topic: str) -> dict:
+    rows = rows_of(_read(spark, name_server, topic))
+    assert {broker for broker, _, _ in rows} == {"broker-a", "broker-b"}
+    return rows
+
+
+def test_a_batch_read_takes_a_killed_masters_queues_from_its_slave(spark, replicated):
+    topic, ns = "SlaveBatch", replicated.name_server
+    queues = replicated.make_topic(topic)
+    with RemotingClient(ns) as client:
+        sent = _send_all(client, queues, 400)
+    replicated.wait_slave_caught_up(queues)
+    everything = _everything(spark, ns, topic)
+    assert set(sent.items()) <= set(everything.items())
+    replicated.kill("broker-a", 0)
+    try:
+        # every row, broker-a's from its slave: not only broker-b's
+        assert rows_of(_read(spark, ns, topic)) == everything
+    finally:
+        replicated.start_broker("broker-a", 0)
+
+
+def test_a_streaming_query_reads_on_through_a_masters_sigkill(spark, replicated, tmp_path):
+    topic, ns = "SlaveStream", replicated.name_server
+    queues = replicated.make_topic(topic)
+    b_queues = [mq for mq in queues if mq.broker_name == "broker-b"]
+    with RemotingClient(ns) as client:
+        _send_all(client, queues, 240)
+        replicated.wait_slave_caught_up(queues)
+        df = (
+            spark.readStream.format("rocketlite")
+            .option("nameServer", ns)
+            .option("topic", topic)
+            .option("group", "slave-stream")
+            .option("startingOffsets", "earliest")
+            .option("maxMessagesPerTrigger", "40")
+            .load()
+        )
+        query, collected = start_collecting(df, tmp_path / "checkpoint")
+        try:
+            eventually(
+                unless_stopped(query, lambda: collected.rows), what="a first batch", timeout=90
+            )
+            replicated.kill("broker-a", 0)
+            _send_all(client, b_queues, 40)  # broker-a takes no writes without its master
+            eventually(
+                unless_stopped(query, lambda: len(collected.rows) >= 240 + 2 + 40),
+                what="every message so far, broker-a's from its slave",
+                timeout=120,
+            )
+            replicated.start_broker("broker-a", 0)
+            _send_all(client, queues, 40)
+            everything = _everything(spark, ns, topic)
+            eventually(
+                unless_stopped(query, lambda: len(collected.rows) >= len(everything)),
+                what="the messages sent once the master was back",
+                timeout=120,
+            )
+            assert collected.messages == everything  # nothing lost, nothing read twice
+        finally:
+            query.stop()
+
+
+def test_a_broker_group_that_leaves_the_route_fails_the_batch_read_naming_it(spark, replicated):
+    """The read is planned with broker-a in the route; then both of its brokers are
+    SIGKILLed and the name server forgets it: the read fails naming it, it does not end
+    with broker-b's rows only. (This test leaves broker-a down: it runs last.)"""
+    topic, ns = "SlaveGone", replicated.name_server
+    queues = replicated.make_topic(topic)
+    with RemotingClient(ns) as client:
+        _send_all(client, queues, 80)
+    planned = _read(spark, ns, topic, maxRetries="1", retryBackoffMs="200").rdd  # planned
+    replicated.kill("broker-a", 0)
+    replicated.kill("broker-a", 1)
+    replicated.wait_routed([("broker-b", 0)])
+    with pytest.raises(Exception, match="broker group 'broker-a' is no longer in the route"):
+        planned.count()
