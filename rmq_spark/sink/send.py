@@ -8,9 +8,10 @@ the other, so rows with one ``shardingKey`` arrive in the order the task had the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -135,7 +136,8 @@ class TaskWriter:
         self._wait_in_flight()
         if self._halves is not None:
             assert self._remoting is not None
-            self.commit.halves = self._halves.finish()
+            with _transactions_allowed():
+                self.commit.halves = self._halves.finish()
             for name in {h.broker for h in self.commit.halves}:
                 address = self._remoting.client.broker_address(name)
                 if address is not None:
@@ -301,9 +303,24 @@ class TaskWriter:
         if self._halves is not None:
             for item in fields:
                 item[BATCH_PROPERTY] = self.batch
-            self._halves.send_many(mq, bodies, fields)
+            with _transactions_allowed():
+                self._halves.send_many(mq, bodies, fields)
             return
         self._remoting.client.send(mq, bodies, fields, producer_group=PRODUCER_GROUP)
+
+
+@contextlib.contextmanager
+def _transactions_allowed() -> Iterator[None]:
+    """A broker that refuses transactional messages (RocketMQ's rejectTransactionMessage)
+    refuses the half messages of exactly-once writes: say what to do about it."""
+    try:
+        yield
+    except PermissionDeniedError as exc:
+        raise PermissionDeniedError(
+            f"{exc}. Exactly-once writes through nameServer send RocketMQ transactional "
+            "messages: allow them on the brokers (rejectTransactionMessage=false) and grant "
+            "Pub on the topic, or set exactlyOnce=false for at-least-once writes"
+        ) from None
 
 
 def _offsets(sizes: np.ndarray) -> np.ndarray:

@@ -200,8 +200,8 @@ class HalfSender:
             while self._in_flight and len(self._in_flight) + len(chunk) > self.window:
                 self._settle(self._in_flight.popleft())
             futures = conn.submit_many([s.request for s in chunk])
-            for item, future in zip(chunk, futures, strict=True):
-                item.future = future
+            for one, future in zip(chunk, futures, strict=True):
+                one.future = future
             self._in_flight.extend(chunk)
         return [s.key for s in sent]
 
@@ -327,8 +327,8 @@ def end_halves(
             return
         flight: deque[tuple[Future[Command], Command, str, HalfRef]] = deque()
         listed = list(halves)
-        for start in range(0, len(listed), _WRITE_TOGETHER):
-            chunk = listed[start : start + _WRITE_TOGETHER]
+        for first in range(0, len(listed), _WRITE_TOGETHER):
+            chunk = listed[first : first + _WRITE_TOGETHER]
             while flight and len(flight) + len(chunk) > window:
                 _check_end(wire, *flight.popleft(), resolution, timeout_s)
             by_address: dict[str, list[tuple[Command, HalfRef]]] = {}
