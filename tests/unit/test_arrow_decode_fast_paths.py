@@ -63,6 +63,24 @@ SAME_NAMES = {
 }
 
 
+WITHOUT_LAST_SEPARATOR = {
+    # Apache RocketMQ's broker appends CLUSTER without \x02 to each message of a batch
+    "every record": [
+        b"TAGS\x01a\x02KEYS\x01k%d\x02CLUSTER\x01DefaultCluster" % i for i in range(3)
+    ],
+    "some records": [b"TAGS\x01a\x02", b"TAGS\x01b", b"", b"KEYS\x01k\x02TAGS\x01c"],
+    "a last item without its \\x01": [b"TAGS\x01a\x02X", b"TAGS\x01b\x02"],
+    "a last value that is empty": [b"TAGS\x01", b"TAGS\x01b\x02"],
+}
+
+
+@pytest.mark.parametrize(
+    "props", WITHOUT_LAST_SEPARATOR.values(), ids=WITHOUT_LAST_SEPARATOR.keys()
+)
+def test_a_missing_last_separator_decodes_like_reference(props: list[bytes]) -> None:
+    assert_like_reference([with_props(p, i) for i, p in enumerate(props)])
+
+
 @pytest.mark.parametrize("props", SAME_NAMES.values(), ids=SAME_NAMES.keys())
 def test_same_names_in_every_record_decode_like_reference(props: list[bytes]) -> None:
     assert_like_reference([with_props(p, i) for i, p in enumerate(props)])

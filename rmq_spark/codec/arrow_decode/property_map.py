@@ -9,8 +9,10 @@ arrays whose offsets come straight from separator positions found by one numpy s
   TAGS and KEYS are every k-th value.
 * Otherwise every \\x01 and \\x02 is found, names are cut out and TAGS and KEYS searched for.
 
-Irregular data the second path cannot split (a value holding \\x01, empty items, a missing
-final \\x02, a NUL byte, invalid UTF-8) goes to a slow path that reproduces
+A last item without its final \\x02 (Apache RocketMQ's broker appends ``CLUSTER`` so to each
+message of a batch) gets one first, one copy of the bytes for all records. Irregular data
+the second path cannot split (a value holding \\x01, empty items, a NUL byte, invalid UTF-8)
+goes to a slow path that reproduces
 :func:`rmq_spark.codec.properties.decode_properties` exactly. One difference from it: a name
 repeated within one record (producers never write one) appears twice in the map when a fast
 path decodes it, while ``tags``/``keys`` take its last value as the reference does.
@@ -58,6 +60,10 @@ def _columns(props: pa.Array, with_map: bool) -> tuple[pa.Array | None, pa.Array
         return _all_empty(n)
     if offsets[0] != 0:
         return _properties_columns_slow(props)
+    terminated = _terminated(props.buffers()[2], offsets)
+    if terminated is not None:
+        props = terminated
+        offsets = np.frombuffer(props.buffers()[1], np.int32, n + 1)
     same = same_names(props.buffers()[2], offsets)
     if same is not None:
         values = same.values()
@@ -74,6 +80,30 @@ def _columns(props: pa.Array, with_map: bool) -> tuple[pa.Array | None, pa.Array
     keys, values, map_offsets = items.names(), items.values(), items.map_offsets()
     mapped = pa.MapArray.from_arrays(numeric_array(map_offsets), keys, values) if with_map else None
     return mapped, *(_lookup(values, map_offsets, at) for at in find_names(keys, *_NAMES))
+
+
+def _terminated(data: pa.Buffer, offsets: np.ndarray) -> pa.Array | None:
+    """The properties with a \\x02 added after every record's last item that lacks one
+    (nothing added to empty ones), as a binary array; None when none lacks it."""
+    n = len(offsets) - 1
+    lengths = np.diff(offsets)
+    raw = np.frombuffer(data, np.uint8, int(offsets[-1]))
+    missing = np.zeros(n, bool)
+    filled = lengths > 0
+    missing[filled] = raw[offsets[1:][filled] - 1] != 2
+    if not missing.any():
+        return None
+    added = np.cumsum(missing, dtype=np.int32)
+    new_offsets = np.empty(n + 1, np.int32)
+    new_offsets[0] = 0
+    new_offsets[1:] = offsets[1:] + added
+    out = np.empty(int(new_offsets[-1]), np.uint8)
+    shift = np.repeat(added - missing, lengths)  # separators added before each record
+    out[np.arange(len(raw)) + shift] = raw
+    out[new_offsets[1:][missing] - 1] = 2
+    return pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out)]
+    )
 
 
 @dataclass
