@@ -64,6 +64,7 @@ _HALF_FLAG = str(TRANSACTION_PREPARED_TYPE)
 #: requests written to a connection with one system call
 _WRITE_TOGETHER = 128
 _NOT_SENT: Future[Command] = Future()
+_MIN_WINDOW = 64
 #: how often the check listener heartbeats (a broker forgets a silent client after 120 s)
 HEARTBEAT_S = 20.0
 
@@ -152,7 +153,7 @@ class HalfSender:
     :meth:`finish` waits for every answer and returns the half messages' coordinates in
     the order they were sent."""
 
-    def __init__(self, client: RemotingClient, group: str, *, window: int = 1024) -> None:
+    def __init__(self, client: RemotingClient, group: str, *, window: int = 512) -> None:
         self.client = client
         self.group = group
         self.window = window
@@ -225,6 +226,9 @@ class HalfSender:
                 delay = next(delays, None)
                 if not exc.retriable or delay is None:
                     raise
+                # a RocketMQ broker answers "busy" when requests waited 200 ms in its send
+                # queue: fewer in flight from here on
+                self.window = max(_MIN_WINDOW, self.window // 2)
                 time.sleep(delay)
                 request = Command(sent.request.code, dict(sent.request.ext), sent.request.body)
                 sent.request = request
@@ -293,7 +297,7 @@ def end_halves(
     resolution: int,
     *,
     ordered: bool = False,
-    window: int = 1024,
+    window: int = 512,
 ) -> None:
     """End ``halves`` with ``resolution`` (COMMIT or ROLLBACK). With ``ordered`` the halves
     of one queue are ended one after the other, in the given order, so they are written to
