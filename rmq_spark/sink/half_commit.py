@@ -104,17 +104,30 @@ def end_remoting_batch(
 
 
 def abort_remoting_batch(
-    options: SinkOptions, sink_id: str, messages: Iterable[SinkCommit | None]
+    options: SinkOptions,
+    sink_id: str,
+    messages: Iterable[SinkCommit | None],
+    state: SinkState | None = None,
+    batch_id: int = 0,
 ) -> int:
     """Roll back the half messages of the tasks that finished; those of the others are
-    rolled back when a broker asks about them. Returns how many were rolled back."""
+    rolled back when a broker asks about them. A batch already recorded as committed (its
+    commit failed after the record) keeps its recorded rows: they are finished, by the
+    replay or by the check responder. Returns how many were rolled back."""
     assert options.name_server is not None
     halves, brokers = _halves(messages)
     client = RemotingClient(options.name_server, options.client_config())
     try:
         for name, address in brokers.items():
             client.learn_broker(name, address)
-        _roll_back(client, producer_group(sink_id), halves, sink_id)
+        if state is not None:
+            with state.ending():
+                held = state.load(batch_id)
+                recorded = {h.key for h in held.halves} if held is not None else set()
+                halves = [h for h in halves if h.key not in recorded]
+                _roll_back(client, producer_group(sink_id), halves, sink_id)
+        else:
+            _roll_back(client, producer_group(sink_id), halves, sink_id)
         return len(halves)
     finally:
         client.close()

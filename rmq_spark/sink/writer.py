@@ -143,7 +143,8 @@ class RocketliteStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self._state_path is not None:
-            abort_remoting_batch(self.options, self.sink_id, _ours(messages))
+            state = SinkState(self._state_path)
+            abort_remoting_batch(self.options, self.sink_id, _ours(messages), state, batchId)
             return
         if self.options.exactly_once:
             abort_batch(self.options, self.sink_id, batchId)
