@@ -33,8 +33,9 @@ from rmq_spark.wire.remoting.codes import (
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 _LENGTH = struct.Struct(">i")
 _HEAD = struct.Struct(">ii")
-#: strings JSON writes as they are (no quote, backslash or control character to escape)
-_PLAIN = re.compile(r"[ !#-\[\]-~]*")
+#: strings JSON writes as they are (no quote, backslash or control character to escape),
+#: but for RocketMQ's two property separators (\x01, \x02), written as \u0001 and \u0002
+_PLAIN = re.compile(r"[\x01\x02 !#-\[\]-~]*")
 _BINARY_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag: 13 bytes
 
 
@@ -98,6 +99,8 @@ def encode_parts(command: Command) -> tuple[bytes, Buffer]:
     texts = [command.language, *ext.keys(), *ext.values()]
     if command.remark is None and all(_PLAIN.fullmatch(text) for text in texts):
         fields = ",".join(f'"{key}":"{value}"' for key, value in ext.items())
+        if "\x01" in fields or "\x02" in fields:  # a message's properties text
+            fields = fields.replace("\x01", "\\u0001").replace("\x02", "\\u0002")
         data = (
             f'{{"code":{command.code:d},"extFields":{{{fields}}},"flag":{command.flag:d},'
             f'"language":"{command.language}","opaque":{command.opaque:d},'
