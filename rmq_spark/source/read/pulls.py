@@ -28,16 +28,18 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Generator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Generic, Protocol, TypeVar
 
+import numpy as np
 import pyarrow as pa
 
 from rmq_spark.client.connection import NO_RETRY, Connection, PendingCall
 from rmq_spark.client.remoting import PullAnswer, RemotingClient
 from rmq_spark.client.remoting.client import BrokerGroupGoneError
 from rmq_spark.client.remoting.replicas import MASTER_ID
+from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import NotFoundError, RocketliteError, UnavailableError
 from rmq_spark.offsets.spark import DataLoss
 from rmq_spark.retry import backoff_delays
@@ -53,6 +55,11 @@ from rmq_spark.wire.v1 import mq_to_pb, pull_status_from_pb
 log = logging.getLogger("rmq_spark.source")
 
 __all__ = ["GrpcReader", "PullReader", "RemotingReader"]
+
+#: pulls a remoting read keeps in flight for one queue
+READ_AHEAD = 4
+#: a remoting read decodes the records of small pull answers together, this many bytes
+DECODE_BYTES = 1 << 20
 
 
 class _Answer(Protocol):
@@ -88,12 +95,13 @@ class PullReader(ABC, Generic[AnswerT]):
     def read_range(self, queue_range: QueueRange) -> Generator[pa.RecordBatch, None, None]:
         mq, offset, end = queue_range.mq, queue_range.start, queue_range.end
         ahead: _Pending[AnswerT] | None = None  # the pull at ``offset``, already started
+        held: list[AnswerT] = []  # answers found but not decoded yet (small ones together)
         try:
             while offset < end:
                 answer = self._pull(mq, offset, end, ahead)
                 ahead = None
                 if answer is None:  # the queue is gone, and failOnDataLoss is false
-                    return
+                    break
                 status = self._status(mq, answer)
                 following = answer.next_begin_offset
                 if status in (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG):
@@ -101,17 +109,36 @@ class PullReader(ABC, Generic[AnswerT]):
                     if following < end:  # the broker reads on while this pull is decoded
                         ahead = self._start(mq, following, self._batch(following, end))
                     if status == PullStatus.FOUND:
-                        yield self._records(mq, answer)
+                        held.append(answer)
+                        if self._enough(held):
+                            yield self._decoded(mq, held)
+                            held = []
                 elif status == PullStatus.OFFSET_ILLEGAL and offset < answer.min_offset:
                     self._lost(DataLoss(mq, "deleted", offset, answer.min_offset))
                     following = answer.min_offset
                 else:  # NO_NEW_MSG or OFFSET_ILLEGAL past the end, before ``end``
                     self._lost(DataLoss(mq, "reset", end, answer.max_offset))
-                    return
+                    break
                 offset = following
+            if held:
+                yield self._decoded(mq, held)
         finally:
             if ahead is not None:
                 ahead.cancel()
+            self._range_done(mq)
+
+    def _enough(self, held: list[AnswerT]) -> bool:
+        """Whether the answers held are decoded now (each at once unless a subclass
+        gathers small ones)."""
+        return True
+
+    def _decoded(self, mq: MessageQueue, held: list[AnswerT]) -> pa.RecordBatch:
+        """The records of the FOUND answers ``held``, in order, as one batch."""
+        assert len(held) == 1, "a subclass that holds several answers decodes them"
+        return self._records(mq, held[0])
+
+    def _range_done(self, mq: MessageQueue) -> None:
+        """The read of a range of ``mq`` ended (pulls started ahead may be dropped)."""
 
     def _batch(self, offset: int, end: int) -> int:
         """How many messages the pull at ``offset`` asks for."""
@@ -291,9 +318,64 @@ class RemotingReader(PullReader[PullAnswer]):
                 client.learn_broker(name, address)
         for name, group in groups.items():
             client.learn_replicas(name, group)
-        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="rmq-read-ahead")
+        self._ahead = ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="rmq-read-ahead")
+        #: pulls started ahead of the reader, by queue and offset
+        self._started: dict[tuple[MessageQueue, int], Future[PullAnswer]] = {}
+        #: per queue, how many messages its last pull found (where the next ones start)
+        self._step: dict[MessageQueue, int] = {}
+        self._end: dict[MessageQueue, int] = {}
+
+    def read_range(self, queue_range: QueueRange) -> Generator[pa.RecordBatch, None, None]:
+        self._end[queue_range.mq] = queue_range.end
+        return super().read_range(queue_range)
+
+    def _start(self, mq: MessageQueue, offset: int, max_messages: int) -> _Pending[PullAnswer]:
+        """The pull at ``offset``: one started ahead when its guess was right, else a new
+        one; then, while the queue's pulls find whole batches (RocketMQ's brokers answer
+        at most 32 messages a pull by default), the pulls after it are started too, each
+        where the one before would end, so that several are in flight."""
+        started = self._started.pop((mq, offset), None)
+        for key in [k for k in self._started if k[0] == mq and k[1] < offset]:
+            self._started.pop(key).cancel()  # guessed wrong: the pull moved elsewhere
+        if started is None:
+            started = self._ahead.submit(self._call, mq, offset, max_messages)
+        step, end = self._step.get(mq, 0), self._end.get(mq, offset)
+        if step > 0 and self.options.subscription.tags is None:
+            at = offset
+            for _ in range(READ_AHEAD - 1):
+                at += step
+                if at >= end:
+                    break
+                if (mq, at) not in self._started:
+                    size = min(self.options.pull_batch_size, end - at)
+                    self._started[(mq, at)] = self._ahead.submit(self._call, mq, at, size)
+        return started
+
+    def _range_done(self, mq: MessageQueue) -> None:
+        for key in [k for k in self._started if k[0] == mq]:
+            self._started.pop(key).cancel()
+        self._step.pop(mq, None)
+
+    def _enough(self, held: list[PullAnswer]) -> bool:
+        return sum(len(answer.data) for answer in held) >= DECODE_BYTES
+
+    def _decoded(self, mq: MessageQueue, held: list[PullAnswer]) -> pa.RecordBatch:
+        if len(held) == 1:
+            return held[0].records(self.columns)
+        data = b"".join(answer.data for answer in held)  # records are self-delimiting
+        sizes = [answer.sizes for answer in held if answer.sizes is not None]
+        joined = np.concatenate(sizes) if len(sizes) == len(held) else None
+        return decode_records(data, sizes=joined, columns=self.columns)
 
     def _call(self, mq: MessageQueue, offset: int, max_messages: int) -> PullAnswer:
+        answer = self._pull_once(mq, offset, max_messages)
+        if answer.status == PullStatus.FOUND:
+            self._step[mq] = answer.next_begin_offset - offset
+        else:
+            self._step.pop(mq, None)
+        return answer
+
+    def _pull_once(self, mq: MessageQueue, offset: int, max_messages: int) -> PullAnswer:
         answer = self.client.pull(
             mq,
             offset,
@@ -318,10 +400,6 @@ class RemotingReader(PullReader[PullAnswer]):
                 "group's master did not answer"
             )
         return answer
-
-    def _start(self, mq: MessageQueue, offset: int, max_messages: int) -> _Pending[PullAnswer]:
-        # the broker reads the next records while this thread decodes the last ones
-        return self._ahead.submit(self._call, mq, offset, max_messages)
 
     def _pause(self, error: RocketliteError, pause_s: float) -> None:
         time.sleep(pause_s)
