@@ -232,3 +232,27 @@ def test_reads_follow_the_replicas_of_a_broker_group(tmp_path):
             eventually(back_on_the_master, what="reads back on the master", timeout=30)
     finally:
         cluster.stop()
+
+
+def test_a_broker_group_without_a_live_replica_is_named_after_the_retries():
+    """Every replica of the group refuses connections and no name server answers: each
+    round tries every replica, the retries' pauses are waited out, then the error names
+    the group and its replicas (the route is not asked for ever)."""
+    from rmq_spark.client.connection import ClientConfig, RetryPolicy
+    from rmq_spark.errors import UnavailableError
+    from tests.support.broker_harness import free_port
+
+    dead = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    config = ClientConfig(retry=RetryPolicy(attempts=3, backoff_ms=100, max_backoff_ms=200))
+    with RemotingClient(dead[0], config) as client:
+        client.learn_replicas("broker-x", {0: dead[1], 1: dead[2]})
+        mq = MessageQueue("Gone", "broker-x", 2)
+        started = time.monotonic()
+        with pytest.raises(UnavailableError) as failed:
+            client.pull(mq, 0)
+        assert time.monotonic() - started >= 0.2  # the retries' pauses were waited out
+        message = str(failed.value)
+        assert "broker group 'broker-x'" in message and "queue_id=2" in message
+        assert dead[1] in message and dead[2] in message
+        with pytest.raises(UnavailableError, match="master of broker group 'broker-x'"):
+            client.commit_offset("g", mq, 1)
