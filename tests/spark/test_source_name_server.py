@@ -253,6 +253,14 @@ def test_a_streaming_query_reads_on_through_a_masters_sigkill(spark, replicated,
                 timeout=120,
             )
             assert collected.messages == everything  # nothing lost, nothing read twice
+
+            def caught_up() -> bool:  # the commits refused while the master was down
+                return all(
+                    client.committed_offset("slave-stream", mq) == client.max_offset(mq)
+                    for mq in queues
+                )
+
+            eventually(caught_up, what="the group's offsets on the master", timeout=60)
         finally:
             query.stop()
 
