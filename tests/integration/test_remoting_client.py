@@ -256,3 +256,26 @@ def test_a_broker_group_without_a_live_replica_is_named_after_the_retries():
         assert dead[1] in message and dead[2] in message
         with pytest.raises(UnavailableError, match="master of broker group 'broker-x'"):
             client.commit_offset("g", mq, 1)
+
+
+@rocketmq_harness.needs_rocketmq
+def test_a_pull_answer_suggesting_the_slave_sends_the_next_pulls_there(tmp_path):
+    """With slaveReadEnable, RocketMQ's master answers a pull of messages it no longer
+    holds in memory (here: none, accessMessageInMemoryMaxRatio=0) suggesting the slave
+    (suggestWhichBrokerId 1): the queue's next pulls go there, as Java's client sends them."""
+    settings = ("slaveReadEnable=true", "accessMessageInMemoryMaxRatio=0")
+    cluster = rocketmq_harness.ReplicatedCluster(tmp_path / "cluster", settings).start()
+    try:
+        queues = cluster.make_topic("Suggested")
+        mq = next(q for q in queues if q.broker_name == "broker-a" and q.queue_id == 1)
+        with RemotingClient(cluster.name_server) as client:
+            client.send(mq, [b"x" * 100] * 20)
+            cluster.wait_slave_caught_up(queues)
+            first = client.pull(mq, 0, max_messages=1)
+            assert (first.broker_id, first.suggested_broker_id) == (0, 1)
+            following = client.pull(mq, 1, max_messages=1)
+            assert following.status == PullStatus.FOUND and following.broker_id == 1
+            other = next(q for q in queues if q.broker_name == "broker-a" and q.queue_id == 2)
+            assert client.pull(other, 0).broker_id == 0  # the memory is per queue
+    finally:
+        cluster.stop()
