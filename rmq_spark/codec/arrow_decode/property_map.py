@@ -97,10 +97,7 @@ def _terminated(data: pa.Buffer, offsets: np.ndarray) -> pa.Array | None:
     new_offsets = np.empty(n + 1, np.int32)
     new_offsets[0] = 0
     new_offsets[1:] = offsets[1:] + added
-    out = np.empty(int(new_offsets[-1]), np.uint8)
-    shift = np.repeat(added - missing, lengths)  # separators added before each record
-    out[np.arange(len(raw)) + shift] = raw
-    out[new_offsets[1:][missing] - 1] = 2
+    out = np.insert(raw, offsets[1:][missing], np.uint8(2))  # at each such record's end
     return pa.Array.from_buffers(
         pa.binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out)]
     )
