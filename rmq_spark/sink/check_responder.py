@@ -61,18 +61,11 @@ class Responder:
             return ROLLBACK
         assert batch is not None
         with self.state.ending():
-            with self._lock:
-                record = self.state.load(batch)
-            if record is not None and not record.ended:
-                for name, address in record.brokers.items():
-                    self.client.learn_broker(name, address)
-                try:
-                    finish(self.client, self.group, record, self.state)
-                except RocketliteError as exc:
-                    log.warning(
-                        "finishing batch %d failed (%s); the next check retries", batch, exc
-                    )
-                    return None
+            try:
+                record = self._finish_unended(batch)
+            except RocketliteError as exc:
+                log.warning("finishing batch %d failed (%s); the next check retries", batch, exc)
+                return None
         # the recorded copy is committed now. The broker asked about a copy it wrote while
         # checking (RocketMQ does so on every check): roll that copy back. Or about the
         # recorded one (rocketlite's brokers check in place): nothing more to send.
@@ -82,6 +75,16 @@ class Responder:
         if recorded is not None and recorded.commit_log_offset == check.half.commit_log_offset:
             return None
         return ROLLBACK
+
+    def _finish_unended(self, batch: int) -> hr.BatchRecord | None:
+        """``batch``'s record, after committing its rows if it was not ended yet (its
+        driver died between recording and ending it). The caller holds
+        ``state.ending()``; RocketliteError when the commit failed."""
+        with self._lock:
+            record = self.state.load(batch)
+        if record is not None and not record.ended:
+            finish(self.client, self.group, record, self.state)
+        return record
 
     def addresses(self) -> set[str]:
         found: set[str] = set()
@@ -112,14 +115,10 @@ class Responder:
                 # a record the driver's commit left unended (the commit holds the lock from
                 # recording to ending): the driver died; finish the batch now
                 with self.state.ending():
-                    record = self.state.load(batch)
-                    if record is not None and not record.ended:
-                        for name, address in record.brokers.items():
-                            self.client.learn_broker(name, address)
-                        try:
-                            finish(self.client, self.group, record, self.state)
-                        except RocketliteError as exc:
-                            log.warning("finishing batch %d failed: %s", batch, exc)
+                    try:
+                        self._finish_unended(batch)
+                    except RocketliteError as exc:
+                        log.warning("finishing batch %d failed: %s", batch, exc)
             if not unended and time.time() - last_active > idle_s:
                 log.info("idle for %.0f s: stopping", idle_s)
                 return

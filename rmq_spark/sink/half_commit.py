@@ -81,8 +81,6 @@ def end_remoting_batch(
         with state.ending():
             held = state.load(batch_id)
             if held is not None:
-                for name, address in held.brokers.items():
-                    client.learn_broker(name, address)
                 recorded = {h.key for h in held.halves}
                 strays = [h for h in halves if h.key not in recorded]
                 _roll_back(client, group, strays, sink_id)
@@ -146,6 +144,8 @@ def _roll_back(client: RemotingClient, group: str, halves: list[HalfRef], sink_i
 def finish(client: RemotingClient, group: str, record: BatchRecord, state: SinkState) -> int:
     """Commit the recorded half messages whose rows are not in their queues yet and mark
     the record ended; returns how many were committed. Call it holding ``state.ending()``."""
+    for name, address in record.brokers.items():
+        client.learn_broker(name, address)
     visible = scan(client, record)
     todo = still_to_end(record.halves, visible)
     end_halves(client, group, todo, COMMIT, ordered=record.ordered)
