@@ -214,6 +214,43 @@ class ApacheRocketMQ:
         self.processes.clear()
 
 
+def create_topic(name_server: str, broker: str, topic: str, queues: int) -> None:
+    """UPDATE_AND_CREATE_TOPIC on Apache's ``broker`` (``queues`` read and write queues),
+    then wait until ``name_server`` routes every one of them."""
+    from rmq_spark.client.remoting import RemotingClient, RemotingConnection
+    from rmq_spark.client.remoting.transport import raise_for
+    from rmq_spark.errors import NotFoundError
+    from rmq_spark.wire.remoting.codes import RequestCode
+    from rmq_spark.wire.remoting.frame import Command
+
+    conn = RemotingConnection(broker)
+    try:
+        ext = {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": str(queues),
+            "writeQueueNums": str(queues),
+            "perm": "6",
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": "0",
+            "order": "false",
+        }
+        answer = conn.call(Command(RequestCode.UPDATE_AND_CREATE_TOPIC, ext), 10.0)
+        raise_for(answer, f"creating {topic}")
+    finally:
+        conn.close()
+    with RemotingClient(name_server) as client:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(NotFoundError):
+                route = client.route(topic)
+                if len(route.readable) == len(route.writable) == queues:
+                    return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"topic {topic} did not reach the name server's route")
+            time.sleep(0.5)
+
+
 def rocketmq_home() -> Path | None:
     home = os.environ.get("ROCKETMQ_HOME", "")
     return Path(home) if home and (Path(home) / "lib").is_dir() else None

@@ -37,7 +37,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _apache import ApacheRocketMQ, Java, describe_build, interruptible, java_version, rocketmq_home
+from _apache import (
+    ApacheRocketMQ,
+    Java,
+    create_topic,
+    describe_build,
+    interruptible,
+    java_version,
+    rocketmq_home,
+)
 from _common import ServerProcess
 
 QUEUES = 8
@@ -63,41 +71,6 @@ def remoting_address(broker: ServerProcess) -> str:
         if word.startswith("remoting="):
             return word.removeprefix("remoting=")
     raise SystemExit(f"the rocketlite broker did not say its remoting port: {broker.ready_line}")
-
-
-def create_topic_apache(name_server: str, broker: str) -> None:
-    """UPDATE_AND_CREATE_TOPIC on Apache's broker, then wait until the name server routes
-    every queue."""
-    from rmq_spark.client.remoting import RemotingClient, RemotingConnection
-    from rmq_spark.client.remoting.transport import raise_for
-    from rmq_spark.errors import NotFoundError
-    from rmq_spark.wire.remoting.codes import RequestCode
-    from rmq_spark.wire.remoting.frame import Command
-
-    conn = RemotingConnection(broker)
-    try:
-        ext = {
-            "topic": TOPIC,
-            "defaultTopic": "TBW102",
-            "readQueueNums": str(QUEUES),
-            "writeQueueNums": str(QUEUES),
-            "perm": "6",
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": "0",
-            "order": "false",
-        }
-        raise_for(conn.call(Command(RequestCode.UPDATE_AND_CREATE_TOPIC, ext), 10.0), TOPIC)
-    finally:
-        conn.close()
-    with RemotingClient(name_server) as client:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(NotFoundError):
-                if len(client.route(TOPIC).readable) == QUEUES:
-                    return
-            if time.monotonic() > deadline:
-                raise SystemExit(f"topic {TOPIC} did not reach Apache's name server's route")
-            time.sleep(0.5)
 
 
 def fill(name_server: str, per_queue: int) -> int:
@@ -169,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with Admin(broker.endpoint) as admin:
             admin.create_topic(TOPIC, queues=QUEUES)
-        create_topic_apache(apache.namesrv, f"127.0.0.1:{apache.broker_port}")
+        create_topic(apache.namesrv, f"127.0.0.1:{apache.broker_port}", TOPIC, QUEUES)
         started = time.perf_counter()
         for name_server in (rocketlite_ns, apache.namesrv):
             fill(name_server, per_queue)

@@ -35,7 +35,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _apache import ApacheRocketMQ, Java, describe_build, interruptible, java_version, rocketmq_home
+from _apache import (
+    ApacheRocketMQ,
+    Java,
+    create_topic,
+    describe_build,
+    interruptible,
+    java_version,
+    rocketmq_home,
+)
 
 QUEUES = 8
 SIZE = 100
@@ -49,43 +57,6 @@ def rows_frame(spark, count: int):
         "CONCAT('tag', CAST(id % 4 AS STRING)) AS tags",
     )
     return df.cache()
-
-
-def create_topic(name_server: str, broker: str, topic: str) -> None:
-    """UPDATE_AND_CREATE_TOPIC on the broker, then wait until the name server routes it."""
-    from rmq_spark.client.remoting import RemotingClient, RemotingConnection
-    from rmq_spark.client.remoting.transport import raise_for
-    from rmq_spark.errors import NotFoundError
-    from rmq_spark.wire.remoting.codes import RequestCode
-    from rmq_spark.wire.remoting.frame import Command
-
-    conn = RemotingConnection(broker)
-    try:
-        ext = {
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "readQueueNums": str(QUEUES),
-            "writeQueueNums": str(QUEUES),
-            "perm": "6",
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": "0",
-            "order": "false",
-        }
-        answer = conn.call(Command(RequestCode.UPDATE_AND_CREATE_TOPIC, ext), 10.0)
-        raise_for(answer, f"creating {topic}")
-    finally:
-        conn.close()
-    with RemotingClient(name_server) as client:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if len(client.route(topic).writable) == QUEUES:
-                    return
-            except NotFoundError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"topic {topic} did not reach the name server's route")
-            time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,7 +112,7 @@ def run(args: argparse.Namespace, apache: ApacheRocketMQ) -> dict[str, list[floa
 
     def write(exactly_once: bool) -> float:
         topic = f"SinkBenchApache{next(topic_no)}"
-        create_topic(apache.namesrv, broker, topic)
+        create_topic(apache.namesrv, broker, topic, QUEUES)
         started = time.perf_counter()
         (
             frame.write.format("rocketlite")
