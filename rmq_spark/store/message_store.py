@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rmq_spark.codec.arrow_decode import stored_properties
 from rmq_spark.codec.batch_encode import (
     EncodedBatch,
     PerMessage,
@@ -42,6 +43,7 @@ from rmq_spark.codec.batch_encode import (
 from rmq_spark.codec.properties import TAGS, decode_properties, encode_properties
 from rmq_spark.codec.tag_column import hash_codes
 from rmq_spark.errors import InvalidArgumentError, StoreError
+from rmq_spark.filter import Selector
 from rmq_spark.store import checks, opening, reads
 from rmq_spark.store.checkpoint import RocketMQCheckpoint
 from rmq_spark.store.config import StoreConfig
@@ -359,17 +361,22 @@ class MessageStore:
         max_count: int = 32,
         max_bytes: int = DEFAULT_MAX_BYTES,
         tag_codes: Sequence[int] | None = None,
+        selector: Selector | None = None,
     ) -> GetResult:
         """Read up to ``max_count`` messages (and about ``max_bytes``) from ``offset``.
 
         ``tag_codes`` (hash codes of the wanted tags; None = all) filters on the consume
-        queue; entries that do not match are skipped, and nextBeginOffset moves past them.
-        At least one message is returned when any matches, however large.
+        queue; ``selector`` (a SQL92 selector) then on the records' properties. Messages
+        that do not match are skipped, and nextBeginOffset moves past them. At least one
+        message is returned when any matches, however large.
         """
         self._check_open()
         checks.check_read_args(offset, max_count, max_bytes)
         cq = self._readable_queue(topic, queue_id)
-        return reads.get_messages(cq, self.commitlog, offset, max_count, max_bytes, tag_codes)
+        select = None if selector is None else _by_properties(selector)
+        return reads.get_messages(
+            cq, self.commitlog, offset, max_count, max_bytes, tag_codes, select
+        )
 
     def read_record(self, physical_offset: int) -> bytes:
         """The raw record at ``physical_offset`` (ViewMessage by offset message id)."""
@@ -530,3 +537,12 @@ class MessageStore:
             "flush_mode": self.config.flush_mode,
             "disk_full": self.health.disk_full,
         }
+
+
+def _by_properties(selector: Selector) -> reads.RecordSelector:
+    """The records ``selector`` picks, judged by their stored properties."""
+
+    def select(data: bytes, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        return selector.select_raw(stored_properties(data, starts, sizes))
+
+    return select

@@ -32,6 +32,11 @@ from rmq_spark.structs import PullStatus
 #: how many consume-queue entries one filtered read may scan (RocketMQ's 16000)
 MAX_FILTER_SCAN = 16_000
 DEFAULT_MAX_BYTES = 4 << 20
+#: records a selected read copies out of the commit log at a time to look at them
+SELECT_CHUNK_BYTES = 4 << 20
+
+#: picks records by their content: (records back to back, starts, sizes) -> mask
+RecordSelector = Callable[[bytes, np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass
@@ -105,6 +110,7 @@ def get_messages(
     max_count: int,
     max_bytes: int,
     tag_codes: Sequence[int] | None,
+    select: RecordSelector | None = None,
 ) -> GetResult:
     """Read up to ``max_count`` messages (and about ``max_bytes``) of ``cq`` (None: a
     queue never written) from ``offset``; see
@@ -115,6 +121,8 @@ def get_messages(
     if offset == hi:
         return GetResult(PullStatus.NO_NEW_MSG, offset, lo, hi)
     assert cq is not None
+    if select is not None:
+        return get_selected(cq, commitlog, offset, max_count, max_bytes, tag_codes, select)
     scan = max_count if tag_codes is None else max(max_count, MAX_FILTER_SCAN)
     scan_end = min(hi, offset + scan)
     entries = cq.entries(offset, scan_end)
@@ -133,6 +141,84 @@ def get_messages(
     next_offset = offset + int(picked[-1]) + 1 if limited else scan_end
     return GetResult(
         PullStatus.FOUND, next_offset, lo, hi, data, offset + picked.astype(np.int64), sizes
+    )
+
+
+def get_selected(
+    cq: ConsumeQueue,
+    commitlog: CommitLog,
+    offset: int,
+    max_count: int,
+    max_bytes: int,
+    tag_codes: Sequence[int] | None,
+    select: RecordSelector,
+) -> GetResult:
+    """:func:`get_messages` of the records ``select`` picks by their content, among those
+    whose tag passes: up to :data:`MAX_FILTER_SCAN` entries are scanned, their records
+    looked at :data:`SELECT_CHUNK_BYTES` at a time until ``max_count`` or ``max_bytes``
+    are reached. The next read starts after the last record returned when a limit cut the
+    read short, else after everything scanned."""
+    lo, hi = cq.min_offset, cq.max_offset
+    scan_end = min(hi, offset + max(max_count, MAX_FILTER_SCAN))
+    entries = cq.entries(offset, scan_end)
+    candidates, _ = pick_entries(
+        entries["tag_code"], entries["size"], len(entries), 2**62, tag_codes
+    )
+    sizes = entries["size"].astype(np.int64)
+    physical = entries["physical_offset"]
+    if len(candidates) and physical[candidates[0]] < commitlog.min_offset:
+        cq.drop_below_physical(commitlog.min_offset)  # retention removed them
+        return GetResult(PullStatus.OFFSET_ILLEGAL, cq.min_offset, cq.min_offset, hi)
+    kept: list[np.ndarray] = []
+    parts: list[bytes] = []
+    count = total = 0
+    limited = False
+    for chunk in _chunks(candidates, sizes, SELECT_CHUNK_BYTES):
+        data = commitlog.gather(physical[chunk], sizes[chunk])
+        starts = np.concatenate(([0], np.cumsum(sizes[chunk])[:-1])).astype(np.int64)
+        hits = np.flatnonzero(select(data, starts, sizes[chunk]))
+        room = max_count - count
+        within = total + np.cumsum(sizes[chunk][hits[:room]])
+        keep = int(np.searchsorted(within, max_bytes, side="right"))
+        keep = max(keep, 1) if count == 0 and len(hits) else keep
+        limited = keep < len(hits) or count + keep == max_count
+        hits = hits[:keep]
+        if len(hits):
+            kept.append(chunk[hits])
+            parts.append(_take(data, starts, sizes[chunk], hits))
+            count += len(hits)
+            total += int(sizes[chunk][hits].sum())
+        if limited:
+            break
+    if not count:
+        return GetResult(PullStatus.NO_MATCHED_MSG, scan_end, lo, hi)
+    picked = np.concatenate(kept)
+    next_offset = offset + int(picked[-1]) + 1 if limited else scan_end
+    return GetResult(
+        PullStatus.FOUND, next_offset, lo, hi, b"".join(parts),
+        offset + picked.astype(np.int64), sizes[picked],
+    )  # fmt: skip
+
+
+def _chunks(indices: np.ndarray, sizes: np.ndarray, budget: int) -> list[np.ndarray]:
+    """``indices`` cut into runs whose records hold about ``budget`` bytes (at least one
+    record a run)."""
+    if not len(indices):
+        return []
+    ends = np.cumsum(sizes[indices])
+    cuts = np.searchsorted(ends, np.arange(budget, int(ends[-1]), budget), side="right")
+    return [part for part in np.split(indices, np.unique(cuts)) if len(part)]
+
+
+def _take(data: bytes, starts: np.ndarray, sizes: np.ndarray, picked: np.ndarray) -> bytes:
+    """The records ``picked`` of ``data``, back to back: one slice per run of neighbours."""
+    if len(picked) == len(starts):
+        return data
+    breaks = np.flatnonzero(np.diff(picked) != 1) + 1
+    view = memoryview(data)
+    return b"".join(
+        view[int(starts[run[0]]) : int(starts[run[-1]] + sizes[run[-1]])]
+        for run in np.split(picked, breaks)
     )
 
 

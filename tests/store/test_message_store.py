@@ -19,7 +19,8 @@ from rmq_spark.errors import (
     StoreError,
     StoreLockedError,
 )
-from rmq_spark.store import MessageStore, StoreConfig, writer
+from rmq_spark.filter import compile_selector
+from rmq_spark.store import MessageStore, StoreConfig, reads, writer
 from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import PullStatus
 from tests.support.eventually import eventually
@@ -110,6 +111,45 @@ def test_tag_filter_returns_only_matching_and_skips_the_gap(store_factory):
     none = store.get_messages("t", 0, 5, tag_codes=[tag_hash_code("A")])
     assert none.status is PullStatus.NO_MATCHED_MSG
     assert none.next_begin_offset == 8 and none.data == b""
+
+
+def test_sql92_selector_picks_by_property_with_tags_and_limits(store_factory, monkeypatch):
+    store = store_factory()
+    store.topics.create("t", queues=1)
+    n = 3000
+    regions = ["eu" if i % 100 == 7 else "us" for i in range(n)]
+    props = [encode_properties({"region": r, "i": str(i)}) for i, r in enumerate(regions)]
+    tags = ["A" if i % 2 else "B" for i in range(n)]
+    for at in range(0, n, 100):  # batches that fit the test store's 64 KiB segments
+        store.append(
+            "t", 0, bodies("m", n, size=200)[at : at + 100], props[at : at + 100],
+            tags=tags[at : at + 100],
+        )  # fmt: skip
+    eu = compile_selector("region = 'eu'")
+    result, records = read_all(store, "t", 0, selector=eu)
+    wanted = [i for i in range(n) if regions[i] == "eu"]
+    assert list(result.queue_offsets) == wanted
+    assert [r.body.rstrip(b".") for r in records] == [f"m-{i}".encode() for i in wanted]
+    assert result.next_begin_offset == n and int(result.sizes.sum()) == len(result.data)
+
+    # the tag filter first, then the selector: odd offsets are tagged A, 7 + 100k is odd
+    both, _ = read_all(store, "t", 0, tag_codes=[tag_hash_code("A")], selector=eu)
+    assert list(both.queue_offsets) == wanted
+    none, _ = read_all(store, "t", 0, tag_codes=[tag_hash_code("B")], selector=eu)
+    assert (none.status, none.next_begin_offset) == (PullStatus.NO_MATCHED_MSG, n)
+
+    # limits: the next read starts after the last message returned
+    two = store.get_messages("t", 0, 0, max_count=2, selector=eu)
+    assert list(two.queue_offsets) == [7, 107] and two.next_begin_offset == 108
+    one = store.get_messages("t", 0, 0, max_bytes=1, selector=eu)
+    assert list(one.queue_offsets) == [7] and one.next_begin_offset == 8
+
+    # records looked at a few at a time give the same answer
+    monkeypatch.setattr(reads, "SELECT_CHUNK_BYTES", 1000)
+    small, _ = read_all(store, "t", 0, selector=compile_selector("i > 2990 OR region = 'eu'"))
+    assert list(small.queue_offsets) == wanted + list(range(2991, n))
+    limited = store.get_messages("t", 0, 100, max_count=3, selector=eu)
+    assert list(limited.queue_offsets) == [107, 207, 307] and limited.next_begin_offset == 308
 
 
 def test_read_statuses_at_the_edges(store_factory):

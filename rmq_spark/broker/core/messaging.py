@@ -41,6 +41,7 @@ from rmq_spark.codec.record import (
     offset_msg_id,
 )
 from rmq_spark.errors import NotFoundError, PermissionDeniedError
+from rmq_spark.filter import Selector
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
 from rmq_spark.store import AppendResult, MessageStore
 from rmq_spark.store.config import StoreConfig
@@ -62,7 +63,8 @@ Run = Callable[..., Awaitable[Any]]
 @dataclass(frozen=True)
 class Read:
     """One read of a queue: from ``offset``, at most ``max_count`` messages and about
-    ``max_bytes``, only those whose tag hash is in ``tag_codes`` (None: every message)."""
+    ``max_bytes``, only those whose tag hash is in ``tag_codes`` (None: every message) and
+    that ``selector`` picks by their properties (SQL92; None: every message)."""
 
     topic: str
     queue_id: int
@@ -70,6 +72,7 @@ class Read:
     max_count: int
     max_bytes: int
     tag_codes: list[int] | None = None
+    selector: Selector | None = None
 
 
 class MessagingCore:
@@ -134,6 +137,7 @@ class MessagingCore:
             read.max_count,
             read.max_bytes,
             read.tag_codes,
+            read.selector,
         )
 
     async def hold(self, run: Run, read: Read, result: GetResult, wait_s: float) -> GetResult:

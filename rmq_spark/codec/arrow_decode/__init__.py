@@ -70,6 +70,7 @@ __all__ = [
     "index_records",
     "key_fields",
     "record_parts",
+    "stored_properties",
 ]
 
 RECORD_SCHEMA = pa.schema(
@@ -245,6 +246,22 @@ def record_parts(
         born_host=born_host,
         flag=np.asarray(heads.flag, dtype=np.int32),
     )
+
+
+def stored_properties(
+    buf: bytes | bytearray | memoryview | np.ndarray | pa.Buffer,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+) -> pa.Array:
+    """The properties of the records at ``starts``/``sizes`` in ``buf`` as stored
+    (``name\\x01value\\x02...``), one binary value a record, read as
+    :func:`decode_records` reads them (every length field cross-checked)."""
+    src = Source(buf)
+    starts, sizes = known_positions(src, starts, sizes)
+    if not len(starts):
+        return pa.array([], pa.binary())
+    _, tail = validate(src, starts, sizes, crc=False)
+    return src.values(tail.props_pos, tail.props_len, tail.props_head)
 
 
 @dataclass
