@@ -106,6 +106,13 @@ class CorruptDataError(StoreError):
     grpc_code = "DATA_LOSS"
 
 
+class FilterNotSupportedError(RocketliteError):
+    """The broker does not filter by this kind of expression (SQL92 on a broker started
+    with its property filter off); subscribe by tag, or filter on the client."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+
 class DataLossError(RocketliteError):
     """Requested data is gone (e.g. deleted by retention) and the caller asked to fail."""
 

@@ -167,6 +167,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     broker.add_argument("--default-topic-queues", type=int, default=4, metavar="N")
     broker.add_argument(
+        "--no-property-filter",
+        dest="property_filter",
+        action="store_false",
+        help="refuse SQL92 subscriptions (RocketMQ's enablePropertyFilter=false); tag "
+        "filters still work",
+    )
+    broker.add_argument(
         "--delay-levels",
         default=DEFAULT_DELAY_LEVELS,
         metavar="LEVELS",
@@ -368,6 +375,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         flush_mode=args.flush,
         broker_perm=args.broker_perm,
         auto_create_topics=args.auto_create_topics,
+        property_filter=args.property_filter,
         default_topic_queues=args.default_topic_queues,
         max_message_bytes=args.max_message_bytes,
         max_request_bytes=args.max_request_bytes,

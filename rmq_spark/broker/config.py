@@ -95,6 +95,8 @@ class BrokerConfig:
     #: broker-wide permission: 6 read+write, 4 read-only (writes answer PERMISSION_DENIED)
     broker_perm: int = 6
     auto_create_topics: bool = False
+    #: serve SQL92 subscriptions (RocketMQ's enablePropertyFilter, on by default here)
+    property_filter: bool = True
     default_topic_queues: int = 4
     max_message_bytes: int = 4 * MiB
     max_request_bytes: int = 64 * MiB

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from rmq_spark.errors import (
     AlreadyExistsError,
+    FilterNotSupportedError,
     FlushTimeoutError,
     InvalidArgumentError,
     NotFoundError,
@@ -33,6 +34,7 @@ from rmq_spark.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from rmq_spark.filter import SelectorError
 from rmq_spark.wire.remoting.codes import ResponseCode
 
 
@@ -41,12 +43,14 @@ class V2Code:
     definition.proto; the RocketMQ 5 stubs are an optional install, the broker core is not)."""
 
     BAD_REQUEST = 40000
+    ILLEGAL_FILTER_EXPRESSION = 40010
     UNAUTHORIZED = 40100
     FORBIDDEN = 40300
     NOT_FOUND = 40400
     TOO_MANY_REQUESTS = 42900
     INTERNAL_ERROR = 50000
     INTERNAL_SERVER_ERROR = 50001
+    NOT_IMPLEMENTED = 50100
     MASTER_PERSISTENCE_TIMEOUT = 50401
 
 
@@ -72,7 +76,9 @@ UNEXPECTED = Codes("INTERNAL", v2.INTERNAL_SERVER_ERROR, ResponseCode.SYSTEM_ERR
 #: (v2 code, remoting code) by error class; the first row whose class matches wins, so
 #: subclasses come before their bases
 TABLE: tuple[tuple[type[RocketliteError], int, int], ...] = (
+    (SelectorError, v2.ILLEGAL_FILTER_EXPRESSION, ResponseCode.SUBSCRIPTION_PARSE_FAILED),
     (InvalidArgumentError, v2.BAD_REQUEST, ResponseCode.INVALID_PARAMETER),
+    (FilterNotSupportedError, v2.NOT_IMPLEMENTED, ResponseCode.SYSTEM_ERROR),
     (NotFoundError, v2.NOT_FOUND, ResponseCode.TOPIC_NOT_EXIST),
     (AlreadyExistsError, v2.BAD_REQUEST, ResponseCode.SYSTEM_ERROR),
     (UnauthenticatedError, v2.UNAUTHORIZED, ResponseCode.NO_PERMISSION),

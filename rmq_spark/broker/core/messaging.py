@@ -40,8 +40,14 @@ from rmq_spark.codec.record import (
     decode_record,
     offset_msg_id,
 )
-from rmq_spark.errors import NotFoundError, PermissionDeniedError
-from rmq_spark.filter import Selector
+from rmq_spark.errors import (
+    FilterNotSupportedError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    shown,
+)
+from rmq_spark.filter import SQL92, Selector, compile_selector
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
 from rmq_spark.store import AppendResult, MessageStore
 from rmq_spark.store.config import StoreConfig
@@ -54,6 +60,8 @@ from rmq_spark.structs import Permission, PullStatus
 
 __all__ = ["AppendResult", "GetResult", "MessagingCore", "Read", "TopicConfig"]
 
+#: the expression type of tag subscriptions (RocketMQ's ExpressionType.TAG)
+TAG = "TAG"
 #: the smallest record: empty body, topic and properties, IPv4 hosts
 MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST
 #: hands blocking store work to the broker's worker threads (``Workers.run``)
@@ -127,6 +135,25 @@ class MessagingCore:
                 f"topic {config.name!r} has {config.read_queue_nums} read queues "
                 f"(0..{config.read_queue_nums - 1}); queue {queue_id} is not readable"
             )
+
+    def selector(self, expression_type: str | None, expression: str | None) -> Selector | None:
+        """The SQL92 selector of a subscription, compiled once; None for a tag subscription
+        (``expression_type`` "TAG", empty or None). A malformed one raises SelectorError
+        (naming the column and why); SQL92 on a broker whose property filter is off,
+        FilterNotSupportedError; another type, InvalidArgumentError."""
+        kind = (expression_type or TAG).upper()
+        if kind == TAG:
+            return None
+        if kind != SQL92:
+            raise InvalidArgumentError(
+                f"expression type {shown(expression_type)} is not TAG or SQL92"
+            )
+        if not self._config.property_filter:
+            raise FilterNotSupportedError(
+                f"broker {self.name!r} does not filter by SQL92 (started with "
+                "--no-property-filter); subscribe by tag, or filter on the client"
+            )
+        return compile_selector(expression or "")
 
     def read(self, read: Read, offset: int | None = None) -> GetResult:
         """Read once (blocking: call it on a worker thread), from ``offset`` when given."""
