@@ -10,6 +10,7 @@ from rmq_spark.broker.core.messaging import GetResult, Read
 from rmq_spark.broker.v1.queues import check_queue
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.filter import Selector
 from rmq_spark.names import validate_group
 from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
 from rmq_spark.wire.pull import encode_pull_response
@@ -30,6 +31,7 @@ class PullArgs:
     max_messages: int
     max_bytes: int
     tag_codes: list[int] | None
+    selector: Selector | None
     suspend_ms: int
     commit_offset: int | None
 
@@ -48,6 +50,10 @@ class PullArgs:
                     "commit_offset is set but consumer_group is empty; name the group whose "
                     "offset to commit"
                 )
+        expression = checks.subscription_text(
+            request.subscription_expression, config.max_subscription_chars
+        )
+        selector = broker.messaging.selector(request.expression_type, expression)
         return cls(
             group=group,
             topic=mq.topic,
@@ -62,11 +68,8 @@ class PullArgs:
             max_bytes=checks.bounded(
                 request.max_bytes, "max_bytes", DEFAULT_PULL_BYTES, config.max_pull_bytes
             ),
-            tag_codes=parse_subscription(
-                checks.subscription_text(
-                    request.subscription_expression, config.max_subscription_chars
-                )
-            ).tag_codes,
+            tag_codes=None if selector else parse_subscription(expression).tag_codes,
+            selector=selector,
             suspend_ms=min(
                 checks.non_negative(request.suspend_timeout_ms, "suspend_timeout_ms"),
                 config.max_suspend_timeout_ms,
@@ -84,6 +87,7 @@ class PullArgs:
             self.max_messages,
             self.max_bytes,
             self.tag_codes,
+            self.selector,
         )
 
 

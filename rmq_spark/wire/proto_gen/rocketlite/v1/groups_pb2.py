@@ -25,45 +25,45 @@ _sym_db = _symbol_database.Default()
 from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2 as rocketlite_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1arocketlite/v1/groups.proto\x12\rrocketlite.v1\x1a\x1arocketlite/v1/common.proto\"1\n\x0cSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nexpression\x18\x02 \x01(\t\"\xb2\x02\n\x10HeartbeatRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63onsumer_group\x18\x02 \x01(\t\x12\x32\n\rsubscriptions\x18\x03 \x03(\x0b\x32\x1b.rocketlite.v1.Subscription\x12\x32\n\rmessage_model\x18\x04 \x01(\x0e\x32\x1b.rocketlite.v1.MessageModel\x12\x30\n\x0c\x63onsume_type\x18\x05 \x01(\x0e\x32\x1a.rocketlite.v1.ConsumeType\x12;\n\x12\x63onsume_from_where\x18\x06 \x01(\x0e\x32\x1f.rocketlite.v1.ConsumeFromWhere\x12\x1c\n\x14\x63onsume_timestamp_ms\x18\x07 \x01(\x03\"K\n\x11HeartbeatResponse\x12\x1a\n\x12session_timeout_ms\x18\x01 \x01(\x03\x12\x1a\n\x12membership_version\x18\x02 \x01(\x03\">\n\x11UnregisterRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63onsumer_group\x18\x02 \x01(\t\"\x14\n\x12UnregisterResponse\"0\n\x16GetConsumerListRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\"K\n\x17GetConsumerListResponse\x12\x14\n\x0c\x63onsumer_ids\x18\x01 \x03(\t\x12\x1a\n\x12membership_version\x18\x02 \x01(\x03\"H\n\x1bWatchConsumerChangesRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\"_\n\x13\x43onsumerChangeEvent\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\x14\n\x0c\x63onsumer_ids\x18\x02 \x03(\t\x12\x1a\n\x12membership_version\x18\x03 \x01(\x03\"}\n\x11LockQueuesRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12+\n\x06queues\x18\x03 \x03(\x0b\x32\x1b.rocketlite.v1.MessageQueue\x12\x10\n\x08lease_ms\x18\x04 \x01(\x03\"}\n\x12LockQueuesResponse\x12\x32\n\rlocked_queues\x18\x01 \x03(\x0b\x32\x1b.rocketlite.v1.MessageQueue\x12\x10\n\x08lease_ms\x18\x02 \x01(\x03\x12!\n\x19lease_expire_timestamp_ms\x18\x03 \x01(\x03\"m\n\x13UnlockQueuesRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12+\n\x06queues\x18\x03 \x03(\x0b\x32\x1b.rocketlite.v1.MessageQueue\"\x16\n\x14UnlockQueuesResponse*k\n\x0cMessageModel\x12\x1d\n\x19MESSAGE_MODEL_UNSPECIFIED\x10\x00\x12\x1c\n\x18MESSAGE_MODEL_CLUSTERING\x10\x01\x12\x1e\n\x1aMESSAGE_MODEL_BROADCASTING\x10\x02*Y\n\x0b\x43onsumeType\x12\x1c\n\x18\x43ONSUME_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x43ONSUME_TYPE_PULL\x10\x01\x12\x15\n\x11\x43ONSUME_TYPE_PUSH\x10\x02*\xa1\x01\n\x10\x43onsumeFromWhere\x12\"\n\x1e\x43ONSUME_FROM_WHERE_UNSPECIFIED\x10\x00\x12\"\n\x1e\x43ONSUME_FROM_WHERE_LAST_OFFSET\x10\x01\x12#\n\x1f\x43ONSUME_FROM_WHERE_FIRST_OFFSET\x10\x02\x12 \n\x1c\x43ONSUME_FROM_WHERE_TIMESTAMP\x10\x03\x32\xa9\x04\n\x0cGroupService\x12N\n\tHeartbeat\x12\x1f.rocketlite.v1.HeartbeatRequest\x1a .rocketlite.v1.HeartbeatResponse\x12Q\n\nUnregister\x12 .rocketlite.v1.UnregisterRequest\x1a!.rocketlite.v1.UnregisterResponse\x12`\n\x0fGetConsumerList\x12%.rocketlite.v1.GetConsumerListRequest\x1a&.rocketlite.v1.GetConsumerListResponse\x12h\n\x14WatchConsumerChanges\x12*.rocketlite.v1.WatchConsumerChangesRequest\x1a\".rocketlite.v1.ConsumerChangeEvent0\x01\x12Q\n\nLockQueues\x12 .rocketlite.v1.LockQueuesRequest\x1a!.rocketlite.v1.LockQueuesResponse\x12W\n\x0cUnlockQueues\x12\".rocketlite.v1.UnlockQueuesRequest\x1a#.rocketlite.v1.UnlockQueuesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1arocketlite/v1/groups.proto\x12\rrocketlite.v1\x1a\x1arocketlite/v1/common.proto\"J\n\x0cSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nexpression\x18\x02 \x01(\t\x12\x17\n\x0f\x65xpression_type\x18\x03 \x01(\t\"\xb2\x02\n\x10HeartbeatRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63onsumer_group\x18\x02 \x01(\t\x12\x32\n\rsubscriptions\x18\x03 \x03(\x0b\x32\x1b.rocketlite.v1.Subscription\x12\x32\n\rmessage_model\x18\x04 \x01(\x0e\x32\x1b.rocketlite.v1.MessageModel\x12\x30\n\x0c\x63onsume_type\x18\x05 \x01(\x0e\x32\x1a.rocketlite.v1.ConsumeType\x12;\n\x12\x63onsume_from_where\x18\x06 \x01(\x0e\x32\x1f.rocketlite.v1.ConsumeFromWhere\x12\x1c\n\x14\x63onsume_timestamp_ms\x18\x07 \x01(\x03\"K\n\x11HeartbeatResponse\x12\x1a\n\x12session_timeout_ms\x18\x01 \x01(\x03\x12\x1a\n\x12membership_version\x18\x02 \x01(\x03\">\n\x11UnregisterRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63onsumer_group\x18\x02 \x01(\t\"\x14\n\x12UnregisterResponse\"0\n\x16GetConsumerListRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\"K\n\x17GetConsumerListResponse\x12\x14\n\x0c\x63onsumer_ids\x18\x01 \x03(\t\x12\x1a\n\x12membership_version\x18\x02 \x01(\x03\"H\n\x1bWatchConsumerChangesRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\"_\n\x13\x43onsumerChangeEvent\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\x14\n\x0c\x63onsumer_ids\x18\x02 \x03(\t\x12\x1a\n\x12membership_version\x18\x03 \x01(\x03\"}\n\x11LockQueuesRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12+\n\x06queues\x18\x03 \x03(\x0b\x32\x1b.rocketlite.v1.MessageQueue\x12\x10\n\x08lease_ms\x18\x04 \x01(\x03\"}\n\x12LockQueuesResponse\x12\x32\n\rlocked_queues\x18\x01 \x03(\x0b\x32\x1b.rocketlite.v1.MessageQueue\x12\x10\n\x08lease_ms\x18\x02 \x01(\x03\x12!\n\x19lease_expire_timestamp_ms\x18\x03 \x01(\x03\"m\n\x13UnlockQueuesRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12+\n\x06queues\x18\x03 \x03(\x0b\x32\x1b.rocketlite.v1.MessageQueue\"\x16\n\x14UnlockQueuesResponse*k\n\x0cMessageModel\x12\x1d\n\x19MESSAGE_MODEL_UNSPECIFIED\x10\x00\x12\x1c\n\x18MESSAGE_MODEL_CLUSTERING\x10\x01\x12\x1e\n\x1aMESSAGE_MODEL_BROADCASTING\x10\x02*Y\n\x0b\x43onsumeType\x12\x1c\n\x18\x43ONSUME_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x43ONSUME_TYPE_PULL\x10\x01\x12\x15\n\x11\x43ONSUME_TYPE_PUSH\x10\x02*\xa1\x01\n\x10\x43onsumeFromWhere\x12\"\n\x1e\x43ONSUME_FROM_WHERE_UNSPECIFIED\x10\x00\x12\"\n\x1e\x43ONSUME_FROM_WHERE_LAST_OFFSET\x10\x01\x12#\n\x1f\x43ONSUME_FROM_WHERE_FIRST_OFFSET\x10\x02\x12 \n\x1c\x43ONSUME_FROM_WHERE_TIMESTAMP\x10\x03\x32\xa9\x04\n\x0cGroupService\x12N\n\tHeartbeat\x12\x1f.rocketlite.v1.HeartbeatRequest\x1a .rocketlite.v1.HeartbeatResponse\x12Q\n\nUnregister\x12 .rocketlite.v1.UnregisterRequest\x1a!.rocketlite.v1.UnregisterResponse\x12`\n\x0fGetConsumerList\x12%.rocketlite.v1.GetConsumerListRequest\x1a&.rocketlite.v1.GetConsumerListResponse\x12h\n\x14WatchConsumerChanges\x12*.rocketlite.v1.WatchConsumerChangesRequest\x1a\".rocketlite.v1.ConsumerChangeEvent0\x01\x12Q\n\nLockQueues\x12 .rocketlite.v1.LockQueuesRequest\x1a!.rocketlite.v1.LockQueuesResponse\x12W\n\x0cUnlockQueues\x12\".rocketlite.v1.UnlockQueuesRequest\x1a#.rocketlite.v1.UnlockQueuesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rocketlite.v1.groups_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MESSAGEMODEL']._serialized_start=1283
-  _globals['_MESSAGEMODEL']._serialized_end=1390
-  _globals['_CONSUMETYPE']._serialized_start=1392
-  _globals['_CONSUMETYPE']._serialized_end=1481
-  _globals['_CONSUMEFROMWHERE']._serialized_start=1484
-  _globals['_CONSUMEFROMWHERE']._serialized_end=1645
+  _globals['_MESSAGEMODEL']._serialized_start=1308
+  _globals['_MESSAGEMODEL']._serialized_end=1415
+  _globals['_CONSUMETYPE']._serialized_start=1417
+  _globals['_CONSUMETYPE']._serialized_end=1506
+  _globals['_CONSUMEFROMWHERE']._serialized_start=1509
+  _globals['_CONSUMEFROMWHERE']._serialized_end=1670
   _globals['_SUBSCRIPTION']._serialized_start=73
-  _globals['_SUBSCRIPTION']._serialized_end=122
-  _globals['_HEARTBEATREQUEST']._serialized_start=125
-  _globals['_HEARTBEATREQUEST']._serialized_end=431
-  _globals['_HEARTBEATRESPONSE']._serialized_start=433
-  _globals['_HEARTBEATRESPONSE']._serialized_end=508
-  _globals['_UNREGISTERREQUEST']._serialized_start=510
-  _globals['_UNREGISTERREQUEST']._serialized_end=572
-  _globals['_UNREGISTERRESPONSE']._serialized_start=574
-  _globals['_UNREGISTERRESPONSE']._serialized_end=594
-  _globals['_GETCONSUMERLISTREQUEST']._serialized_start=596
-  _globals['_GETCONSUMERLISTREQUEST']._serialized_end=644
-  _globals['_GETCONSUMERLISTRESPONSE']._serialized_start=646
-  _globals['_GETCONSUMERLISTRESPONSE']._serialized_end=721
-  _globals['_WATCHCONSUMERCHANGESREQUEST']._serialized_start=723
-  _globals['_WATCHCONSUMERCHANGESREQUEST']._serialized_end=795
-  _globals['_CONSUMERCHANGEEVENT']._serialized_start=797
-  _globals['_CONSUMERCHANGEEVENT']._serialized_end=892
-  _globals['_LOCKQUEUESREQUEST']._serialized_start=894
-  _globals['_LOCKQUEUESREQUEST']._serialized_end=1019
-  _globals['_LOCKQUEUESRESPONSE']._serialized_start=1021
-  _globals['_LOCKQUEUESRESPONSE']._serialized_end=1146
-  _globals['_UNLOCKQUEUESREQUEST']._serialized_start=1148
-  _globals['_UNLOCKQUEUESREQUEST']._serialized_end=1257
-  _globals['_UNLOCKQUEUESRESPONSE']._serialized_start=1259
-  _globals['_UNLOCKQUEUESRESPONSE']._serialized_end=1281
-  _globals['_GROUPSERVICE']._serialized_start=1648
-  _globals['_GROUPSERVICE']._serialized_end=2201
+  _globals['_SUBSCRIPTION']._serialized_end=147
+  _globals['_HEARTBEATREQUEST']._serialized_start=150
+  _globals['_HEARTBEATREQUEST']._serialized_end=456
+  _globals['_HEARTBEATRESPONSE']._serialized_start=458
+  _globals['_HEARTBEATRESPONSE']._serialized_end=533
+  _globals['_UNREGISTERREQUEST']._serialized_start=535
+  _globals['_UNREGISTERREQUEST']._serialized_end=597
+  _globals['_UNREGISTERRESPONSE']._serialized_start=599
+  _globals['_UNREGISTERRESPONSE']._serialized_end=619
+  _globals['_GETCONSUMERLISTREQUEST']._serialized_start=621
+  _globals['_GETCONSUMERLISTREQUEST']._serialized_end=669
+  _globals['_GETCONSUMERLISTRESPONSE']._serialized_start=671
+  _globals['_GETCONSUMERLISTRESPONSE']._serialized_end=746
+  _globals['_WATCHCONSUMERCHANGESREQUEST']._serialized_start=748
+  _globals['_WATCHCONSUMERCHANGESREQUEST']._serialized_end=820
+  _globals['_CONSUMERCHANGEEVENT']._serialized_start=822
+  _globals['_CONSUMERCHANGEEVENT']._serialized_end=917
+  _globals['_LOCKQUEUESREQUEST']._serialized_start=919
+  _globals['_LOCKQUEUESREQUEST']._serialized_end=1044
+  _globals['_LOCKQUEUESRESPONSE']._serialized_start=1046
+  _globals['_LOCKQUEUESRESPONSE']._serialized_end=1171
+  _globals['_UNLOCKQUEUESREQUEST']._serialized_start=1173
+  _globals['_UNLOCKQUEUESREQUEST']._serialized_end=1282
+  _globals['_UNLOCKQUEUESRESPONSE']._serialized_start=1284
+  _globals['_UNLOCKQUEUESRESPONSE']._serialized_end=1306
+  _globals['_GROUPSERVICE']._serialized_start=1673
+  _globals['_GROUPSERVICE']._serialized_end=2226
 # @@protoc_insertion_point(module_scope)

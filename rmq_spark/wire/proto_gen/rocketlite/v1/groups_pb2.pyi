@@ -38,12 +38,14 @@ CONSUME_FROM_WHERE_FIRST_OFFSET: ConsumeFromWhere
 CONSUME_FROM_WHERE_TIMESTAMP: ConsumeFromWhere
 
 class Subscription(_message.Message):
-    __slots__ = ("topic", "expression")
+    __slots__ = ("topic", "expression", "expression_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     expression: str
-    def __init__(self, topic: _Optional[str] = ..., expression: _Optional[str] = ...) -> None: ...
+    expression_type: str
+    def __init__(self, topic: _Optional[str] = ..., expression: _Optional[str] = ..., expression_type: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("client_id", "consumer_group", "subscriptions", "message_model", "consume_type", "consume_from_where", "consume_timestamp_ms")

@@ -175,7 +175,7 @@ class ColumnsSendResult(_message.Message):
     def __init__(self, first_queue_offset: _Optional[int] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., offset_msg_id_prefix: _Optional[str] = ...) -> None: ...
 
 class PullMessagesRequest(_message.Message):
-    __slots__ = ("consumer_group", "queue", "queue_offset", "max_messages", "max_bytes", "subscription_expression", "suspend_timeout_ms", "commit_offset")
+    __slots__ = ("consumer_group", "queue", "queue_offset", "max_messages", "max_bytes", "subscription_expression", "suspend_timeout_ms", "commit_offset", "expression_type")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +184,7 @@ class PullMessagesRequest(_message.Message):
     SUBSCRIPTION_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     SUSPEND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_TYPE_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     queue: _common_pb2.MessageQueue
     queue_offset: int
@@ -192,7 +193,8 @@ class PullMessagesRequest(_message.Message):
     subscription_expression: str
     suspend_timeout_ms: int
     commit_offset: int
-    def __init__(self, consumer_group: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., subscription_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+    expression_type: str
+    def __init__(self, consumer_group: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., subscription_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., expression_type: _Optional[str] = ...) -> None: ...
 
 class PullMessagesResponse(_message.Message):
     __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "records", "record_sizes_i32le", "queue_offsets_i64le")
