@@ -235,11 +235,13 @@ class RemotingClient:
         max_bytes: int | None = None,
         group: str | None = None,
         expression: str = "*",
+        expression_type: str = "TAG",
         suspend_ms: int = 0,
     ) -> PullAnswer:
-        """Records of ``mq`` from ``offset`` (tag ``expression`` filtered by the broker), at
-        most ``max_messages`` and about ``max_bytes`` (the broker's cap when None); with
-        ``suspend_ms`` the broker holds an empty pull that long for new messages."""
+        """Records of ``mq`` from ``offset`` (``expression`` filtered by the broker: tags,
+        or a SQL92 selector with ``expression_type`` "SQL92"), at most ``max_messages`` and
+        about ``max_bytes`` (the broker's cap when None); with ``suspend_ms`` the broker
+        holds an empty pull that long for new messages."""
         sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms > 0 else 0)
         request = Command(
             RequestCode.PULL_MESSAGE,
@@ -254,7 +256,7 @@ class RemotingClient:
                 "suspendTimeoutMillis": str(suspend_ms),
                 "subscription": expression,
                 "subVersion": str(now_ms()),
-                "expressionType": "TAG",
+                "expressionType": expression_type,
                 # a rocketlite broker answers with the records' sizes; others ignore it
                 "rocketliteSizes": "true",
                 **({"maxMsgBytes": str(max_bytes)} if max_bytes else {}),
