@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmq_spark.codec.arrow_decode.property_map import properties_columns
+from rmq_spark.codec.arrow_decode.property_map import property_values
 from rmq_spark.filter.sql92_eval import PropertyValues, evaluate
 from rmq_spark.filter.sql92_parse import (
     And,
@@ -67,8 +67,8 @@ class Selector:
         array, offset 0, no nulls)."""
         if not self.names:
             return self._select(len(raw_properties), _no_lookup)
-        mapped, _, _ = properties_columns(raw_properties)
-        return self.select_map(mapped)
+        found = property_values(raw_properties, sorted(self.names))
+        return self._select(len(raw_properties), found.__getitem__)
 
     def matches(self, properties: Mapping[str, str]) -> bool:
         """Whether one message with ``properties`` is selected."""

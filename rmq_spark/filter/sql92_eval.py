@@ -86,6 +86,7 @@ class PropertyValues:
         self._lookup = lookup
         self._strings: dict[str, pa.Array] = {}
         self._numbers: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._missing: dict[str, np.ndarray] = {}
 
     def strings(self, name: str) -> pa.Array:
         if name not in self._strings:
@@ -95,10 +96,22 @@ class PropertyValues:
             self._strings[name] = values
         return self._strings[name]
 
+    def subset(self, rows: np.ndarray) -> PropertyValues:
+        """The same properties for the messages ``rows`` only."""
+        taken = pa.array(rows)
+        return PropertyValues(len(rows), lambda name: self.strings(name).take(taken))
+
     def missing(self, operand: Operand) -> np.ndarray:
         if isinstance(operand, Literal):
             return np.zeros(self.count, bool)
-        return _mask(pc.is_null(self.strings(operand.name)))
+        if operand.name not in self._missing:
+            strings = self.strings(operand.name)
+            self._missing[operand.name] = (
+                np.asarray(strings.is_null().to_numpy(zero_copy_only=False), bool)
+                if strings.null_count
+                else np.zeros(self.count, bool)
+            )
+        return self._missing[operand.name]
 
     def numbers(self, name: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """The values read as ``kind`` ("int", "long" or "double"): where that worked
@@ -119,9 +132,11 @@ def evaluate(node: Node, values: PropertyValues) -> Truth:
     if isinstance(node, Constant):
         return Truth.constant(node.value, n)
     if isinstance(node, And):
-        return _and(evaluate(node.left, values), lambda: evaluate(node.right, values))
+        right = node.right
+        return _and(evaluate(node.left, values), lambda some: evaluate(right, some), values)
     if isinstance(node, Or):
-        return _or(evaluate(node.left, values), lambda: evaluate(node.right, values))
+        right = node.right
+        return _or(evaluate(node.left, values), lambda some: evaluate(right, some), values)
     if isinstance(node, Not):
         return evaluate(node.operand, values).negate()
     if isinstance(node, Compare):
@@ -130,14 +145,14 @@ def evaluate(node: Node, values: PropertyValues) -> Truth:
         low = Compare("<" if node.negated else ">=", node.operand, node.low)
         high = Compare(">" if node.negated else "<=", node.operand, node.high)
         combine = _or if node.negated else _and
-        return combine(_compare(low, values), lambda: _compare(high, values))
+        return combine(_compare(low, values), lambda some: _compare(high, some), values)
     none = np.zeros(n, bool)
     if isinstance(node, IsNull):
         missing = values.missing(node.operand)
         return Truth(missing != node.negated, none, none)
     if isinstance(node, In):
         strings = values.strings(node.prop.name)
-        present = ~_mask(pc.is_null(strings))
+        present = ~values.missing(node.prop)
         hit = _mask(pc.is_in(strings, value_set=pa.array(node.values, pa.string())))
         return Truth(present & (hit != node.negated), ~present, none)
     if isinstance(node, Substring):
@@ -145,10 +160,10 @@ def evaluate(node: Node, values: PropertyValues) -> Truth:
     raise TypeError(f"not a selector node: {node!r}")
 
 
-def _and(left: Truth, right_of: Callable[[], Truth]) -> Truth:
-    if not (left.true | left.null).any():  # every message decided (FALSE) or failed
+def _and(left: Truth, right_of: Callable[[PropertyValues], Truth], values: PropertyValues) -> Truth:
+    right = _where(left.true | left.null, right_of, values)  # the others are decided
+    if right is None:
         return left
-    right = right_of()
     left_false, right_false = left.false, right.false
     error = left.error | (~left_false & right.error)
     false = ~error & (left_false | right_false)
@@ -156,14 +171,32 @@ def _and(left: Truth, right_of: Callable[[], Truth]) -> Truth:
     return Truth(true, ~(error | false | true), error)
 
 
-def _or(left: Truth, right_of: Callable[[], Truth]) -> Truth:
-    if not (left.false | left.null).any():  # every message decided (TRUE) or failed
+def _or(left: Truth, right_of: Callable[[PropertyValues], Truth], values: PropertyValues) -> Truth:
+    right = _where(left.false | left.null, right_of, values)  # the others are decided
+    if right is None:
         return left
-    right = right_of()
     error = left.error | (~left.true & right.error)
     true = ~error & (left.true | right.true)
     null = ~error & ~true & (left.null | right.null)
     return Truth(true, null, error)
+
+
+def _where(
+    needed: np.ndarray, evaluate_on: Callable[[PropertyValues], Truth], values: PropertyValues
+) -> Truth | None:
+    """The right side of AND or OR, evaluated only for the messages whose answer it can
+    still change (``needed``): FALSE elsewhere; None when it changes none."""
+    count = int(np.count_nonzero(needed))
+    if not count:
+        return None
+    if count > values.count // 2:
+        return evaluate_on(values)
+    rows = np.flatnonzero(needed)
+    some = evaluate_on(values.subset(rows))
+    none = np.zeros(values.count, bool)
+    whole = Truth(none, none.copy(), none.copy())
+    whole.true[rows], whole.null[rows], whole.error[rows] = some.true, some.null, some.error
+    return whole
 
 
 def _compare(node: Compare, values: PropertyValues) -> Truth:
@@ -238,7 +271,7 @@ def _substring(node: Substring, values: PropertyValues) -> Truth:
         "STARTSWITH": pc.starts_with,
         "ENDSWITH": pc.ends_with,
     }[node.kind]
-    present = ~_mask(pc.is_null(strings))
+    present = ~values.missing(node.operand)
     hit = _mask(test(strings, pattern=node.text))
     return Truth(present & (hit != node.negated), none, none)
 

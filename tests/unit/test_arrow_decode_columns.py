@@ -176,6 +176,6 @@ def test_the_regular_batch_takes_the_fast_paths(monkeypatch: pytest.MonkeyPatch)
     def slow(props):
         raise AssertionError("the slow path was taken")
 
-    monkeypatch.setattr(property_map, "_properties_columns_slow", slow)
+    monkeypatch.setattr(property_map, "_columns_slow", slow)
     for columns in (["tags"], ["properties"]):
         decode_records(regular(), columns=columns)

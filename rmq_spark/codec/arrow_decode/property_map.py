@@ -20,10 +20,12 @@ path decodes it, while ``tags``/``keys`` take its last value as the reference do
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmq_spark.codec.arrow_decode.source import (
     gather,
@@ -42,24 +44,34 @@ _ITEM_SEPARATORS = np.frombuffer(b"\x01\x02", "<u2")[0]  # \x01 then \x02, read 
 def properties_columns(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     """The properties map plus the TAGS and KEYS columns (null where the property is absent)
     of a binary array of raw properties (offset 0, no nulls)."""
-    mapped, tags, keys = _columns(props, with_map=True)
+    mapped, (tags, keys) = _columns(props, True, _NAMES)
     assert mapped is not None
     return mapped, tags, keys
 
 
 def tags_and_keys(props: pa.Array) -> tuple[pa.Array, pa.Array]:
     """The TAGS and KEYS columns of :func:`properties_columns`, without building the map."""
-    _, tags, keys = _columns(props, with_map=False)
+    _, (tags, keys) = _columns(props, False, _NAMES)
     return tags, keys
 
 
-def _columns(props: pa.Array, with_map: bool) -> tuple[pa.Array | None, pa.Array, pa.Array]:
+def property_values(props: pa.Array, names: Sequence[str]) -> dict[str, pa.Array]:
+    """The value of each of ``names`` in every record of a binary array of raw properties
+    (a string column each, null where a record lacks the name), without building the map."""
+    _, values = _columns(props, False, tuple(names))
+    return dict(zip(names, values, strict=True))
+
+
+def _columns(
+    props: pa.Array, with_map: bool, names: tuple[str, ...]
+) -> tuple[pa.Array | None, list[pa.Array]]:
+    """The map (when ``with_map``) and the value column of each of ``names``."""
     n = len(props)
     offsets = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
     if offsets[-1] == offsets[0]:
-        return _all_empty(n)
+        return _all_empty(n, with_map), [pa.nulls(n, pa.string()) for _ in names]
     if offsets[0] != 0:
-        return _properties_columns_slow(props)
+        return _columns_slow(props, with_map, names)
     terminated = _terminated(props.buffers()[2], offsets)
     if terminated is not None:
         props = terminated
@@ -73,13 +85,20 @@ def _columns(props: pa.Array, with_map: bool) -> tuple[pa.Array | None, pa.Array
             map_offsets = numeric_array(np.arange(0, n * k + 1, k, dtype=np.int32))
             mapped = pa.MapArray.from_arrays(map_offsets, _tiled(same.names, n), values)
         texts = [name.decode() for name in same.names]
-        return mapped, *(_every_kth(values, texts, name) for name in _NAMES)
+        return mapped, [_every_kth(values, texts, name) for name in names]
     items = split_items(props.buffers()[2], offsets)
     if items is None:
-        return _properties_columns_slow(props)
+        return _columns_slow(props, with_map, names)
     keys, values, map_offsets = items.names(), items.values(), items.map_offsets()
     mapped = pa.MapArray.from_arrays(numeric_array(map_offsets), keys, values) if with_map else None
-    return mapped, *(_lookup(values, map_offsets, at) for at in find_names(keys, *_NAMES))
+    return mapped, [_lookup(values, map_offsets, at) for at in _find(keys, names)]
+
+
+def _find(keys: pa.Array, names: tuple[str, ...]) -> list[np.ndarray]:
+    """Indices of the keys equal to each of ``names``."""
+    if all(len(name.encode()) == 4 for name in names):
+        return find_names(keys, *names)
+    return [np.flatnonzero(pc.equal(keys, name).to_numpy(zero_copy_only=False)) for name in names]
 
 
 def _terminated(data: pa.Buffer, offsets: np.ndarray) -> pa.Array | None:
@@ -291,16 +310,16 @@ def _lookup(values: pa.Array, offsets: np.ndarray, hits: np.ndarray) -> pa.Array
     return take(values, pa.array(index, mask=index < 0))
 
 
-def _all_empty(n: int) -> tuple[pa.Array, pa.Array, pa.Array]:
+def _all_empty(n: int, with_map: bool) -> pa.Array | None:
+    if not with_map:
+        return None
     empty = pa.array([], pa.string())
-    offsets = numeric_array(np.zeros(n + 1, np.int32))
-    mapped = pa.MapArray.from_arrays(offsets, empty, empty)
-    return mapped, pa.nulls(n, pa.string()), pa.nulls(n, pa.string())
+    return pa.MapArray.from_arrays(numeric_array(np.zeros(n + 1, np.int32)), empty, empty)
 
 
-def _properties_columns_slow(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+def _columns_slow(
+    props: pa.Array, with_map: bool, names: tuple[str, ...]
+) -> tuple[pa.Array | None, list[pa.Array]]:
     decoded = [decode_properties(raw) for raw in props.to_pylist()]
-    mapped = pa.array([list(d.items()) for d in decoded], PROPERTIES_TYPE)
-    tags = pa.array([d.get(TAGS) for d in decoded], pa.string())
-    keys = pa.array([d.get(KEYS) for d in decoded], pa.string())
-    return mapped, tags, keys
+    mapped = pa.array([list(d.items()) for d in decoded], PROPERTIES_TYPE) if with_map else None
+    return mapped, [pa.array([d.get(name) for d in decoded], pa.string()) for name in names]
