@@ -60,6 +60,10 @@ __all__ = [
 
 #: the longest selector accepted (RocketMQ bounds a subscription's text the same way)
 MAX_SELECTOR_CHARS = 64 * 1024
+#: parentheses, NOTs and signs nested in one another, at most
+MAX_NESTING = 64
+#: conditions chained below one another (a AND b AND c ... is a chain), at most
+MAX_DEPTH = 256
 
 
 class SelectorError(InvalidArgumentError):
@@ -245,7 +249,25 @@ right=Compare(op='>', left=Property(name='b'), right=Literal(value=5, is_long=Fa
         raise SelectorError(text, 0, f"it is longer than {MAX_SELECTOR_CHARS} characters")
     if not text.strip():
         raise SelectorError(text, 0, "it is empty; select every message with TRUE")
-    return _Parser(text).selector()
+    tree = _Parser(text).selector()
+    if _depth(tree) > MAX_DEPTH:
+        raise SelectorError(
+            text, 0, f"it chains more than {MAX_DEPTH} conditions; list values with IN (...)"
+        )
+    return tree
+
+
+def _depth(tree: Node) -> int:
+    """How deep the tree goes (counted without recursing: it may be deep)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, And | Or):
+            stack += [(node.left, depth + 1), (node.right, depth + 1)]
+        elif isinstance(node, Not):
+            stack.append((node.operand, depth + 1))
+    return deepest
 
 
 class _Parser:
@@ -253,6 +275,7 @@ class _Parser:
         self.text = text
         self.tokens = tokenize(text)
         self.at = 0
+        self.nesting = 0
 
     # -- token helpers
 
@@ -375,6 +398,15 @@ class _Parser:
 
     def unary(self) -> Node | Operand:
         token = self.token
+        if self.nesting >= MAX_NESTING:
+            raise self.fail(f"it nests deeper than {MAX_NESTING} levels")
+        self.nesting += 1
+        try:
+            return self.nested_unary(token)
+        finally:
+            self.nesting -= 1
+
+    def nested_unary(self, token: Token) -> Node | Operand:
         if self.is_op("+", "-"):
             self.take()
             inner_start = self.token

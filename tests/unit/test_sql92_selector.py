@@ -221,6 +221,22 @@ def test_a_bad_selector_is_refused_naming_where_and_why(text: str, column: int, 
     assert str(caught.value).startswith("SQL92 selector ")
 
 
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("(" * 5000 + "a = 1" + ")" * 5000, "nests deeper than 64"),
+        ("NOT " * 3000 + "(a = 1)", "nests deeper than 64"),
+        ("- " * 3000 + "1 = a", "nests deeper than 64"),
+        (" AND ".join(["a = 1"] * 3000), "chains more than 256 conditions"),
+    ],
+)
+def test_a_deep_selector_is_refused_not_a_recursion_error(text: str, words: str) -> None:
+    with pytest.raises(SelectorError, match=words):
+        compile_selector(text)
+    deep_enough = " AND ".join(["a = 1"] * 200)
+    assert compile_selector(deep_enough).matches({"a": "1"})
+
+
 def test_a_long_selector_is_refused_and_echoed_in_part() -> None:
     text = "a = '" + "x" * 100_000 + "'"
     with pytest.raises(SelectorError, match="longer than 65536") as caught:
