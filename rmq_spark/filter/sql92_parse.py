@@ -249,6 +249,12 @@ right=Compare(op='>', left=Property(name='b'), right=Literal(value=5, is_long=Fa
         raise SelectorError(text, 0, f"it is longer than {MAX_SELECTOR_CHARS} characters")
     if not text.strip():
         raise SelectorError(text, 0, "it is empty; select every message with TRUE")
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:  # no message property can hold it either
+        raise SelectorError(
+            text, exc.start + 1, f"{text[exc.start]!r} is not a character (a lone surrogate)"
+        ) from None
     tree = _Parser(text).selector()
     if _depth(tree) > MAX_DEPTH:
         raise SelectorError(

@@ -209,6 +209,8 @@ REFUSED = [
     ("and = 'x'", 1, "expected a property"),
     ("a contains 5", 12, "takes a string"),
     ("(a = 1) = TRUE", 1, "not a condition"),
+    ("a = 'x\ud800'", 7, "lone surrogate"),
+    ("a in ('\udfff')", 8, "lone surrogate"),
 ]
 
 
