@@ -23,6 +23,7 @@ from rmq_spark.broker.core.messaging import MessagingCore, TopicConfig
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.consume import MAX_PULL_BYTES
 from rmq_spark.broker.remoting.endpoint import Endpoint
+from rmq_spark.broker.remoting.filters import TAG
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import required
 from rmq_spark.broker.remoting.server import Connection
@@ -245,7 +246,8 @@ class Administration:
                 }
             )
             for topic, expression in info.subscriptions if info is not None else ():
-                subscriptions[topic] = _subscription_json(topic, expression)
+                kind = self._membership.expression_type(group, topic, expression)
+                subscriptions[topic] = _subscription_json(topic, expression, kind)
         body = {
             "connectionSet": connections,
             "consumeFromWhere": "CONSUME_FROM_"
@@ -417,15 +419,17 @@ def _topic_config_json(config: TopicConfig) -> dict:
     }
 
 
-def _subscription_json(topic: str, expression: str) -> dict:
+def _subscription_json(topic: str, expression: str, kind: str) -> dict:
+    """A member's subscription as RocketMQ's SubscriptionData: a tag expression's tags and
+    their hash codes, none for another type (a SQL92 selector)."""
     from rmq_spark.codec.subscription import parse_subscription
     from rmq_spark.codec.taghash import tag_hash_code
 
-    tags = sorted(parse_subscription(expression).tags or ())
+    tags = sorted(parse_subscription(expression).tags or ()) if kind == TAG else []
     return {
         "classFilterMode": False,
         "codeSet": [tag_hash_code(tag) for tag in tags],
-        "expressionType": "TAG",
+        "expressionType": kind,
         "subString": expression,
         "subVersion": 0,
         "tagsSet": tags,

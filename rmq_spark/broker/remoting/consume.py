@@ -3,9 +3,15 @@ and the offset calls (14, 15, 29, 30, 31, 32).
 
 A pull's answer body is the stored records back to back, as they lie in the commit log:
 the store gathers them and the connection writes that buffer as it is. A pull that finds
-nothing new waits on the broker's long-poll notifier (no thread held) until a write to its
-queue or its suspend timeout, then answers PULL_NOT_FOUND, well before the 30 s after which
-RocketMQ's clients give up on a pull.
+nothing new waits on the broker's long-poll notifier (no thread held) until a message its
+filter takes is written to its queue, or its suspend timeout, then answers PULL_NOT_FOUND,
+well before the 30 s after which RocketMQ's clients give up on a pull.
+
+A pull is filtered by tags or by a SQL92 selector on the messages' properties: the one it
+carries (PULL_SUBSCRIPTION, compiled on a worker, a malformed one answered
+SUBSCRIPTION_PARSE_FAILED), else the one the group's heartbeats gave (:mod:`.filters`).
+A pull whose messages all failed the filter answers PULL_RETRY_IMMEDIATELY with the next
+offset past them, as RocketMQ's broker does.
 
 Offsets are the broker's one consumer-offset table: a Java consumer's commits are what
 ``rocketlite offsets`` and the Spark source's ``startingOffsets=group`` read, and back.
@@ -13,6 +19,7 @@ Offsets are the broker's one consumer-offset table: a Java consumer's commits ar
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,11 +31,13 @@ from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.messaging import GetResult, Read
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
-from rmq_spark.broker.remoting.membership import TAG_EXPRESSION, Membership
+from rmq_spark.broker.remoting.filters import TAG, heartbeat_selector, refusal
+from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.subscription import parse_subscription
-from rmq_spark.errors import InvalidArgumentError, NotFoundError, shown
+from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
+from rmq_spark.filter import Selector
 from rmq_spark.names import validate_group, validate_topic
 from rmq_spark.structs import PullStatus
 from rmq_spark.wire.remoting import codes
@@ -63,10 +72,16 @@ class PullRequest:
     sys_flag: int
     max_count: int
     max_bytes: int
-    #: the subscription the pull carries (PULL_SUBSCRIPTION), checked and parsed; None
-    #: when the broker uses the one the group's heartbeats gave
-    tag_codes: list[int] | None
+    #: whether the pull carries its subscription (PULL_SUBSCRIPTION); else the broker
+    #: uses the one the group's heartbeats gave
     carries_subscription: bool
+    #: the carried subscription's expression type ("TAG", "SQL92", ...) and text (a tag
+    #: expression parsed into ``tag_codes``, None for every tag)
+    expression_type: str
+    expression: str
+    tag_codes: list[int] | None
+    #: the version of the client's subscription (subVersion), 0 when not sent
+    sub_version: int
     #: the offset to commit with the pull (PULL_COMMIT_OFFSET), else None
     commit: int | None
     suspend_ms: int
@@ -122,15 +137,16 @@ class Consuming:
         max_count = min(max(whole(ext, "maxMsgNums", 32, INT32), 1), config.max_pull_messages)
         max_bytes = whole(ext, "maxMsgBytes", 0, INT32) or DEFAULT_PULL_BYTES
         carries = bool(sys_flag & codes.PULL_SUBSCRIPTION)
+        kind = (ext.get("expressionType") or TAG).upper()
+        expression = ext.get("subscription") or ""
         tag_codes = None
-        if carries:
-            kind = (ext.get("expressionType") or TAG_EXPRESSION).upper()
-            if kind != TAG_EXPRESSION:
-                raise Refusal(
-                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                    f"{shown(kind)} filters are not supported by this broker; subscribe with tags",
-                )
-            tag_codes = _tag_codes(ext.get("subscription") or "*", config.max_subscription_chars)
+        if carries and kind == TAG:
+            tag_codes = _tag_codes(expression or "*", config.max_subscription_chars)
+        elif carries:  # compiled on a worker when served
+            try:
+                checks.subscription_text(expression, config.max_subscription_chars)
+            except InvalidArgumentError as exc:
+                raise Refusal(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
         commit = None
         if sys_flag & codes.PULL_COMMIT_OFFSET:
             commit = whole(ext, "commitOffset", -1)
@@ -142,8 +158,11 @@ class Consuming:
             sys_flag=sys_flag,
             max_count=max_count,
             max_bytes=min(max(max_bytes, 1), config.max_pull_bytes, MAX_PULL_BYTES),
-            tag_codes=tag_codes,
             carries_subscription=carries,
+            expression_type=kind,
+            expression=expression,
+            tag_codes=tag_codes,
+            sub_version=whole(ext, "subVersion", 0),
             commit=commit,
             suspend_ms=max(
                 min(whole(ext, "suspendTimeoutMillis", 15_000, INT32), MAX_SUSPEND_MS), 0
@@ -153,13 +172,18 @@ class Consuming:
 
     async def pull(self, connection: Connection, request: Command, pull: PullRequest) -> Command:
         group, topic, queue_id, offset = pull.group, pull.topic, pull.queue_id, pull.offset
-        tag_codes = pull.tag_codes
+        tag_codes, selector = pull.tag_codes, None
         if not pull.carries_subscription:
-            tag_codes = self._heartbeat_tag_codes(group, topic)
+            tag_codes, selector = self._heartbeat_filter(group, topic, pull.sub_version)
         self._check_pull(topic, queue_id)
         # below every queue's minimum: answered as OFFSET_MOVED
-        read = Read(topic, queue_id, max(offset, -1), pull.max_count, pull.max_bytes, tag_codes)
-        result = await self._workers.run(self._read, group, read, pull.commit)
+        read = Read(
+            topic, queue_id, max(offset, -1), pull.max_count, pull.max_bytes, tag_codes, selector
+        )
+        carried = None
+        if pull.carries_subscription and pull.expression_type != TAG:
+            carried = (pull.expression_type, pull.expression)
+        read, result = await self._workers.run(self._read, group, read, pull.commit, carried)
         if result.status == PullStatus.NO_NEW_MSG and pull.sys_flag & codes.PULL_SUSPEND:
             result = await self._core.hold(self._workers.run, read, result, pull.suspend_ms / 1000)
         code, remark = _STATUS[result.status]
@@ -178,9 +202,11 @@ class Consuming:
         self._broker.messages_pulled += result.count
         return response
 
-    def _heartbeat_tag_codes(self, group: str, topic: str) -> list[int] | None:
-        # RocketMQ's push consumer pulls without its subscription: the broker uses the one
-        # its heartbeats carried.
+    def _heartbeat_filter(
+        self, group: str, topic: str, sub_version: int
+    ) -> tuple[list[int] | None, Selector | None]:
+        """The tag codes or the selector of the subscription the group's heartbeats gave
+        (RocketMQ's push consumer pulls without its own)."""
         found = self._membership.subscription(group, topic)
         if found is None:
             raise Refusal(
@@ -188,7 +214,10 @@ class Consuming:
                 f"the consumer's subscription of {topic!r} in group {group!r} is not "
                 "known yet (no heartbeat names it)",
             )
-        return _tag_codes(found, self._broker.config.max_subscription_chars)
+        group_filter = self._membership.group_filter(group, topic)
+        if group_filter is not None and group_filter.kind != TAG:
+            return None, heartbeat_selector(group_filter, sub_version, group, topic)
+        return _tag_codes(found, self._broker.config.max_subscription_chars), None
 
     def _check_pull(self, topic: str, queue_id: int) -> None:
         config = self._core.topic(topic)
@@ -204,11 +233,22 @@ class Consuming:
         if queue_id < 0:
             raise Refusal(ResponseCode.INVALID_PARAMETER, f"queueId {queue_id} is negative")
 
-    def _read(self, group: str, read: Read, commit: int | None) -> GetResult:
-        """Commit the offset the pull carries, then read: one hop to a worker."""
+    def _read(
+        self, group: str, read: Read, commit: int | None, carried: tuple[str, str] | None
+    ) -> tuple[Read, GetResult]:
+        """Compile the selector the pull carries (``carried``: its type and text), commit
+        the offset it carries, then read: one hop to a worker. The read, selector and all,
+        is returned for a long poll to read again."""
+        if carried is not None:
+            kind, expression = carried
+            try:
+                selector = self._core.selector(kind, expression)
+            except RocketliteError as exc:
+                raise refusal(kind, exc) from None
+            read = dataclasses.replace(read, selector=selector)
         if commit is not None and commit >= 0:
             self._core.commit_offsets(group, read.topic, {read.queue_id: commit})
-        return self._core.read(read)
+        return read, self._core.read(read)
 
     # -- offsets ----------------------------------------------------------------------------
 

@@ -11,6 +11,11 @@ watching the group, the member leaves after the registry's reconnect grace: its 
 end first, then the others are told, so an orderly consumer that rebalances on the
 notification locks the freed queues at its first try (RocketMQ's broker keeps them until
 they expire).
+
+CHECK_CLIENT_CONFIG (46) is served here too: Java's consumers ask it at start about each
+SQL92 subscription, and fail to start on anything but SUCCESS. A heartbeat's subscriptions
+also become the group's filters (:mod:`.filters`): what a pull without its subscription is
+filtered by, a SQL92 expression compiled once on a worker.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import functools
 import itertools
 import logging
 import random
+import threading
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
@@ -32,12 +38,13 @@ from rmq_spark.broker.delivery import retry
 from rmq_spark.broker.membership.groups import ConsumeFromWhere, ConsumeType, MessageModel
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
+from rmq_spark.broker.remoting.filters import TAG, GroupFilter, Subscribed, refusal, updated
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.properties import REAL_QID, UNIQ_KEY, decode_properties
 from rmq_spark.codec.record import Record, encode_record, offset_msg_id
 from rmq_spark.codec.subscription import parse_subscription
-from rmq_spark.errors import InvalidArgumentError, shown
+from rmq_spark.errors import InvalidArgumentError, RocketliteError, shown
 from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire.remoting import bodies
@@ -52,7 +59,6 @@ _FROM_WHERE = {
     "CONSUME_FROM_FIRST_OFFSET": "FIRST_OFFSET",
     "CONSUME_FROM_TIMESTAMP": "TIMESTAMP",
 }
-TAG_EXPRESSION = "TAG"
 #: the producer group every RocketMQ client instance has (mqadmin's too): never transactional
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 #: the property naming the producer group of a transactional message
@@ -66,8 +72,7 @@ class ConsumerData:
     """One consumer group of a heartbeat, checked."""
 
     group: str
-    #: (topic, expression, expression type) per subscription
-    subscriptions: list[tuple[str, str, str]]
+    subscriptions: list[Subscribed]
     message_model: MessageModel
     consume_type: ConsumeType
     from_where: ConsumeFromWhere
@@ -78,6 +83,15 @@ class Heartbeat:
     client_id: str
     producer_groups: list[str]
     consumers: list[ConsumerData]
+
+
+@dataclass(frozen=True)
+class CheckClient:
+    """CHECK_CLIENT_CONFIG: may this consumer group's subscription be served?"""
+
+    group: str
+    #: None when the request carries no subscription (nothing to check)
+    subscription: Subscribed | None
 
 
 @dataclass(frozen=True)
@@ -100,8 +114,9 @@ class Membership:
         self._broker = broker
         self._workers = workers
         self._opaques = itertools.count()
-        #: (group, topic) -> expression type of subscriptions that are not tag expressions
-        self.other_filters: dict[tuple[str, str], str] = {}
+        #: (group, topic) -> what the group's heartbeats said to filter the topic by
+        self._filters: dict[tuple[str, str], GroupFilter] = {}
+        self._filters_lock = threading.Lock()
         #: live connections by client id (for consumer connection lists)
         self.connections: dict[str, Connection] = {}
         broker.transaction_checks.add_asker(self.ask_about_transaction)
@@ -123,6 +138,11 @@ class Membership:
                 self.consumer_list,
                 RemotingRule(needs=group_need),
                 decode=lambda r: validate_group(r.ext.get("consumerGroup")),
+            ),
+            RequestCode.CHECK_CLIENT_CONFIG: Endpoint(
+                self.check_client,
+                RemotingRule(needs=_check_needs),
+                decode=self.decode_check_client,
             ),
             RequestCode.LOCK_BATCH_MQ: Endpoint(self.lock, lock, decode=self.decode_lock),
             RequestCode.UNLOCK_BATCH_MQ: Endpoint(self.unlock, lock, decode=self.decode_lock),
@@ -151,12 +171,6 @@ class Membership:
         if connection.producer_groups - {INNER_PRODUCER_GROUP}:
             # a producer that may have transactions to be asked about
             self._broker.transaction_checks.start(self._workers)
-        for consumer in hb.consumers:
-            for topic, _, kind in consumer.subscriptions:
-                if kind == TAG_EXPRESSION:
-                    self.other_filters.pop((consumer.group, topic), None)
-                else:
-                    self.other_filters[(consumer.group, topic)] = kind
         if hb.consumers:
             await self._workers.run(self._join, client_id, hb.consumers)
         for consumer in hb.consumers:
@@ -185,18 +199,7 @@ class Membership:
             )
         consume_type = _CONSUME_TYPES[_enum(item, "consumeType", _CONSUME_TYPES)]
         from_where = _FROM_WHERE.get(_enum(item, "consumeFromWhere", _FROM_WHERE), "LAST_OFFSET")
-        subscriptions = []
-        limit = self._broker.config.max_subscription_chars
-        for sub in self._items(item, "subscriptionDataSet"):
-            if not isinstance(sub, dict):
-                raise InvalidArgumentError(f"subscriptionDataSet holds {shown(sub)}")
-            topic = validate_topic(sub.get("topic"), allow_system=True)
-            with checks.item(f"the subscription to {topic!r}"):
-                text = checks.subscription_text(str(sub.get("subString") or "*"), limit)
-            kind = str(sub.get("expressionType") or TAG_EXPRESSION).upper()
-            if kind == TAG_EXPRESSION:
-                text = parse_subscription(text).expression
-            subscriptions.append((topic, text, kind))
+        subscriptions = [self._subscribed(sub) for sub in self._items(item, "subscriptionDataSet")]
         return ConsumerData(
             group,
             subscriptions,
@@ -205,13 +208,43 @@ class Membership:
             cast(ConsumeFromWhere, from_where),
         )
 
+    def _subscribed(self, sub: object) -> Subscribed:
+        """One SubscriptionData of a heartbeat or a client check: topic, expression (a tag
+        expression normalised), type and version, the expression no longer than
+        --max-subscription-chars."""
+        if not isinstance(sub, dict):
+            raise InvalidArgumentError(f"subscriptionDataSet holds {shown(sub)}")
+        topic = validate_topic(sub.get("topic"), allow_system=True)
+        kind = sub.get("expressionType") or TAG
+        if not isinstance(kind, str):
+            raise InvalidArgumentError(f"the expressionType of {topic!r} is {shown(kind)}")
+        kind = kind.upper()
+        text = sub.get("subString")
+        if text is not None and not isinstance(text, str):
+            raise InvalidArgumentError(f"the subString of {topic!r} is {shown(text)}, not text")
+        limit = self._broker.config.max_subscription_chars
+        with checks.item(f"the subscription to {topic!r}"):
+            if kind == TAG:
+                text = parse_subscription(checks.subscription_text(text or "*", limit)).expression
+            else:  # compiled when the group's filter changes (an empty one is refused then)
+                text = checks.subscription_text(text or "", limit)
+        version = sub.get("subVersion", 0)
+        if isinstance(version, str) and version.lstrip("-").isdigit():
+            version = int(version)
+        if not isinstance(version, int) or isinstance(version, bool) or abs(version) >= 1 << 63:
+            raise InvalidArgumentError(
+                f"the subVersion of {topic!r} is {shown(version)}, not a long"
+            )
+        return Subscribed(topic, text, kind, version)
+
     def _join(self, client_id: str, consumers: list[ConsumerData]) -> None:
         registry = self._broker.consumers
         for c in consumers:
-            subscriptions = [(topic, text) for topic, text, _ in c.subscriptions]
+            subscriptions = [(sub.topic, sub.expression) for sub in c.subscriptions]
             registry.heartbeat(
                 client_id, c.group, subscriptions, c.message_model, c.consume_type, c.from_where
             )
+            self._update_filters(c.group, c.subscriptions)
             group = c.group
             if c.message_model == "CLUSTERING":
                 # RocketMQ creates the group's retry topic on its first heartbeat; mqadmin's
@@ -270,15 +303,79 @@ class Membership:
         )
         return True
 
+    def _update_filters(self, group: str, subscriptions: list[Subscribed]) -> None:
+        """The group's filters once a heartbeat carried ``subscriptions`` (on a worker: a
+        new SQL92 expression is compiled here, outside the table's lock)."""
+        compile = self._broker.messaging.selector
+        for sub in subscriptions:
+            key = (group, sub.topic)
+            while True:
+                with self._filters_lock:
+                    old = self._filters.get(key)
+                new = updated(old, sub, compile)
+                if new is None:
+                    break
+                with self._filters_lock:
+                    if self._filters.get(key) is old:  # else judge again what came meanwhile
+                        if old is None:
+                            self._forget_left_groups()
+                        self._filters[key] = new
+                        break
+            if new is not None and new.error is not None and (old is None or old.error is None):
+                log.warning(
+                    "group %r subscribes to %r with a %s expression that cannot be used: %s",
+                    group,
+                    sub.topic,
+                    sub.kind,
+                    new.error,
+                )
+
+    def _forget_left_groups(self) -> None:
+        """Drop the filters of groups no member is in any more (under the table's lock)."""
+        registry = self._broker.consumers
+        for group in {group for group, _ in self._filters}:
+            if not registry.members(group):
+                for key in [k for k in self._filters if k[0] == group]:
+                    del self._filters[key]
+
+    def group_filter(self, group: str, topic: str) -> GroupFilter | None:
+        """What the group's heartbeats said to filter ``topic`` by (the newest version's),
+        None when none named it."""
+        with self._filters_lock:
+            return self._filters.get((group, topic))
+
+    def expression_type(self, group: str, topic: str, expression: str) -> str:
+        """The type of a member's ``expression`` for ``topic`` ("TAG" unless it is the
+        group's non-tag filter)."""
+        found = self.group_filter(group, topic)
+        if found is not None and found.kind != TAG and found.expression == expression:
+            return found.kind
+        return TAG
+
+    def decode_check_client(self, request: Command) -> CheckClient:
+        data = bodies.json_object(request.body, "CheckClientRequestBody")
+        group = validate_group(data.get("group"))
+        sub = data.get("subscriptionData")
+        return CheckClient(group, None if sub is None else self._subscribed(sub))
+
+    async def check_client(
+        self, connection: Connection, request: Command, check: CheckClient
+    ) -> Command:
+        """CHECK_CLIENT_CONFIG: SUCCESS for a tag subscription or one this broker can
+        compile; SYSTEM_ERROR (1) when it does not filter by that type, else
+        SUBSCRIPTION_PARSE_FAILED (23) naming the column and why, as RocketMQ answers."""
+        sub = check.subscription
+        if sub is not None and sub.kind != TAG:
+            compile = functools.partial(self._broker.messaging.selector, sub.kind, sub.expression)
+            try:
+                await self._workers.run(compile)
+            except RocketliteError as exc:
+                raise refusal(sub.kind, exc) from None
+        return request.reply()
+
     def subscription(self, group: str, topic: str) -> str | None:
-        """The tag expression the group's live members gave for ``topic`` in their
-        heartbeats (the newest member's wins), or None when no member subscribes to it."""
-        if (group, topic) in self.other_filters:
-            raise Refusal(
-                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                f"the {self.other_filters[(group, topic)]} filter of group {group!r} on "
-                f"{topic!r} is not supported by this broker; subscribe with tags",
-            )
+        """The expression the group's live members gave for ``topic`` in their heartbeats
+        (the newest member's wins), or None when no member subscribes to it."""
         registry = self._broker.consumers
         for client_id in reversed(registry.members(group)):
             info = registry.consumer_info(group, client_id)
@@ -380,9 +477,15 @@ def _heartbeat_needs(hb: Heartbeat) -> list[Need]:
     needs = []
     for consumer in hb.consumers:
         needs.extend(group_need(consumer.group))
-        for topic, _, _ in consumer.subscriptions:
-            needs.extend(topic_need(topic, SUB))
+        for sub in consumer.subscriptions:
+            needs.extend(topic_need(sub.topic, SUB))
     return needs
+
+
+def _check_needs(check: CheckClient) -> list[Need]:
+    """Sub on the group and the topic whose subscription is checked."""
+    topic = check.subscription.topic if check.subscription is not None else ""
+    return [*group_need(check.group), *topic_need(topic, SUB)]
 
 
 def _lock_needs(body: LockBody) -> list[Need]:

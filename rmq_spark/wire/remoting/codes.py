@@ -35,6 +35,7 @@ class RequestCode(enum.IntEnum):
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
+    CHECK_CLIENT_CONFIG = 46
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102
@@ -78,6 +79,8 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_NOT_EXIST = 24
     SUBSCRIPTION_NOT_LATEST = 25
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    FILTER_DATA_NOT_EXIST = 27
+    FILTER_DATA_NOT_LATEST = 28
     INVALID_PARAMETER = 29
     CONSUMER_NOT_ONLINE = 206
     GO_AWAY = 1500
@@ -109,11 +112,18 @@ LANGUAGES = (
     "NODE_JS",
 )
 
-#: MQVersion.Version ordinals: routes in standard JSON from V4_9_4 on
+#: MQVersion.Version ordinals: brokers filter by SQL92 from V4_1_0 on (Java's client sends
+#: no SQL92 pull to a broker whose heartbeat answer carries an older version); routes in
+#: standard JSON from V4_9_4 on
+V4_1_0 = 232
 V4_9_4 = 401
 V5_3_3 = 479
-#: the version rocketlite says it is (a 5.x broker: non-TAG filters are not refused by it)
+#: the version rocketlite says it is in every answer (a 5.x broker)
 OUR_VERSION = V5_3_3
+
+#: how RocketMQ's broker begins the remark of SYSTEM_ERROR when it does not filter by a
+#: subscription's expression type (the type follows: "SQL92")
+FILTER_NOT_SUPPORTED = "The broker does not support consumer to filter message by "
 
 #: pull request sysFlag bits (PullSysFlag)
 PULL_COMMIT_OFFSET = 0x1
