@@ -37,6 +37,7 @@ from rmq_spark.codec import fastjson
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.properties import UNIQ_KEY, encode_properties
 from rmq_spark.errors import (
+    FilterNotSupportedError,
     InvalidArgumentError,
     NotFoundError,
     RocketliteError,
@@ -45,6 +46,7 @@ from rmq_spark.errors import (
 from rmq_spark.names import validate_key_query
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire.remoting.codes import (
+    FILTER_NOT_SUPPORTED,
     PERM_READ,
     PERM_WRITE,
     PULL_SUBSCRIPTION,
@@ -241,7 +243,11 @@ class RemotingClient:
         """Records of ``mq`` from ``offset`` (``expression`` filtered by the broker: tags,
         or a SQL92 selector with ``expression_type`` "SQL92"), at most ``max_messages`` and
         about ``max_bytes`` (the broker's cap when None); with ``suspend_ms`` the broker
-        holds an empty pull that long for new messages."""
+        holds an empty pull that long for new messages.
+
+        A selector the broker cannot compile raises RemotingError with code 23
+        (SUBSCRIPTION_PARSE_FAILED, the broker's reason in the message); a broker that does
+        not filter by SQL92, FilterNotSupportedError."""
         sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms > 0 else 0)
         request = Command(
             RequestCode.PULL_MESSAGE,
@@ -275,6 +281,10 @@ class RemotingClient:
                 f"{mq.broker_name!r} does not know the topic yet ({answer.remark})"
             )
         if status is None:
+            if answer.code == ResponseCode.SYSTEM_ERROR and (answer.remark or "").startswith(
+                FILTER_NOT_SUPPORTED
+            ):  # not worth a retry: the broker was started so
+                raise FilterNotSupportedError(f"pull of {mq}: {answer.remark}")
             raise_for(answer, f"pull of {mq} from broker id {broker_id}")
             raise RemotingError(answer.code, f"pull of {mq}: unexpected answer {answer.code}")
         ext = answer.ext
