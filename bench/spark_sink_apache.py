@@ -17,8 +17,15 @@ Cases run in interleaved rounds after an untimed warm-up; the table gives each c
 median rows/s over the rounds with the spread, and the ratio exactly-once / at-least-once
 taken within each round (target >= 0.5).
 
+Then, for scale, Apache RocketMQ's own Java benchmark producers run on the same broker
+(unless ``--quick``): ``BatchProducer`` (batches of 1,024 messages of 100 B, 8 threads) and
+``TransactionProducer`` (one half message and one END_TRANSACTION per message, 32 threads:
+what a RocketMQ 4.9 broker takes of transactional messages, which cannot be batched). Their
+ratio bounds what any exactly-once writer built on RocketMQ 4.9's transactions can reach
+against batch sends on the machine.
+
 Run: ``ROCKETMQ_HOME=/path/to/rocketmq-4.9 .venv/bin/python bench/spark_sink_apache.py
-[--rows N] [--rounds R] [--quick]``.
+[--rows N] [--rounds R] [--quick] [--java-seconds S]``.
 """
 
 from __future__ import annotations
@@ -26,8 +33,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,9 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=100_000, help="rows of 100 B per case")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="20,000 rows, 1 round")
+    parser.add_argument(
+        "--java-seconds",
+        type=int,
+        default=60,
+        help="how long each of Apache's own Java producers runs (0: not at all)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
-        args.rows, args.rounds = 20_000, 1
+        args.rows, args.rounds, args.java_seconds = 20_000, 1, 0
     home = rocketmq_home()
     if home is None:
         print(
@@ -91,8 +107,53 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         rates = run(args, apache)
+        java_rates = own_producers(apache, args.java_seconds) if args.java_seconds else {}
     report(rates, args.rounds)
+    if java_rates:
+        report_own(java_rates)
     return 0
+
+
+#: Apache's benchmark producers: (class, arguments, the per-window rate its output prints)
+OWN_PRODUCERS = {
+    "BatchProducer": (["-s", str(SIZE), "-b", "1024", "-w", "8"], r"Send MPS: *(\d+)"),
+    "TransactionProducer": (["-s", str(SIZE), "-w", "32"], r"Send TPS: *(\d+)"),
+}
+
+
+def own_producers(apache: ApacheRocketMQ, seconds: int) -> dict[str, float]:
+    """The median messages/s of each of Apache's own benchmark producers over its windows
+    after the first (JVM warm-up), run one after the other for ``seconds`` each."""
+    rates = {}
+    for name, (args, pattern) in OWN_PRODUCERS.items():
+        argv = apache.java.argv(
+            ["-Xmx512m"],
+            f"org.apache.rocketmq.example.benchmark.{name}",
+            "-n", apache.namesrv, "-t", f"Own{name}", *args,
+        )  # fmt: skip
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        try:
+            out, _ = process.communicate(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)
+            out, _ = process.communicate(timeout=30)
+        windows = [int(x) for x in re.findall(pattern, out)]
+        if len(windows) < 2:
+            raise SystemExit(f"{name} printed too few rates:\n{out[-2000:]}")
+        rates[name] = statistics.median(windows[1:])
+    return rates
+
+
+def report_own(rates: dict[str, float]) -> None:
+    batch, tx = rates["BatchProducer"], rates["TransactionProducer"]
+    print(
+        "\nApache RocketMQ's own Java producers on the same broker (median of 10 s windows "
+        f"after the first):\n  BatchProducer, batches of 1,024: {batch:,.0f} msgs/s\n"
+        f"  TransactionProducer, half + end per message: {tx:,.0f} msgs/s = {tx / batch:.3f}x "
+        "of its batches"
+    )
 
 
 def run(args: argparse.Namespace, apache: ApacheRocketMQ) -> dict[str, list[float]]:
