@@ -40,14 +40,16 @@ MISSING = (
 NEEDS_JAVA = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
-def compile_probe(work: Path) -> Callable[..., list[str]]:
-    """Compile RemotingProbe into ``work``; returns ``java(*args, timeout_s=...) -> stdout
-    lines`` running it to its ``DONE``, with ``java.start(*args) -> Popen`` (stdout piped,
-    text) and ``java.mqadmin(*args) -> output``."""
+def compile_probe(work: Path, probe: Path = PROBE) -> Callable[..., list[str]]:
+    """Compile RemotingProbe (or another ``probe`` of ``tests/java/``) into ``work``;
+    returns ``java(*args, timeout_s=...) -> stdout lines`` running it to its ``DONE``, with
+    ``java.start(*args) -> Popen`` (stdout piped, text) and ``java.mqadmin(*args) ->
+    output``."""
     classes = work / "classes"
     lib = f"{ROCKETMQ_HOME}/lib/*"
+    main = probe.stem
     subprocess.run(
-        ["javac", "-nowarn", "-cp", lib, "-d", str(classes), str(PROBE)],
+        ["javac", "-nowarn", "-cp", lib, "-d", str(classes), str(probe)],
         check=True,
         capture_output=True,
         timeout=120,
@@ -71,20 +73,18 @@ def compile_probe(work: Path) -> Callable[..., list[str]]:
 
     def run(*args: str, timeout_s: float = 90, env: dict | None = None) -> list[str]:
         done = subprocess.run(
-            [*command, "RemotingProbe", *args],
+            [*command, main, *args],
             capture_output=True,
             text=True,
             timeout=timeout_s,
             env={**os.environ, **(env or {})},
         )
         lines = done.stdout.splitlines()
-        assert "DONE" in lines, f"RemotingProbe {args} failed:\n{done.stdout}\n{done.stderr}"
+        assert "DONE" in lines, f"{main} {args} failed:\n{done.stdout}\n{done.stderr}"
         return lines
 
     def start(*args: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [*command, "RemotingProbe", *args], stdout=subprocess.PIPE, text=True
-        )
+        return subprocess.Popen([*command, main, *args], stdout=subprocess.PIPE, text=True)
 
     def mqadmin(*args: str, timeout_s: float = 60) -> str:
         done = subprocess.run(
