@@ -23,10 +23,10 @@ from rmq_spark.broker.v2.requests import (
     answered,
     endpoints_for,
     failure_status,
-    filter_tag_codes,
     group_name,
     is_fifo_group,
     max_attempts,
+    read_filter,
     required_client_id,
     topic_name,
 )
@@ -113,10 +113,7 @@ class Consuming:
         client_id = required_client_id(context)
         group = group_name(request.group)
         topic = topic_name(request.message_queue.topic)
-        expression = request.filter_expression
-        if expression.type == pb.SQL:
-            raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; filter by tag")
-        tag_codes = filter_tag_codes(expression.expression, self._broker)
+        tag_codes, selector = read_filter(request.filter_expression, self._broker)
         batch = request.batch_size or MAX_RECEIVE_BATCH
         if batch < 1:
             raise V2Error(Code.BAD_REQUEST, f"batch_size {batch} must be at least 1")
@@ -150,6 +147,7 @@ class Consuming:
             batch=min(batch, MAX_RECEIVE_BATCH),
             invisible_ms=invisible_ms,
             tag_codes=tag_codes,
+            selector=selector,
             fifo=fifo,
             max_attempts=max_attempts(self._broker, group),
             client_id=owner,

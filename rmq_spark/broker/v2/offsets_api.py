@@ -14,8 +14,8 @@ from rmq_spark.broker.v2 import convert
 from rmq_spark.broker.v2.codes import Code, V2Error, status
 from rmq_spark.broker.v2.requests import (
     existing_topic,
-    filter_tag_codes,
     group_name,
+    read_filter,
     topic_name,
 )
 from rmq_spark.broker.workers import Workers
@@ -86,13 +86,11 @@ class OffsetsApi:
         group_name(request.group)
         topic, queue_id = self._queue(request.message_queue)
         self._core.check_readable(existing_topic(self._broker, topic), queue_id)
-        if request.filter_expression.type == pb.SQL:
-            raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; filter by tag")
-        tag_codes = filter_tag_codes(request.filter_expression.expression, self._broker)
+        tag_codes, selector = read_filter(request.filter_expression, self._broker)
         if request.offset < 0:
             raise V2Error(Code.ILLEGAL_OFFSET, f"offset {request.offset} must be >= 0")
         batch = min(request.batch_size or 32, MAX_PULL_BATCH)
-        read = Read(topic, queue_id, request.offset, batch, MAX_PULL_BYTES, tag_codes)
+        read = Read(topic, queue_id, request.offset, batch, MAX_PULL_BYTES, tag_codes, selector)
         wait_ms = min(request.long_polling_timeout.ToMilliseconds(), MAX_PULL_WAIT_MS)
         result = await self._core.pull(workers.run, read, wait_ms / 1000)
         if result.status == PullStatus.OFFSET_ILLEGAL:

@@ -27,6 +27,7 @@ from rmq_spark.broker.v2.pop_store import Key, PopStore
 from rmq_spark.broker.v2.requests import existing_topic
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import Record, decode_record, iter_records, offset_msg_id
+from rmq_spark.filter import Selector
 from rmq_spark.structs import PullStatus
 
 log = logging.getLogger("rmq_spark.broker")
@@ -58,6 +59,8 @@ class ReceiveArgs:
     fifo: bool
     max_attempts: int
     client_id: str = ""  # auto-renew: invisible while this client lives
+    #: a SQL92 filter over the messages' properties (None: the tag filter alone)
+    selector: Selector | None = None
 
 
 class PopService:
@@ -126,9 +129,11 @@ class PopService:
             room -= len(out)
             new_offsets: list[int] = []
             if room > 0 and not (args.fifo and again):
-                result = self._core.read(
-                    Read(args.topic, queue_id, state.next, room, MAX_RECEIVE_BYTES, args.tag_codes)
-                )
+                read = Read(
+                    args.topic, queue_id, state.next, room, MAX_RECEIVE_BYTES, args.tag_codes,
+                    args.selector,
+                )  # fmt: skip
+                result = self._core.read(read)
                 if result.status == PullStatus.FOUND:
                     records = list(iter_records(result.data))
                     tokens = [_token() for _ in records]

@@ -22,6 +22,7 @@ from rmq_spark.broker.core.messaging import TopicConfig
 from rmq_spark.broker.v2.codes import Code, V2Error, code_of, status
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, ReservedTopicError, RocketliteError
+from rmq_spark.filter import SQL92, Selector
 from rmq_spark.names import check_sendable, validate_group, validate_topic
 
 log = logging.getLogger("rmq_spark.broker")
@@ -110,6 +111,23 @@ def filter_tag_codes(expression: str, broker: Broker) -> list[int] | None:
         return parse_subscription(expression).tag_codes
     except InvalidArgumentError as exc:
         raise V2Error(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+
+
+def read_filter(
+    expression: pb.FilterExpression, broker: Broker
+) -> tuple[list[int] | None, Selector | None]:
+    """What a receive's, pull's or subscription's filter selects: (tag codes, None) for a
+    tag filter (unspecified is TAG), (None, selector) for SQL. The SQL92 text goes through
+    the broker core's one decoder (:meth:`MessagingCore.selector`): a malformed one is
+    ILLEGAL_FILTER_EXPRESSION naming the column and why, and a broker started with
+    ``--no-property-filter`` answers NOT_IMPLEMENTED naming the flag (the core's table)."""
+    if expression.type != pb.SQL:
+        return filter_tag_codes(expression.expression, broker), None
+    try:
+        text = checks.subscription_text(expression.expression, broker.config.max_subscription_chars)
+    except InvalidArgumentError as exc:
+        raise V2Error(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+    return None, broker.messaging.selector(SQL92, text)
 
 
 def group_name(resource: pb.Resource) -> str:

@@ -30,7 +30,7 @@ from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.routes import queue_perm
 from rmq_spark.broker.v2 import convert, settings
 from rmq_spark.broker.v2.clients import ClientRegistry
-from rmq_spark.broker.v2.codes import Code, V2Error, status
+from rmq_spark.broker.v2.codes import Code, V2Error, code_of, grpc_code_of, status
 from rmq_spark.broker.v2.consume import Consuming
 from rmq_spark.broker.v2.offsets_api import OffsetsApi
 from rmq_spark.broker.v2.pop_store import PopStore
@@ -45,6 +45,7 @@ from rmq_spark.broker.v2.requests import (
     failure_status,
     is_fifo_group,
     max_attempts,
+    read_filter,
     required_client_id,
     topic_name,
 )
@@ -68,6 +69,14 @@ _PERMISSIONS = {
     int(Permission.WRITE): pb.WRITE,
     0: pb.NONE,
 }
+
+
+def _abort_code(exc: RocketliteError) -> grpc.StatusCode:
+    """The gRPC status a Telemetry stream ends with for settings refused with ``exc``: the
+    code of the same meaning as its v2 code (a malformed SQL92 subscription, 40010, is
+    INVALID_ARGUMENT; one a broker without property filtering refuses, 50100,
+    UNIMPLEMENTED)."""
+    return getattr(grpc.StatusCode, grpc_code_of(code_of(exc)), grpc.StatusCode.INVALID_ARGUMENT)
 
 
 class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
@@ -201,11 +210,15 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                             self._settings, client_id, command.settings
                         )
                     except RocketliteError as exc:
-                        await outbox.put((_BAD_SETTINGS, str(exc)))
+                        await outbox.put((_BAD_SETTINGS, _abort_code(exc), str(exc)))
                         return
                     if answer is None:
                         await outbox.put(
-                            (_BAD_SETTINGS, "settings carry neither publishing nor subscription")
+                            (
+                                _BAD_SETTINGS,
+                                grpc.StatusCode.INVALID_ARGUMENT,
+                                "settings carry neither publishing nor subscription",
+                            )
                         )
                         return
                     await outbox.put(spb.TelemetryCommand(status=status(), settings=answer))
@@ -217,7 +230,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         try:
             while (item := await outbox.get()) is not _STREAM_END:
                 if isinstance(item, tuple) and item[0] is _BAD_SETTINGS:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, item[1])
+                    await context.abort(item[1], item[2])
                 yield item
         finally:
             reader.cancel()
@@ -265,7 +278,18 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             entries = client.subscription.subscriptions
             checks.at_most(len(entries), "subscription.subscriptions", limit, "--max-request-items")
             for entry in entries:
-                checks.subscription_text(entry.expression.expression, config.max_subscription_chars)
+                if entry.expression.type == pb.SQL:
+                    # refused now, as the proxy refuses a subscription it cannot build: a
+                    # push consumer does not start with a selector no receive could use
+                    try:
+                        read_filter(entry.expression, self._broker)
+                    except RocketliteError as exc:
+                        where = f"the subscription to {entry.topic.name!r}"
+                        raise V2Error(code_of(exc), f"{where}: {exc}") from None
+                else:
+                    checks.subscription_text(
+                        entry.expression.expression, config.max_subscription_chars
+                    )
         if kind == "publishing":
             answer = settings.producer_settings(
                 client, max_body_bytes=self._broker.config.max_message_bytes
