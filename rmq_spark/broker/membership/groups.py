@@ -28,7 +28,7 @@ import asyncio
 import collections
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,6 +42,8 @@ ConsumeType = Literal["PULL", "PUSH"]
 ConsumeFromWhere = Literal["LAST_OFFSET", "FIRST_OFFSET", "TIMESTAMP"]
 #: why a member left its group
 DepartureReason = Literal["unregistered", "stream_closed", "session_expired"]
+#: the expression type of tag subscriptions (RocketMQ's ExpressionType.TAG)
+TAG = "TAG"
 
 #: events a slow watcher may fall behind by; older ones are dropped (each event is a full
 #: snapshot, so the latest one alone is enough to rebalance correctly)
@@ -76,6 +78,18 @@ class ConsumerInfo:
     consume_type: ConsumeType
     consume_from_where: ConsumeFromWhere
     consume_timestamp_ms: int
+    #: sorted (topic, expression type) of the subscriptions that are not tag expressions
+    #: (e.g. "SQL92"); a topic not here subscribes by tag
+    expression_types: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def filters(self) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+        """What the member reads: its subscriptions and their expression types."""
+        return self.subscriptions, self.expression_types
+
+    def expression_type(self, topic: str) -> str:
+        """The kind of ``topic``'s expression: "TAG", or "SQL92" for a SQL92 selector."""
+        return dict(self.expression_types).get(topic, TAG)
 
 
 @dataclass(frozen=True)
@@ -200,9 +214,12 @@ class ConsumerRegistry:
         consume_type: ConsumeType = "PUSH",
         consume_from_where: ConsumeFromWhere = "LAST_OFFSET",
         consume_timestamp_ms: int = 0,
+        expression_types: Mapping[str, str] | None = None,
     ) -> bool:
         """Add or refresh a member. True when the group changed: a new member, or a member's
-        subscription set changed (RocketMQ notifies rebalance for both)."""
+        subscription set changed (RocketMQ notifies rebalance for both).
+        ``expression_types`` maps a topic whose expression is not a tag expression to its
+        type (e.g. "SQL92")."""
         info = ConsumerInfo(
             client_id,
             tuple(sorted(set(subscriptions))),
@@ -210,6 +227,7 @@ class ConsumerRegistry:
             consume_type,
             consume_from_where,
             consume_timestamp_ms,
+            tuple(sorted((t, k) for t, k in (expression_types or {}).items() if k != TAG)),
         )
         with self._lock:
             now = self._clock()
@@ -218,7 +236,7 @@ class ConsumerRegistry:
             previous = state.members.get(client_id)
             state.members[client_id] = info
             state.last_seen_ms[client_id] = now
-            changed = previous is None or previous.subscriptions != info.subscriptions
+            changed = previous is None or previous.filters != info.filters
             if changed:
                 self._changed_locked(group, state)
                 if previous is None:
