@@ -191,7 +191,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     # start at the beginning), like a RocketMQ consumer with CONSUME_FROM_FIRST_OFFSET.
     config = ConsumerConfig(consume_from="FIRST_OFFSET", **tls_settings(args))
     with PullConsumer(
-        args.endpoints, group=args.group, subscription=args.tag, config=config
+        args.endpoints, group=args.group, subscription=args.tag, config=config, sql=args.sql
     ) as consumer:
         queues = consumer.queues(args.topic)
         consumer.assign(queues)

@@ -13,6 +13,7 @@ from rmq_spark.cli.output import emit, message_rows, print_message
 from rmq_spark.cli.settings import client_config, parse_timestamp
 from rmq_spark.clock import monotonic_ms
 from rmq_spark.errors import RocketliteError
+from rmq_spark.filter import SQL92, compile_selector
 from rmq_spark.names import SYSTEM_PREFIXES
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire.remoting.codes import PERM_READ, PERM_WRITE
@@ -100,6 +101,11 @@ def ns_send(args: argparse.Namespace) -> int:
 def ns_consume(args: argparse.Namespace) -> int:
     start = args.start or ("earliest" if args.group is None else None)
     timestamp = None if start in (None, "earliest", "latest") else parse_timestamp(start)
+    expression, expression_type = args.tag, "TAG"
+    if args.sql is not None:
+        # compiled here first: an Apache RocketMQ broker answers a pull carrying a malformed
+        # selector with every message, unfiltered
+        expression, expression_type = compile_selector(args.sql).text, SQL92
     shown = 0
     with _client(args) as client:
         queues = client.route(args.topic).readable
@@ -114,7 +120,7 @@ def ns_consume(args: argparse.Namespace) -> int:
                     wanted = 32 if args.max is None else min(32, args.max - shown)
                     answer = client.pull(
                         mq, positions[mq], max_messages=wanted, group=args.group,
-                        expression=args.tag,
+                        expression=expression, expression_type=expression_type,
                     )  # fmt: skip
                     if answer.status == PullStatus.FOUND:
                         for row in message_rows(answer.records(), mq.broker_name):

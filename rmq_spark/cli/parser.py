@@ -108,7 +108,15 @@ def build_parser() -> CommandParser:
         help="earliest | latest | store timestamp in epoch ms (default: earliest, or the "
         "--group's committed offsets)",
     )
-    consume.add_argument("--tag", default="*", help="subscription, e.g. 'TagA || TagB'")
+    by = consume.add_mutually_exclusive_group()
+    by.add_argument("--tag", default="*", help="subscription, e.g. 'TagA || TagB'")
+    by.add_argument(
+        "--sql",
+        default=None,
+        metavar="SELECTOR",
+        help="only messages RocketMQ's SQL92 selector picks by their properties, e.g. "
+        "\"region = 'eu' AND amount > 100\" (filtered by the brokers)",
+    )
     consume.add_argument("--max", type=int, default=None, help="stop after N messages")
     consume.add_argument("--group", default=None, help="commit positions for this group")
     consume.add_argument(

@@ -32,6 +32,7 @@ from rmq_spark.errors import (
     NotFoundError,
     RocketliteError,
 )
+from rmq_spark.filter import SQL92, compile_selector
 from rmq_spark.names import RETRY_PREFIX, validate_group
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
@@ -40,10 +41,58 @@ from rmq_spark.wire.v1 import mq_to_pb, pull_status_from_pb
 
 log = logging.getLogger("rmq_spark.client")
 
-__all__ = ["ConsumeFrom", "ConsumerConfig", "PullConsumer", "PullResult"]
+__all__ = ["ConsumeFrom", "ConsumerConfig", "PullConsumer", "PullResult", "ReadFilter"]
 
 #: where a queue without a committed offset starts (RocketMQ's ConsumeFromWhere)
 ConsumeFrom = Literal["LAST_OFFSET", "FIRST_OFFSET", "TIMESTAMP"]
+#: the expression type of tag subscriptions (RocketMQ's ExpressionType.TAG)
+TAG = "TAG"
+
+
+@dataclass(frozen=True, eq=False)
+class ReadFilter:
+    """Which messages of a topic a consumer reads: by tag (``expression`` "*" or
+    "TagA || TagB"; the broker filters on tag hash codes, so the tags of what it answers
+    are checked again here) or by a SQL92 selector over the properties (``expression_type``
+    "SQL92"; the broker applies it exactly, nothing is checked again)."""
+
+    expression: str
+    expression_type: str = TAG
+    #: the tags to keep (None: every message)
+    tag_values: pa.Array | None = None
+
+    @classmethod
+    def of(cls, expression: str = "*", sql: str | None = None) -> ReadFilter:
+        """The filter of tags ``expression``, or of the SQL92 selector ``sql``: compiled
+        here, so a malformed one fails now (``SelectorError``, naming the column and why),
+        before any broker is asked.
+
+        >>> ReadFilter.of(sql="region = 'eu'").expression_type
+        'SQL92'
+        """
+        if sql is None:
+            parsed = parse_subscription(expression)
+            return cls(parsed.expression, TAG, subscribed_tag_values(parsed))
+        if parse_subscription(expression).tags is not None:
+            raise InvalidArgumentError(
+                f"both tags {expression!r} and sql {sql!r} given: filter by one of them (a "
+                "SQL92 selector can test the tag too: TAGS = 'TagA')"
+            )
+        return cls(compile_selector(sql).text, SQL92)
+
+    @property
+    def wire_type(self) -> str:
+        """The request's expression_type: "" for tags (what brokers have always read),
+        else the type."""
+        return "" if self.expression_type == TAG else self.expression_type
+
+    def keep(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The records of a pull's answer this filter selects (tags checked again)."""
+        return keep_subscribed_tags(batch, self.tag_values)
+
+
+#: every message
+READ_ALL = ReadFilter("*")
 
 
 @dataclass
@@ -116,7 +165,10 @@ class PullConsumer:
     ...         print(result.message_queue, result.batch.column("body"))
     ...     c.commit()                                           # doctest: +SKIP
 
-    A queue's first position is the group's committed offset, else ``consume_from``.
+    ``subscription`` selects by tag; ``sql`` instead selects by RocketMQ's SQL92 selector
+    over the messages' properties (``sql="region = 'eu' AND amount > 100"``), applied by
+    the brokers; a malformed one raises ``SelectorError`` here, naming the column. A
+    queue's first position is the group's committed offset, else ``consume_from``.
     """
 
     def __init__(
@@ -125,12 +177,14 @@ class PullConsumer:
         group: str | None = None,
         subscription: str = "*",
         config: ConsumerConfig | None = None,
+        *,
+        sql: str | None = None,
     ) -> None:
         self.group = validate_group(group) if group is not None else None
+        self.filter = ReadFilter.of(subscription, sql)
         self.subscription = parse_subscription(subscription)
         self.config = config or ConsumerConfig()
         self._cluster = Cluster(endpoints, self.config)
-        self._tag_values = subscribed_tag_values(self.subscription)
         self._assigned: list[MessageQueue] = []
         self._positions: dict[MessageQueue, int] = {}
         self._rotation = 0
@@ -344,8 +398,9 @@ class PullConsumer:
             queue_offset=self._positions[mq],
             max_messages=max_messages or self.config.pull_batch_size,
             max_bytes=max_bytes or self.config.pull_max_bytes,
-            subscription_expression=self.subscription.expression,
+            subscription_expression=self.filter.expression,
             suspend_timeout_ms=timeout_ms,
+            expression_type=self.filter.wire_type,
         )
         if timeout_ms:
             timeout_s = (timeout_ms + self.config.long_poll_margin_ms) / 1000
@@ -421,7 +476,7 @@ class PullConsumer:
             ) from None
         batch = _empty_batch()
         if status == PullStatus.FOUND:
-            batch = self._filter(decode_pull_response(mq, response))
+            batch = self.filter.keep(decode_pull_response(mq, response))
             if batch.num_rows == 0:
                 status = PullStatus.NO_MATCHED_MSG  # every match was a tag-hash collision
         elif status == PullStatus.OFFSET_ILLEGAL:
@@ -443,9 +498,6 @@ class PullConsumer:
             response.max_offset,
             batch,
         )
-
-    def _filter(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        return keep_subscribed_tags(batch, self._tag_values)
 
 
 def subscribed_tag_values(subscription: Subscription) -> pa.Array | None:

@@ -46,10 +46,12 @@ _CONSUME_FROM = {
 
 
 class Subscription(NamedTuple):
-    """A topic and its tag expression, as a heartbeat reports it."""
+    """A topic and its expression, as a heartbeat reports it: tags, or with
+    ``expression_type`` "SQL92" a SQL92 selector."""
 
     topic: str
     expression: str
+    expression_type: str = "TAG"
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,11 @@ class HeartbeatInfo:
             client_id=self.client_id,
             consumer_group=self.group,
             subscriptions=[
-                groups_pb2.Subscription(topic=s.topic, expression=s.expression)
+                groups_pb2.Subscription(
+                    topic=s.topic,
+                    expression=s.expression,
+                    expression_type="" if s.expression_type == "TAG" else s.expression_type,
+                )
                 for s in self.subscriptions
             ],
             message_model=_MESSAGE_MODELS[self.message_model],

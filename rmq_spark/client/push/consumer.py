@@ -45,7 +45,7 @@ from typing import Any
 
 from rmq_spark.allocate import AllocateMessageQueueStrategy, get_strategy
 from rmq_spark.client.cluster import Cluster
-from rmq_spark.client.consumer import subscribed_tag_values
+from rmq_spark.client.consumer import READ_ALL, ReadFilter
 from rmq_spark.client.endpoints import Endpoints
 from rmq_spark.client.groups import unregister
 from rmq_spark.client.offsets import ClusterOffsets
@@ -56,8 +56,7 @@ from rmq_spark.client.push.fetcher import Fetcher
 from rmq_spark.client.push.ownership import Ownership
 from rmq_spark.client.push.queue_phase import Phase, plan_shutdown
 from rmq_spark.client.push.state import MemberState, Timers
-from rmq_spark.codec.subscription import parse_subscription
-from rmq_spark.errors import InvalidArgumentError
+from rmq_spark.errors import FilterNotSupportedError, InvalidArgumentError
 from rmq_spark.names import retry_topic, validate_group, validate_topic
 from rmq_spark.offsets.local_file import LocalFileOffsetStore
 from rmq_spark.offsets.remote_broker import RemoteBrokerOffsetStore
@@ -147,14 +146,21 @@ class PushConsumer:
 
     # --- set-up ---------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Consume ``topic``'s messages whose tag matches ``expression`` ("*" = all,
-        "TagA || TagB"). May be called while running; the next rebalance picks it up."""
+        "TagA || TagB"), or, with ``sql``, those RocketMQ's SQL92 selector picks by their
+        properties (``sql="region = 'eu' AND amount > 100"``; the brokers filter, exactly).
+        A malformed selector raises ``SelectorError`` here, naming the column and why.
+        May be called while running; the next rebalance picks it up.
+
+        Messages of the group's retry topic are not filtered: they are the ones this
+        group's listener failed, which passed its filter when first delivered (RocketMQ
+        delivers them so too)."""
         validate_topic(topic)
-        parsed = parse_subscription(expression)
+        read_filter = ReadFilter.of(expression, sql)
         member = self._member
         with member.lock:
-            member.subscriptions[topic] = (parsed.expression, subscribed_tag_values(parsed))
+            member.subscriptions[topic] = read_filter
         if self._started:
             self._coordinator.request(heartbeat=True, rebalance=True)
 
@@ -194,14 +200,14 @@ class PushConsumer:
         if self.message_model == "CLUSTERING":
             retry = retry_topic(self.group)
             with member.lock:
-                member.subscriptions.setdefault(retry, ("*", None))
+                member.subscriptions.setdefault(retry, READ_ALL)
+        self._join()
         member.offsets.load()
         service_cls = OrderlyService if self._orderly else ConcurrentService
         self._service = service_cls(member, self._listener)
         self._fetcher.service = self._service
         member.timers = Timers(f"rmq-push-timers-{self.group}")
         self._started = True
-        self._coordinator.send_heartbeats()  # the retry topic exists once a broker saw us
         self._spawn(self._fetcher.run, "pull")
         self._spawn(self._coordinator.housekeeping_loop, "house")
         if self.message_model == "CLUSTERING":
@@ -217,6 +223,22 @@ class PushConsumer:
             self.strategy.name,
         )
         return self
+
+    def _join(self) -> None:
+        """The first heartbeats (the retry topic exists once a broker saw one). A broker
+        that refuses the subscriptions (a SQL92 selector on a broker that does not filter
+        by properties, a subscription over its limits) fails the start, as RocketMQ's
+        consumer start fails its broker check: the group is left where it was joined."""
+        failed = self._coordinator.send_heartbeats()
+        refused = [
+            error
+            for error in failed.values()
+            if getattr(error, "from_broker", False)
+            and isinstance(error, InvalidArgumentError | FilterNotSupportedError)
+        ]
+        if refused:
+            unregister(self._member.cluster, self.client_id, self.group)
+            raise refused[0]
 
     def _spawn(self, target: Callable[..., None], name: str, *args: Any) -> None:
         thread = threading.Thread(

@@ -71,7 +71,10 @@ class Coordinator:
     def _heartbeat_info(self) -> HeartbeatInfo:
         member = self.member
         with member.lock:
-            subs = tuple(Subscription(t, e) for t, (e, _) in sorted(member.subscriptions.items()))
+            subs = tuple(
+                Subscription(topic, f.expression, f.expression_type)
+                for topic, f in sorted(member.subscriptions.items())
+            )
         stamp = member.config.consume_timestamp_ms or 0
         return HeartbeatInfo(
             member.client_id,
@@ -83,18 +86,23 @@ class Coordinator:
             stamp,
         )
 
-    def send_heartbeats(self) -> None:
+    def send_heartbeats(self) -> dict[str, RocketliteError]:
+        """A heartbeat to every broker; the errors of those that failed, by endpoint
+        (each logged)."""
         member = self.member
         config = member.config
         info = self._heartbeat_info()
         answers = member.cluster.fan_out(lambda conn: heartbeat(conn, info))
+        failed = {}
         for endpoint, answer in answers.items():
             if isinstance(answer, RocketliteError):
                 log.warning("group %r: heartbeat to %s failed: %s", member.group, endpoint, answer)
+                failed[endpoint] = answer
             elif config.heartbeat_interval_ms == 0 and answer.session_timeout_ms > 0:
                 self._heartbeat_interval_s = answer.session_timeout_ms / 3000
         if config.heartbeat_interval_ms:
             self._heartbeat_interval_s = config.heartbeat_interval_ms / 1000
+        return failed
 
     def watch_loop(self, endpoint: str) -> None:
         """One broker's membership stream, reopened when it ends (a watch thread)."""

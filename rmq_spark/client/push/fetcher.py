@@ -13,7 +13,7 @@ import queue
 from typing import Any
 
 from rmq_spark.client.connection import PendingCall
-from rmq_spark.client.consumer import keep_subscribed_tags
+from rmq_spark.client.consumer import READ_ALL, ReadFilter
 from rmq_spark.client.push.consume import ConcurrentService, OrderlyService
 from rmq_spark.client.push.message import PulledColumns, messages_of
 from rmq_spark.client.push.queue_phase import Event, Phase
@@ -80,15 +80,16 @@ class Fetcher:
             self.schedule_pull(st, 0.05)
             return
         with member.lock:  # the filter goes with the answer: subscribe() may change it
-            expression, tag_values = member.subscriptions.get(st.mq.topic, ("*", None))
+            read_filter = member.subscriptions.get(st.mq.topic, READ_ALL)
         request = messaging_pb2.PullMessagesRequest(
             consumer_group=member.group,
             queue=mq_to_pb(st.mq),
             queue_offset=st.next_offset,
             max_messages=config.pull_batch_size,
             max_bytes=config.pull_max_bytes,
-            subscription_expression=expression,
+            subscription_expression=read_filter.expression,
             suspend_timeout_ms=config.long_poll_ms,
+            expression_type=read_filter.wire_type,
         )
         cluster = member.cluster
         conn = cluster.connection(cluster.endpoint_of(st.mq.broker_name))
@@ -97,10 +98,12 @@ class Fetcher:
         st.call = call
         offset = st.next_offset
         call.future.add_done_callback(
-            lambda _f: self._events.put(("done", st, call, offset, tag_values))
+            lambda _f: self._events.put(("done", st, call, offset, read_filter))
         )
 
-    def _pulled(self, st: QueueState, call: PendingCall, offset: int, tag_values: Any) -> None:
+    def _pulled(
+        self, st: QueueState, call: PendingCall, offset: int, read_filter: ReadFilter
+    ) -> None:
         member = self.member
         if st.call is call:
             st.call = None
@@ -116,7 +119,7 @@ class Fetcher:
         status = pull_status_from_pb(response.status)
         next_offset = response.next_begin_offset
         if status == PullStatus.FOUND:
-            batch = keep_subscribed_tags(decode_pull_response(st.mq, response), tag_values)
+            batch = read_filter.keep(decode_pull_response(st.mq, response))
             columns = PulledColumns(batch, st.mq)
             found = columns.num_rows
             if found:  # the messages read their fields from the batch when asked

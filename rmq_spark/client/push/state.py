@@ -18,6 +18,7 @@ from typing import Any
 
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.connection import PendingCall
+from rmq_spark.client.consumer import ReadFilter
 from rmq_spark.client.groups import unlock_queues
 from rmq_spark.client.process_queue import ProcessQueue
 from rmq_spark.client.push.config import MessageModel, PushConsumerConfig
@@ -153,8 +154,8 @@ class MemberState:
         self.pending: set[MessageQueue] = set()  # allocated, lease not yet obtained
         self.waiting_logged: set[MessageQueue] = set()
         self.allocation: dict[str, frozenset[MessageQueue]] = {}
-        #: topic -> (subscription expression, tag values to keep or None for all)
-        self.subscriptions: dict[str, tuple[str, Any]] = {}
+        #: topic -> what is read of it (tags or a SQL92 selector)
+        self.subscriptions: dict[str, ReadFilter] = {}
         self.stopping = threading.Event()
         self.pool_closed = False
         self.wake = threading.Event()
