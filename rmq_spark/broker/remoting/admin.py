@@ -245,8 +245,10 @@ class Administration:
                     "version": peer.version if peer is not None else OUR_VERSION,
                 }
             )
-            for topic, expression in info.subscriptions if info is not None else ():
-                kind = self._membership.expression_type(group, topic, expression)
+            if info is None:
+                continue
+            for topic, expression in info.subscriptions:
+                kind = info.expression_type(topic)
                 subscriptions[topic] = _subscription_json(topic, expression, kind)
         body = {
             "connectionSet": connections,

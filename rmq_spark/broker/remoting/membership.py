@@ -242,7 +242,13 @@ class Membership:
         for c in consumers:
             subscriptions = [(sub.topic, sub.expression) for sub in c.subscriptions]
             registry.heartbeat(
-                client_id, c.group, subscriptions, c.message_model, c.consume_type, c.from_where
+                client_id,
+                c.group,
+                subscriptions,
+                c.message_model,
+                c.consume_type,
+                c.from_where,
+                expression_types={sub.topic: sub.kind for sub in c.subscriptions},
             )
             self._update_filters(c.group, c.subscriptions)
             group = c.group
@@ -344,14 +350,6 @@ class Membership:
         with self._filters_lock:
             return self._filters.get((group, topic))
 
-    def expression_type(self, group: str, topic: str, expression: str) -> str:
-        """The type of a member's ``expression`` for ``topic`` ("TAG" unless it is the
-        group's non-tag filter)."""
-        found = self.group_filter(group, topic)
-        if found is not None and found.kind != TAG and found.expression == expression:
-            return found.kind
-        return TAG
-
     def decode_check_client(self, request: Command) -> CheckClient:
         data = bodies.json_object(request.body, "CheckClientRequestBody")
         group = validate_group(data.get("group"))
@@ -375,15 +373,21 @@ class Membership:
 
     def subscription(self, group: str, topic: str) -> str | None:
         """The expression the group's live members gave for ``topic`` in their heartbeats
-        (the newest member's wins), or None when no member subscribes to it."""
+        (the newest member's wins, a tag expression before any other), or None when no
+        member subscribes to it."""
         registry = self._broker.consumers
+        found = None
         for client_id in reversed(registry.members(group)):
             info = registry.consumer_info(group, client_id)
             if info is None:
                 continue
             for name, expression in info.subscriptions:
                 if name == topic:
-                    return expression
+                    if info.expression_type(topic) == TAG:
+                        return expression
+                    found = found or expression
+        if found is not None:
+            return found
         if topic.startswith(RETRY_PREFIX) and topic == retry_topic(group):
             return "*"  # every member reads its group's retry topic
         return None
