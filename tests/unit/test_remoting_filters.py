@@ -163,6 +163,8 @@ def test_a_heartbeats_sql92_subscription_is_kept_as_sent(endpoints):
             {"clientID": "c1", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [
                 too_long]}]},
         )  # fmt: skip
+    unversioned = {"group": "g", "subscriptionData": {**subscription, "subVersion": None}}
+    assert decode(endpoints, RequestCode.CHECK_CLIENT_CONFIG, unversioned).subscription.version == 0
     with pytest.raises(InvalidArgumentError, match="subVersion"):
         decode(
             endpoints,

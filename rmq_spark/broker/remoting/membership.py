@@ -228,8 +228,10 @@ class Membership:
                 text = parse_subscription(checks.subscription_text(text or "*", limit)).expression
             else:  # compiled when the group's filter changes (an empty one is refused then)
                 text = checks.subscription_text(text or "", limit)
-        version = sub.get("subVersion", 0)
-        if isinstance(version, str) and version.lstrip("-").isdigit():
+        version = sub.get("subVersion")
+        if version is None:
+            version = 0
+        elif isinstance(version, str) and version.lstrip("-").isdigit():
             version = int(version)
         if not isinstance(version, int) or isinstance(version, bool) or abs(version) >= 1 << 63:
             raise InvalidArgumentError(
