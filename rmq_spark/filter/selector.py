@@ -15,7 +15,7 @@ properties in any of the forms the readers hold them:
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq_spark.codec.arrow_decode.property_map import property_values
+from rmq_spark.codec.properties import TAGS
 from rmq_spark.filter.sql92_eval import PropertyValues, evaluate
 from rmq_spark.filter.sql92_parse import (
     And,
@@ -38,7 +39,7 @@ from rmq_spark.filter.sql92_parse import (
     parse,
 )
 
-__all__ = ["SQL92", "Selector", "compile_selector"]
+__all__ = ["SQL92", "Selector", "compile_selector", "tags_selector"]
 
 #: the expression type RocketMQ's clients and brokers name this filter by
 SQL92 = "SQL92"
@@ -82,6 +83,18 @@ class Selector:
 
 def _no_lookup(name: str) -> pa.Array:
     raise AssertionError(f"a selector that reads no property looked up {name!r}")
+
+
+def tags_selector(tags: Iterable[str]) -> Selector:
+    """The selector of messages whose TAGS is one of ``tags`` exactly: what a tag filter's
+    hash codes only narrow down (different tags can share a code).
+
+    >>> tags_selector(["a", "b"]).matches({"TAGS": "b"})
+    True
+    """
+    names = tuple(sorted(set(tags)))
+    text = "TAGS IN (" + ", ".join("'" + t.replace("'", "''") + "'" for t in names) + ")"
+    return Selector(text, In(Property(TAGS), names), frozenset({TAGS}))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -31,6 +31,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.v5.exception import BadRequestException, UnsupportedException
 
 from rmq_spark.client import Admin
+from rmq_spark.codec.java_hash import java_string_hash
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 from tests.support.eventually import eventually
 from tests.support.rocketmq5_harness import Code, RawV2, config, make_message, running
@@ -126,6 +127,26 @@ def test_simple_consumer_receives_exactly_the_messages_its_sql92_selector_picks(
     with Admin(broker.endpoint) as admin:
         progress = admin.consumer_progress(group, topic)
     assert len(progress) == 4 and sum(p.lag for p in progress) == 0, progress
+
+
+def test_a_tag_filter_is_exact_though_two_tags_share_a_hash_code(broker):
+    """ "Aa" and "BB" have the same Java hash code, the consume queue's tag code: the
+    broker re-checks the tag itself, as RocketMQ 5's proxy does (its clients do not)."""
+    assert java_string_hash("Aa") == java_string_hash("BB")
+    topic = "tag-collision"
+    with Admin(broker.endpoint) as admin:
+        admin.create_topic(topic, queues=2)
+    with running(Producer(config(broker.endpoint), (topic,))) as producer:
+        for i in range(8):
+            producer.send(make_message(topic, f"m-{i}".encode(), tag="Aa" if i % 2 else "BB"))
+    consumer = SimpleConsumer(
+        config(broker.endpoint), "g-tag-collision", {topic: FilterExpression("Aa")},
+        await_duration=1,
+    )  # fmt: skip
+    with running(consumer):
+        got = receive_all(consumer, 4)
+    assert sorted(m.body for m in got) == [f"m-{i}".encode() for i in (1, 3, 5, 7)]
+    assert {m.tag for m in got} == {"Aa"}
 
 
 class Recorder(MessageListener):

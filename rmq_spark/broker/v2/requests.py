@@ -22,7 +22,7 @@ from rmq_spark.broker.core.messaging import TopicConfig
 from rmq_spark.broker.v2.codes import Code, V2Error, code_of, status
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, ReservedTopicError, RocketliteError
-from rmq_spark.filter import SQL92, Selector
+from rmq_spark.filter import SQL92, Selector, tags_selector
 from rmq_spark.names import check_sendable, validate_group, validate_topic
 
 log = logging.getLogger("rmq_spark.broker")
@@ -103,28 +103,24 @@ def sendable_topic_name(resource: pb.Resource) -> str:
         raise V2Error(Code.ILLEGAL_TOPIC, str(exc)) from None
 
 
-def filter_tag_codes(expression: str, broker: Broker) -> list[int] | None:
-    """The tag codes a receive's or pull's tag filter selects (None: every tag), checked
-    against the broker's subscription length limit first; ILLEGAL_FILTER_EXPRESSION."""
-    try:
-        checks.subscription_text(expression, broker.config.max_subscription_chars)
-        return parse_subscription(expression).tag_codes
-    except InvalidArgumentError as exc:
-        raise V2Error(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
-
-
 def read_filter(
     expression: pb.FilterExpression, broker: Broker
 ) -> tuple[list[int] | None, Selector | None]:
-    """What a receive's, pull's or subscription's filter selects: (tag codes, None) for a
-    tag filter (unspecified is TAG), (None, selector) for SQL. The SQL92 text goes through
-    the broker core's one decoder (:meth:`MessagingCore.selector`): a malformed one is
-    ILLEGAL_FILTER_EXPRESSION naming the column and why, and a broker started with
-    ``--no-property-filter`` answers NOT_IMPLEMENTED naming the flag (the core's table)."""
-    if expression.type != pb.SQL:
-        return filter_tag_codes(expression.expression, broker), None
+    """What a receive's, pull's or subscription's filter selects, as (tag codes, selector).
+
+    A tag filter (unspecified is TAG) narrows by the tags' hash codes and then checks the
+    TAGS of those messages exactly (different tags can share a code; RocketMQ 5's proxy
+    re-checks them as well, its clients do not). SQL goes through the broker core's one
+    decoder (:meth:`MessagingCore.selector`): a malformed one is ILLEGAL_FILTER_EXPRESSION
+    naming the column and why, and a broker started with ``--no-property-filter`` answers
+    NOT_IMPLEMENTED naming the flag (the core's table)."""
     try:
         text = checks.subscription_text(expression.expression, broker.config.max_subscription_chars)
+        if expression.type != pb.SQL:
+            tags = parse_subscription(text).tags
+            if tags is None:
+                return None, None
+            return parse_subscription(text).tag_codes, tags_selector(tags)
     except InvalidArgumentError as exc:
         raise V2Error(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
     return None, broker.messaging.selector(SQL92, text)
