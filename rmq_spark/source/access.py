@@ -21,6 +21,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from rmq_spark.client.cluster import Cluster
+from rmq_spark.client.connection import NO_RETRY
 from rmq_spark.client.offsets import QueueOffsets, commit_offsets, query_committed
 from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.client.remoting.replicas import MASTER_ID
@@ -30,8 +31,10 @@ from rmq_spark.source import discovery
 from rmq_spark.source.discovery import BrokerSnapshot, Snapshot, client_config, describe_queues
 from rmq_spark.source.key_lookup import MAX_PER_BROKER
 from rmq_spark.source.options import SourceOptions
+from rmq_spark.source.sql_filter import SQL92, refuses_sql92, task_only_reason
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
+from rmq_spark.wire.v1 import mq_to_pb
 
 log = logging.getLogger("rmq_spark.source")
 
@@ -60,7 +63,50 @@ class BrokerAccess(Protocol):
         self, topic: str, key: str, max_count: int
     ) -> dict[MessageQueue, list[int]]: ...
 
+    def sql92_refusals(self, selector: str, at: Mapping[MessageQueue, int]) -> dict[str, str]:
+        """The broker groups of ``at``'s queues that do not apply ``selector`` to pulls, and
+        why: one pull of one message at the given offset of one queue of each group."""
+        ...
+
     def close(self) -> None: ...
+
+
+def refusals_to_probe(at: Mapping[MessageQueue, int]) -> dict[str, tuple[MessageQueue, int]]:
+    """One queue of each broker group of ``at`` (the first by name), at its offset."""
+    chosen: dict[str, tuple[MessageQueue, int]] = {}
+    for mq in sorted(at, key=lambda q: (q.broker_name, q.topic, q.queue_id)):
+        chosen.setdefault(mq.broker_name, (mq, at[mq]))
+    return chosen
+
+
+def filter_in_task(
+    access: BrokerAccess,
+    options: SourceOptions,
+    at: Mapping[MessageQueue, int],
+    known: dict[str, str | None],
+) -> frozenset[str]:
+    """The broker groups of ``at`` whose pulls the tasks must filter themselves (option
+    sqlFilter on brokers that do not apply SQL92 selectors). Groups are asked once, their
+    answers kept in ``known`` (None: the group filters); each refusal is said once."""
+    selector = options.selector
+    if selector is None or options.store_path is not None:
+        return frozenset()
+    unknown = {mq: offset for mq, offset in at.items() if mq.broker_name not in known}
+    if unknown:
+        refused = access.sql92_refusals(selector, unknown)
+        for name in sorted({mq.broker_name for mq in unknown}):
+            known[name] = refused.get(name)
+            if name in refused:
+                log.warning(
+                    "broker group %s does not apply the SQL92 selector of option sqlFilter "
+                    "(%s): its messages are pulled whole and the Spark tasks apply the "
+                    "selector (an Apache RocketMQ broker filters with enablePropertyFilter="
+                    "true in its broker.conf)",
+                    name,
+                    refused[name],
+                )
+    names = {mq.broker_name for mq in at}
+    return frozenset(name for name in names if known.get(name) is not None)
 
 
 def open_access(options: SourceOptions) -> BrokerAccess:
@@ -114,6 +160,25 @@ class GrpcAccess:
                 name = self.cluster.broker_name_of(endpoint)
                 _add_found(found, decode_records(b"".join(answer.records)), topic, name)
         return found
+
+    def sql92_refusals(self, selector: str, at: Mapping[MessageQueue, int]) -> dict[str, str]:
+        refused: dict[str, str] = {}
+        for name, (mq, offset) in refusals_to_probe(at).items():
+            conn = self.cluster.connection(self.cluster.endpoint_of(name))
+            request = messaging_pb2.PullMessagesRequest(
+                queue=mq_to_pb(mq),
+                queue_offset=offset,
+                max_messages=1,
+                subscription_expression=selector,
+                expression_type=SQL92,
+            )
+            try:
+                conn.call(conn.messaging.PullMessages, request, retry=NO_RETRY)
+            except RocketliteError as exc:
+                if refuses_sql92(exc):
+                    refused[name] = str(exc)
+                # anything else: the tasks' pulls meet it and say what is wrong
+        return refused
 
     def close(self) -> None:
         self.cluster.close()
@@ -239,6 +304,22 @@ class RemotingAccess:
         for batch, name in answers:
             _add_found(found, batch, topic, name)
         return found
+
+    def sql92_refusals(self, selector: str, at: Mapping[MessageQueue, int]) -> dict[str, str]:
+        probes = refusals_to_probe(at)
+        reason = task_only_reason(selector)
+        if reason is not None:  # not given to brokers at all
+            return dict.fromkeys(probes, f"not sent to brokers: {reason}")
+        refused: dict[str, str] = {}
+        for name, (mq, offset) in probes.items():
+            try:
+                self.client.pull(
+                    mq, offset, max_messages=1, expression=selector, expression_type=SQL92
+                )
+            except RocketliteError as exc:
+                if refuses_sql92(exc):
+                    refused[name] = str(exc)
+        return refused
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -20,7 +20,7 @@ from rmq_spark.client.offsets import QueueOffsets
 from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import DataLossError, NotFoundError
 from rmq_spark.offsets.spark import Offsets, data_loss_message
-from rmq_spark.source.access import BrokerAccess, open_access
+from rmq_spark.source.access import BrokerAccess, filter_in_task, open_access
 from rmq_spark.source.discovery import resolve_start
 from rmq_spark.source.key_lookup import narrowed, offsets_by_key, spans
 from rmq_spark.source.options import SourceOptions
@@ -106,7 +106,9 @@ class RocketliteBatchReader(DataSourceReader):
         if found is not None:
             planned = narrowed(planned, found)
         endpoints, replicas = snapshot.endpoints, snapshot.replicas
-        return [RocketlitePartition.of(p, endpoints, replicas) for p in planned]
+        maxima = {mq: offsets.max_offset for mq, offsets in queues.items()}
+        in_task = filter_in_task(access, options, maxima, {})
+        return [RocketlitePartition.of(p, endpoints, replicas, in_task) for p in planned]
 
 
 class FilteringBatchReader(RocketliteBatchReader):

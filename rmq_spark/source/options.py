@@ -41,6 +41,7 @@ from rmq_spark.source.position_options import (
     ending_position,
     starting_position,
 )
+from rmq_spark.source.sql_filter import SQL92, TAG, checked_sql_filter, selector_text
 from rmq_spark.source.trigger_options import (
     DEFAULT_MAX_TRIGGER_DELAY_MS,
     check_trigger_options,
@@ -69,6 +70,7 @@ OPTION_NAMES: tuple[str, ...] = (
     "topicPattern",
     "group",
     "subExpression",
+    "sqlFilter",
     "startingOffsets",
     "startingTimestamp",
     "startingOffsetsByTimestamp",
@@ -160,6 +162,7 @@ class SourceOptions:
     topics: tuple[str, ...]
     topic_pattern: str | None
     group: str | None
+    #: the tag filter (option subExpression)
     subscription: Subscription
     starting: StartingPosition
     #: None for streaming queries
@@ -207,6 +210,24 @@ class SourceOptions:
     #: read only the messages stored under this key (one of their KEYS, or their UNIQ_KEY),
     #: found through the brokers' message index (batch reads)
     message_key: str | None = None
+    #: a SQL92 selector over the messages' properties (option sqlFilter, checked; with
+    #: filter pushdown, also the predicates taken over from Spark): see
+    #: :mod:`rmq_spark.source.sql_filter`
+    sql_filter: str | None = None
+
+    @property
+    def selector(self) -> str | None:
+        """The SQL92 selector the read applies, the tag filter included (``TAGS IN``), or
+        None without ``sqlFilter`` (the tag filter alone then)."""
+        return selector_text(self.sql_filter, self.subscription.tags)
+
+    def pull_filter(self) -> tuple[str, str]:
+        """(expression type, expression) of the read's pulls: ``("SQL92", selector)``, or
+        ``("TAG", tags)`` without ``sqlFilter``."""
+        selector = self.selector
+        if selector is None:
+            return TAG, self.subscription.expression
+        return SQL92, selector
 
     def credentials(self) -> Credentials:
         """``access_key``/``secret_key`` for ClientConfig, when the options give them."""
@@ -250,6 +271,7 @@ class SourceOptions:
             filter_pushdown=raw.flag("filterPushdown", False),
             short_circuit=raw.flag("shortCircuit", True),
             message_key=_message_key(raw),
+            sql_filter=_sql_filter(raw),
             **tls_options(raw, reads),
             **credential_options(raw, reads),
             **store_options(raw),
@@ -358,6 +380,11 @@ def _sub_expression(raw: RawOptions) -> Subscription:
         return parse_subscription(text)
     except InvalidArgumentError as exc:
         raise bad("subExpression", text, str(exc)) from None
+
+
+def _sql_filter(raw: RawOptions) -> str | None:
+    text = raw.get("sqlFilter")
+    return None if text is None else checked_sql_filter(text)
 
 
 def _commit_offsets(raw: RawOptions, group: str | None) -> bool:

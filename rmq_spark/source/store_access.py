@@ -118,5 +118,9 @@ class StoreAccess:
                 found.setdefault(mq, []).append(record.queue_offset)
         return found
 
+    def sql92_refusals(self, selector: str, at: Mapping[MessageQueue, int]) -> dict[str, str]:
+        """None: the tasks apply a selector to every record they read from the directory."""
+        return {}
+
     def close(self) -> None:
         self.view.close()

@@ -38,7 +38,7 @@ from rmq_spark.offsets.spark import (
     from_json_dict,
     to_json_dict,
 )
-from rmq_spark.source.access import BrokerAccess, GrpcAccess, open_access
+from rmq_spark.source.access import BrokerAccess, GrpcAccess, filter_in_task, open_access
 from rmq_spark.source.discovery import Snapshot, describe_queues, resolve_start
 from rmq_spark.source.limits import (
     TriggerLimits,
@@ -81,6 +81,9 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._silent_groups: set[str] = set()
         self._last_trigger_ms: int | None = None
         self._committed: OffsetsJson | None = None
+        #: broker group -> why it does not apply the sqlFilter selector (None: it does),
+        #: asked once per group
+        self._sql92_refusals: dict[str, str | None] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader for its tasks; connections stay on the driver.
@@ -178,7 +181,11 @@ class RocketliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         )
         planned = plan_for_options(ranges, self.options)
         endpoints = self._endpoints_of({mq.broker_name for mq in ranges})
-        return [RocketlitePartition.of(p, endpoints, self._replicas) for p in planned]
+        # where a selector is probed: each queue's end as of the last trigger (nothing past
+        # it to scan), else the range's end
+        probe_at = {mq: (self._latest or {}).get(mq, r[1]) for mq, r in ranges.items()}
+        in_task = filter_in_task(self._client(), self.options, probe_at, self._sql92_refusals)
+        return [RocketlitePartition.of(p, endpoints, self._replicas, in_task) for p in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RocketlitePartition), partition

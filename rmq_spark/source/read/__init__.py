@@ -18,12 +18,14 @@ vectorised pass and are turned into the source's rows
 (:func:`~rmq_spark.source.schema.to_rows`); no Python code runs per message. Only the
 columns the rows need are decoded (a ``.schema(...)`` of a few columns skips the rest), with
 the queue offsets, and the tags under a tag filter, whose tags are checked here (a broker
-filters on tag hash codes, which different tags may share).
+filters on tag hash codes, which different tags may share). A SQL92 selector (option
+``sqlFilter``) is applied by each adapter: by the broker a pull goes to, or by the task
+where it reads files or the broker does not filter by SQL92; the rows are those it picks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Collection, Generator, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +56,9 @@ class RocketlitePartition(InputPartition):
     #: (broker name, broker id, address) of every replica of those brokers, where a name
     #: server's route named them (option nameServer)
     replicas: tuple[tuple[str, int, str], ...] = ()
+    #: broker names whose brokers do not apply the read's SQL92 selector (option
+    #: sqlFilter): they are pulled with the tag filter, and the task applies the selector
+    filter_in_task: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -61,6 +66,7 @@ class RocketlitePartition(InputPartition):
         planned: PlannedPartition,
         endpoints: dict[str, str],
         replicas: dict[str, dict[int, str]] | None = None,
+        filter_in_task: Collection[str] = (),
     ) -> RocketlitePartition:
         brokers = sorted({r.mq.broker_name for r in planned.ranges})
         known = replicas or {}
@@ -72,6 +78,7 @@ class RocketlitePartition(InputPartition):
                 for name in brokers
                 for broker_id, address in sorted((known.get(name) or {}).items())
             ),
+            tuple(name for name in brokers if name in filter_in_task),
         )
 
     @property
@@ -119,7 +126,14 @@ def open_reader(
     )
     if options.name_server is not None:
         client = RemotingClient(options.name_server, config)
-        return RemotingReader(client, partition.endpoints, options, columns, partition.replicas)
+        return RemotingReader(
+            client,
+            partition.endpoints,
+            options,
+            columns,
+            partition.replicas,
+            filter_in_task=partition.filter_in_task,
+        )
     return _EachBroker(partition, options, config, columns)
 
 
@@ -136,6 +150,7 @@ class _EachBroker:
         columns: tuple[str, ...],
     ) -> None:
         self._endpoints = dict(partition.endpoints)
+        self._in_task = partition.filter_in_task
         self._options = options
         self._config = config
         self._columns = columns
@@ -149,7 +164,7 @@ class _EachBroker:
         if reader is None:
             options, columns = self._options, self._columns
             conn = Connection(endpoint, self._config)
-            reader = self._readers[endpoint] = GrpcReader(conn, options, columns)
+            reader = self._readers[endpoint] = GrpcReader(conn, options, columns, self._in_task)
             sc = open_short_circuit(conn, options)
             if sc is not None:
                 reader = self._readers[endpoint] = ShortCircuitReader(sc, reader, options, columns)

@@ -16,6 +16,16 @@ them:
   re-created). Both are data loss: ``failOnDataLoss`` fails the task naming the queue and
   offsets, or warns and skips.
 
+With a SQL92 selector (option ``sqlFilter``) the pulls carry it and the broker picks the
+messages; a broker that does not filter by SQL92 (Apache RocketMQ without
+``enablePropertyFilter``, a rocketlite broker with ``--no-property-filter``) is pulled with
+the tag filter only, and the task applies the selector to what it gets
+(:mod:`~rmq_spark.source.read.selection`). The driver finds such brokers before the tasks
+run and names them in the partition (``filter_in_task``); a task that meets one the driver
+did not know switches by itself. Answers of a broker that is not rocketlite's through a
+name server are checked against the selector too (RocketMQ 4.9's parser reads a few texts
+differently, and delivers everything for one it cannot parse).
+
 A broker that is briefly unavailable (restarting) is retried ``maxRetries`` times with a
 doubling backoff from ``retryBackoffMs``; so is a pull that timed out. Over gRPC a retry
 goes out as soon as the connection is back (within about a second of the broker listening
@@ -41,11 +51,14 @@ from rmq_spark.client.remoting.client import BrokerGroupGoneError
 from rmq_spark.client.remoting.replicas import MASTER_ID
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import NotFoundError, RocketliteError, UnavailableError
+from rmq_spark.filter import Selector, compile_selector
 from rmq_spark.offsets.spark import DataLoss
 from rmq_spark.retry import backoff_delays
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import QueueRange
 from rmq_spark.source.read.range_reader import PULL_MAX_BYTES, report_loss
+from rmq_spark.source.read.selection import decode_selected, keep_selected, with_properties
+from rmq_spark.source.sql_filter import TAG, refuses_sql92, task_only_reason
 from rmq_spark.spark_options.connect_options import MAX_RETRY_BACKOFF_MS
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
@@ -88,9 +101,25 @@ class PullReader(ABC, Generic[AnswerT]):
     """A :class:`~rmq_spark.source.read.range_reader.RangeReader` that pulls; see the
     module doc. A subclass says how one pull reaches the broker and what its answer holds."""
 
-    def __init__(self, options: SourceOptions, columns: tuple[str, ...]) -> None:
+    def __init__(
+        self, options: SourceOptions, columns: tuple[str, ...], filter_in_task: tuple[str, ...]
+    ) -> None:
         self.options = options
         self.columns = columns
+        selector = options.selector
+        self.selector: Selector | None = None if selector is None else compile_selector(selector)
+        #: broker groups pulled with the tag filter only, the selector applied here
+        self.in_task: set[str] = set(filter_in_task) if selector is not None else set()
+
+    def pull_filter(self, mq: MessageQueue) -> tuple[str, str]:
+        """(expression type, expression) of the pulls of ``mq``."""
+        if mq.broker_name in self.in_task:
+            return TAG, self.options.subscription.expression
+        return self.options.pull_filter()
+
+    def broker_filters(self, mq: MessageQueue) -> bool:
+        """Whether the broker skips messages of ``mq`` (then where a pull ends is unknown)."""
+        return self.pull_filter(mq) != (TAG, "*")
 
     def read_range(self, queue_range: QueueRange) -> Generator[pa.RecordBatch, None, None]:
         mq, offset, end = queue_range.mq, queue_range.start, queue_range.end
@@ -175,6 +204,9 @@ class PullReader(ABC, Generic[AnswerT]):
                 self._lost(DataLoss(mq, "vanished", offset), detail=str(exc))
                 return None
             except RocketliteError as exc:
+                if mq.broker_name not in self.in_task and self._refuses_selector(exc):
+                    self._filter_in_task(mq, exc)
+                    return self._pull(mq, offset, end, None)
                 if not exc.retriable:
                     raise
                 if attempt == attempts:
@@ -194,6 +226,23 @@ class PullReader(ABC, Generic[AnswerT]):
 
     def _lost(self, loss: DataLoss, detail: str = "") -> None:
         report_loss(loss, fail_on_data_loss=self.options.fail_on_data_loss, detail=detail)
+
+    def _refuses_selector(self, error: RocketliteError) -> bool:
+        """Whether a pull failed because the broker does not apply SQL92 selectors."""
+        return False
+
+    def _filter_in_task(self, mq: MessageQueue, error: RocketliteError) -> None:
+        """Pull ``mq``'s broker group with the tag filter from now on, applying the
+        selector here; said once per broker group in this process."""
+        self.in_task.add(mq.broker_name)
+        if mq.broker_name not in _SAID_IN_TASK:
+            _SAID_IN_TASK.add(mq.broker_name)
+            log.warning(
+                "broker group %s does not apply the SQL92 selector of option sqlFilter (%s); "
+                "its messages are pulled whole and the Spark tasks apply the selector",
+                mq.broker_name,
+                error,
+            )
 
     # -- the transport: how one pull reaches the broker, and what its answer holds ---------
 
@@ -224,6 +273,10 @@ class PullReader(ABC, Generic[AnswerT]):
     def close(self) -> None: ...
 
 
+#: broker groups a task of this process found not filtering by SQL92 and said so
+_SAID_IN_TASK: set[str] = set()
+
+
 def _check_progress(mq: MessageQueue, offset: int, following: int, status: PullStatus) -> None:
     if following <= offset:
         raise RocketliteError(
@@ -237,21 +290,32 @@ class GrpcReader(PullReader[messaging_pb2.PullMessagesResponse]):
     """Pulls from one rocketlite broker over gRPC (``PullMessages``, the answer's records
     indexed: see :func:`~rmq_spark.wire.pull.decode_pull_response`). It owns ``conn``."""
 
-    def __init__(self, conn: Connection, options: SourceOptions, columns: tuple[str, ...]):
-        super().__init__(options, columns)
+    def __init__(
+        self,
+        conn: Connection,
+        options: SourceOptions,
+        columns: tuple[str, ...],
+        filter_in_task: tuple[str, ...] = (),
+    ):
+        super().__init__(options, columns, filter_in_task)
         self.conn = conn
         self._timeout_s = options.pull_timeout_ms / 1000
 
     def _request(
         self, mq: MessageQueue, offset: int, max_messages: int
     ) -> messaging_pb2.PullMessagesRequest:
+        expression_type, expression = self.pull_filter(mq)
         return messaging_pb2.PullMessagesRequest(
             queue=mq_to_pb(mq),
             queue_offset=offset,
             max_messages=max_messages,
             max_bytes=PULL_MAX_BYTES,
-            subscription_expression=self.options.subscription.expression,
+            subscription_expression=expression,
+            expression_type=expression_type,
         )
+
+    def _refuses_selector(self, error: RocketliteError) -> bool:
+        return refuses_sql92(error)
 
     def _call(
         self, mq: MessageQueue, offset: int, max_messages: int
@@ -288,6 +352,9 @@ class GrpcReader(PullReader[messaging_pb2.PullMessagesResponse]):
     def _records(
         self, mq: MessageQueue, answer: messaging_pb2.PullMessagesResponse
     ) -> pa.RecordBatch:
+        if mq.broker_name in self.in_task and self.selector is not None:
+            decoded = decode_pull_response(mq, answer, with_properties(self.columns))
+            return keep_selected(decoded, self.selector)
         return decode_pull_response(mq, answer, self.columns)  # checks the index
 
     def close(self) -> None:
@@ -307,9 +374,12 @@ class RemotingReader(PullReader[PullAnswer]):
         options: SourceOptions,
         columns: tuple[str, ...],
         replicas: tuple[tuple[str, int, str], ...] = (),
+        filter_in_task: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(options, columns)
+        super().__init__(options, columns, filter_in_task)
         self.client = client
+        if options.selector is not None and task_only_reason(options.selector) is not None:
+            self.in_task.update(name for name, _ in brokers)
         groups: dict[str, dict[int, str]] = {}
         for name, broker_id, address in replicas:
             groups.setdefault(name, {})[broker_id] = address
@@ -340,7 +410,7 @@ class RemotingReader(PullReader[PullAnswer]):
         if started is None:
             started = self._ahead.submit(self._call, mq, offset, max_messages)
         step, end = self._step.get(mq, 0), self._end.get(mq, offset)
-        if step > 0 and self.options.subscription.tags is None:
+        if step > 0 and not self.broker_filters(mq):
             at = offset
             for _ in range(READ_AHEAD - 1):
                 at += step
@@ -360,11 +430,17 @@ class RemotingReader(PullReader[PullAnswer]):
         return sum(len(answer.data) for answer in held) >= DECODE_BYTES
 
     def _decoded(self, mq: MessageQueue, held: list[PullAnswer]) -> pa.RecordBatch:
-        if len(held) == 1:
+        selects = self.selector is not None and (
+            mq.broker_name in self.in_task or any(answer.sizes is None for answer in held)
+        )  # a broker that is not rocketlite's (no sizes) is checked: see the module doc
+        if len(held) == 1 and not selects:
             return held[0].records(self.columns)
         data = b"".join(answer.data for answer in held)  # records are self-delimiting
         sizes = [answer.sizes for answer in held if answer.sizes is not None]
         joined = np.concatenate(sizes) if len(sizes) == len(held) else None
+        if selects:
+            assert self.selector is not None
+            return decode_selected(data, joined, self.selector, self.columns)[0]
         return decode_records(data, sizes=joined, columns=self.columns)
 
     def _call(self, mq: MessageQueue, offset: int, max_messages: int) -> PullAnswer:
@@ -376,13 +452,15 @@ class RemotingReader(PullReader[PullAnswer]):
         return answer
 
     def _pull_once(self, mq: MessageQueue, offset: int, max_messages: int) -> PullAnswer:
+        expression_type, expression = self.pull_filter(mq)
         answer = self.client.pull(
             mq,
             offset,
             max_messages=max_messages,
             max_bytes=PULL_MAX_BYTES,
             group=self.options.group,
-            expression=self.options.subscription.expression,
+            expression=expression,
+            expression_type=expression_type,
         )
         if answer.broker_id == MASTER_ID:
             return answer
@@ -403,6 +481,14 @@ class RemotingReader(PullReader[PullAnswer]):
 
     def _pause(self, error: RocketliteError, pause_s: float) -> None:
         time.sleep(pause_s)
+
+    def _refuses_selector(self, error: RocketliteError) -> bool:
+        return refuses_sql92(error)
+
+    def _filter_in_task(self, mq: MessageQueue, error: RocketliteError) -> None:
+        super()._filter_in_task(mq, error)
+        for key in [k for k in self._started if k[0].broker_name == mq.broker_name]:
+            self._started.pop(key).cancel()  # sent with the selector
 
     def _address(self, mq: MessageQueue) -> str:
         replicas = self.client.replicas_of(mq.broker_name)

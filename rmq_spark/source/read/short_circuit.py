@@ -6,7 +6,9 @@ answers as that broker). :class:`ShortCircuitReader` reads with it, and pulls ov
 (its ``fallback``) the rest of a range it cannot read so: on
 :class:`~rmq_spark.client.short_circuit.ShortCircuitUnavailable`. Data loss is what a pull
 would report: a start below the queue's min (deleted), a queue that ends before the range
-does (reset).
+does (reset). With a SQL92 selector (option ``sqlFilter``) the task picks the records
+itself, by their stored properties, before decoding them
+(:func:`~rmq_spark.source.read.selection.decode_selected`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from rmq_spark.client.short_circuit import ShortCircuit, ShortCircuitUnavailable
 from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.taghash import tag_hash_codes
 from rmq_spark.errors import RocketliteError
+from rmq_spark.filter import compile_selector
 from rmq_spark.offsets.spark import DataLoss
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import QueueRange
 from rmq_spark.source.read.pulls import GrpcReader
 from rmq_spark.source.read.range_reader import PULL_MAX_BYTES, report_loss
+from rmq_spark.source.read.selection import decode_selected
 from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2
 
 log = logging.getLogger("rmq_spark.source")
@@ -73,6 +77,8 @@ class ShortCircuitReader:
         self._fail_on_data_loss = options.fail_on_data_loss
         tags = options.subscription.tags
         self._tag_codes = None if tags is None else tag_hash_codes(sorted(tags))
+        selector = options.selector
+        self._selector = None if selector is None else compile_selector(selector)
 
     def read_range(self, queue_range: QueueRange) -> Generator[pa.RecordBatch, None, None]:
         mq, offset, end = queue_range.mq, queue_range.start, queue_range.end
@@ -88,8 +94,12 @@ class ShortCircuitReader:
                         return
                     while offset < local.end:
                         data, sizes, offset = local.read(offset, PULL_MAX_BYTES, self._tag_codes)
-                        if len(sizes):
+                        if not len(sizes):
+                            continue
+                        if self._selector is None:
                             yield decode_records(data, sizes=sizes, columns=self.columns)
+                        else:
+                            yield decode_selected(data, sizes, self._selector, self.columns)[0]
         except ShortCircuitUnavailable as exc:
             log.info("short-circuit read of %s stopped at %d (%s); pulling the rest",
                      mq.describe(), offset, exc)  # fmt: skip

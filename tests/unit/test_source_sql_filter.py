@@ -1,0 +1,182 @@
+"""The option ``sqlFilter`` without Spark: its checks at ``load()``, the one selector a read
+applies with a tag filter, when brokers through a name server are not given it, which
+broker answers mean "this broker does not filter by SQL92", and a task picking records by
+their stored properties before decoding them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rmq_spark.client.remoting.transport import RemotingError
+from rmq_spark.codec.properties import encode_properties
+from rmq_spark.codec.record import Record, encode_record
+from rmq_spark.errors import FilterNotSupportedError, InvalidArgumentError, UnavailableError
+from rmq_spark.filter import compile_selector
+from rmq_spark.source.options import SourceOptions
+from rmq_spark.source.read.selection import decode_selected, keep_selected
+from rmq_spark.source.sql_filter import (
+    refuses_sql92,
+    selector_text,
+    task_only_reason,
+)
+
+BASE = {"endpoints": "127.0.0.1:10911", "topic": "orders"}
+
+
+def parse(streaming: bool = True, **options: str) -> SourceOptions:
+    return SourceOptions.parse({**BASE, **options}, streaming)
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "near"),
+    [
+        ("region = 'eu' AND", 18, "the end of the text"),
+        ("region != 'eu'", 8, "'!='"),
+        ('region = "eu"', 10, "'\"'"),
+        ("amount > 5 LIKE 'x%'", 12, "'LIKE'"),
+        ("NOT region = 'eu'", 12, "'='"),
+        ("region IN (1, 2)", 12, "'1'"),
+        ("region = 'eu", 10, '"\'eu"'),
+        ("amount BETWEEN 10 AND 1", 8, "'BETWEEN'"),
+    ],
+)
+def test_a_malformed_selector_fails_naming_the_option_column_and_token(text, column, near):
+    for streaming in (True, False):
+        with pytest.raises(InvalidArgumentError) as refused:
+            parse(streaming, sqlFilter=text)
+        message = str(refused.value)
+        assert message.startswith("option sqlFilter is not a valid SQL92 selector: "), message
+        assert f"at column {column}, near {near}: " in message, message
+        assert repr(text) in message
+
+
+def test_an_empty_selector_is_refused_saying_what_selects_everything():
+    with pytest.raises(InvalidArgumentError, match=r"sqlFilter.*empty; select every message"):
+        parse(sqlFilter="  ")
+
+
+def test_the_selector_a_read_applies_and_its_pulls():
+    plain = parse()
+    assert plain.sql_filter is None and plain.selector is None
+    assert plain.pull_filter() == ("TAG", "*")
+    assert parse(subExpression="a || b").pull_filter() == ("TAG", "a || b")
+    opts = parse(False, sqlFilter="region = 'eu'")
+    assert opts.selector == "region = 'eu'"
+    assert opts.pull_filter() == ("SQL92", "region = 'eu'")
+    both = parse(sqlFilter="region = 'eu'", subExpression="paid || new")
+    assert both.pull_filter() == ("SQL92", "TAGS IN ('new', 'paid') AND (region = 'eu'\n)")
+
+
+@pytest.mark.parametrize(
+    ("sql", "tags", "expected"),
+    [
+        (None, None, None),
+        (None, {"a"}, None),  # a tag filter alone stays a tag filter
+        ("x = '1'", None, "x = '1'"),
+        ("x = '1'", {"it's"}, "TAGS IN ('it''s') AND (x = '1'\n)"),
+        # a comment at the end of the selector cannot swallow the closing parenthesis
+        ("x = '1' -- note", {"a"}, "TAGS IN ('a') AND (x = '1' -- note\n)"),
+        ("x = '1' OR y = '2'", {"b", "a"}, "TAGS IN ('a', 'b') AND (x = '1' OR y = '2'\n)"),
+    ],
+)
+def test_selector_text(sql, tags, expected):
+    text = selector_text(sql, None if tags is None else frozenset(tags))
+    assert text == expected
+    if text is not None:
+        compile_selector(text)  # a valid selector
+
+
+def test_the_combined_selector_picks_what_both_filters_pick():
+    text = selector_text("x = '1' -- note", frozenset({"a", "b"}))
+    assert text is not None
+    selector = compile_selector(text)
+    cases = [
+        ({"TAGS": "a", "x": "1"}, True),
+        ({"TAGS": "b", "x": "1"}, True),
+        ({"TAGS": "c", "x": "1"}, False),
+        ({"x": "1"}, False),  # no tag: a tag filter does not pick it either
+        ({"TAGS": "a", "x": "2"}, False),
+    ]
+    for properties, picked in cases:
+        assert selector.matches(properties) is picked, properties
+
+
+@pytest.mark.parametrize(
+    ("selector", "task_only"),
+    [
+        ("a = 'x'", False),
+        ("a IN ('x') AND b > 5 OR c IS NULL", False),
+        ("a CONTAINS 'x'", True),
+        ("a = 'x' OR NOT (b STARTSWITH 'y')", True),
+        ("a NOT ENDSWITH 'z' AND b = 'x'", True),
+    ],
+)
+def test_which_selectors_name_server_brokers_are_not_given(selector, task_only):
+    assert (task_only_reason(selector) is not None) is task_only
+
+
+@pytest.mark.parametrize(
+    ("error", "refuses"),
+    [
+        (FilterNotSupportedError("broker 'a' does not filter by SQL92"), True),
+        (
+            RemotingError(
+                1, "The broker does not support consumer to filter message by SQL92 (code 1)"
+            ),
+            True,
+        ),
+        (RemotingError(1, "pull of q: some other system error (code 1)"), False),
+        (RemotingError(23, "parse the consumer's subscription failed (code 23)"), True),
+        (RemotingError(17, "topic not exist (code 17)"), False),
+        (UnavailableError("broker busy"), False),
+        (InvalidArgumentError("bad offset"), False),
+    ],
+)
+def test_which_answers_say_a_broker_does_not_filter_by_sql92(error, refuses):
+    assert refuses_sql92(error) is refuses
+
+
+def records(properties: list[dict[str, str]]) -> tuple[bytes, np.ndarray]:
+    encoded = [
+        encode_record(
+            Record(
+                topic="T",
+                queue_id=0,
+                queue_offset=i,
+                body=f"m{i}".encode(),
+                properties=encode_properties(p),
+            )
+        )
+        for i, p in enumerate(properties)
+    ]
+    return b"".join(encoded), np.array([len(e) for e in encoded], np.int64)
+
+
+@pytest.mark.parametrize("known_sizes", [True, False])
+def test_a_task_decodes_only_the_records_a_selector_picks(known_sizes):
+    properties = [{"region": ["eu", "us"][i % 2], "n": str(i)} for i in range(10)]
+    properties[4] = {"n": "4"}  # no region
+    data, sizes = records(properties)
+    selector = compile_selector("region = 'eu' AND n > 2")
+    found, picked = decode_selected(
+        data, sizes if known_sizes else None, selector, ("queueOffset", "body")
+    )
+    assert found.column("queueOffset").to_pylist() == [6, 8]
+    assert found.column("body").to_pylist() == [b"m6", b"m8"]
+    assert np.flatnonzero(picked).tolist() == [6, 8]
+    none, picked = decode_selected(data, sizes, compile_selector("n = 'x'"), ("queueOffset",))
+    assert none.num_rows == 0 and not picked.any()
+    every, _ = decode_selected(data, sizes, compile_selector("n IS NOT NULL"), ("queueOffset",))
+    assert every.column("queueOffset").to_pylist() == list(range(10))
+    empty, _ = decode_selected(b"", np.zeros(0, np.int64), selector, ("queueOffset",))
+    assert empty.num_rows == 0
+
+
+def test_decoded_records_are_kept_by_their_properties():
+    from rmq_spark.codec.arrow_decode import decode_records
+
+    data, sizes = records([{"region": "eu"}, {"region": "us"}, {}])
+    decoded = decode_records(data, sizes=sizes, columns=("queueOffset", "properties"))
+    kept = keep_selected(decoded, compile_selector("region <> 'us'"))
+    assert kept.column("queueOffset").to_pylist() == [0]
