@@ -13,7 +13,6 @@ and the broker keeps serving, with no traceback in its log.
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
@@ -24,7 +23,14 @@ from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import FilterNotSupportedError
 from rmq_spark.filter import compile_selector
 from rmq_spark.structs import MessageQueue, PullStatus
-from rmq_spark.wire.remoting.codes import V4_1_0, RequestCode, ResponseCode
+from rmq_spark.wire.remoting.codes import (
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    V4_1_0,
+    RequestCode,
+    ResponseCode,
+)
+from rmq_spark.wire.remoting.frame import Command, encode
 from tests.support import sql92_messages as data
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 from tests.support.remoting_wire import Remoting, Wire
@@ -137,27 +143,22 @@ def test_a_held_pull_answers_for_a_matching_arrival_only(broker, client):
     topic = "SqlHold"
     mq = MessageQueue(topic, NAME, 0)
     client.send(mq, [b"first"], [{"region": "us"}])
-    answers = []
-
-    def held() -> None:
-        start = time.monotonic()
-        answer = client.pull(
-            mq, 1, expression="region = 'eu'", expression_type="SQL92", suspend_ms=10_000
-        )
-        answers.append((time.monotonic() - start, answer))
-
-    waiter = threading.Thread(target=held)
-    waiter.start()
-    time.sleep(0.8)
-    client.send(mq, [b"not-this"], [{"region": "us"}])  # a write that does not match
-    time.sleep(1.2)
-    assert not answers, "the held pull answered for a message its selector rejects"
-    client.send(mq, [b"this"], [{"region": "eu"}])
-    waiter.join(15)
-    ((elapsed, answer),) = answers
-    assert answer.status == PullStatus.FOUND and bodies_of(answer.data) == ["this"]
-    assert answer.next_begin_offset == 3
-    assert 1.8 <= elapsed < 8
+    with broker.wire() as wire:
+        ext = {"consumerGroup": "g-hold", "topic": topic, "queueId": "0", "queueOffset": "1",
+               "maxMsgNums": "32", "sysFlag": str(PULL_SUSPEND | PULL_SUBSCRIPTION),
+               "suspendTimeoutMillis": "10000", "subscription": "region = 'eu'",
+               "expressionType": "SQL92", "subVersion": "1"}  # fmt: skip
+        wire.send_bytes(encode(Command(RequestCode.PULL_MESSAGE, ext, opaque=7)))
+        time.sleep(1.0)  # the pull is held by now
+        client.send(mq, [b"not-this"], [{"region": "us"}])  # a write it does not want
+        with pytest.raises(TimeoutError):
+            wire.response(7, timeout_s=1.5)
+        sent = time.monotonic()
+        client.send(mq, [b"this"], [{"region": "eu"}])
+        answer = wire.response(7, timeout_s=10)
+        assert time.monotonic() - sent < 5
+    assert answer.code == ResponseCode.SUCCESS and bodies_of(answer.body) == ["this"]
+    assert answer.ext["nextBeginOffset"] == "3"
 
 
 # -- the push consumer's way: the group's heartbeat ------------------------------------------
