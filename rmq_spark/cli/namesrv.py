@@ -12,7 +12,7 @@ from rmq_spark.cli.commands import perm_text, send_messages, show_key_matches
 from rmq_spark.cli.output import emit, message_rows, print_message
 from rmq_spark.cli.settings import client_config, parse_timestamp
 from rmq_spark.clock import monotonic_ms
-from rmq_spark.errors import RocketliteError
+from rmq_spark.errors import InvalidArgumentError, RocketliteError
 from rmq_spark.filter import SQL92, compile_selector
 from rmq_spark.names import SYSTEM_PREFIXES
 from rmq_spark.structs import MessageQueue, PullStatus
@@ -105,7 +105,14 @@ def ns_consume(args: argparse.Namespace) -> int:
     if args.sql is not None:
         # compiled here first: an Apache RocketMQ broker answers a pull carrying a malformed
         # selector with every message, unfiltered
-        expression, expression_type = compile_selector(args.sql).text, SQL92
+        selector = compile_selector(args.sql)
+        if selector.newer_forms:
+            raise InvalidArgumentError(
+                f"--sql uses {'/'.join(sorted(selector.newer_forms))}, which RocketMQ brokers "
+                "before 5.1.3 read as another selector (one that picks nothing); filter with "
+                "=, IN, BETWEEN ... through --namesrv, or read rocketlite over --endpoints"
+            )
+        expression, expression_type = selector.text, SQL92
     shown = 0
     with _client(args) as client:
         queues = client.route(args.topic).readable

@@ -35,6 +35,7 @@ from rmq_spark.filter.sql92_parse import (
     Not,
     Or,
     Property,
+    SelectorError,
     Substring,
     parse,
 )
@@ -76,6 +77,23 @@ class Selector:
         mapped = pa.array([list(properties.items())], pa.map_(pa.string(), pa.string()))
         return bool(self.select_map(mapped)[0])
 
+    @property
+    def newer_forms(self) -> frozenset[str]:
+        """The forms it uses that RocketMQ brokers before 5.1.3 do not know (CONTAINS,
+        STARTSWITH, ENDSWITH): a 4.x broker ignores what follows a complete condition, so
+        it would read ``a CONTAINS 'x'`` as ``a`` and select nothing."""
+        found: set[str] = set()
+        stack: list[Node] = [self.tree]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, Substring):
+                found.add(node.kind)
+            elif isinstance(node, And | Or):
+                stack += [node.left, node.right]
+            elif isinstance(node, Not):
+                stack.append(node.operand)
+        return frozenset(found)
+
     def _select(self, count: int, lookup: object) -> np.ndarray:
         values = PropertyValues(count, lookup)  # type: ignore[arg-type]
         return evaluate(self.tree, values).selected
@@ -97,14 +115,26 @@ def tags_selector(tags: Iterable[str]) -> Selector:
     return Selector(text, In(Property(TAGS), names), frozenset({TAGS}))
 
 
-@functools.lru_cache(maxsize=1024)
 def compile_selector(text: str) -> Selector:
     """The :class:`Selector` of ``text``; ``SelectorError`` says where and why it is not one.
+    The last 1,024 texts are remembered, refused ones too, so a subscription sent again
+    in every heartbeat or pull is parsed once.
 
     >>> compile_selector("region = 'eu' AND TAGS IN ('a', 'b')").names == {"region", "TAGS"}
     True
     """
-    tree = parse(text)
+    compiled = _compiled(text)
+    if isinstance(compiled, SelectorError):
+        raise compiled.with_traceback(None)
+    return compiled
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(text: str) -> Selector | SelectorError:
+    try:
+        tree = parse(text)
+    except SelectorError as exc:
+        return exc
     return Selector(text, tree, frozenset(_names(tree)))
 
 

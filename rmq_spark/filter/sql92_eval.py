@@ -46,7 +46,7 @@ from rmq_spark.filter.sql92_parse import (
     Property,
     Substring,
 )
-from rmq_spark.filter.values import DOUBLE_TEXT, INT_MAX, INT_MIN, WHOLE_TEXT
+from rmq_spark.filter.values import DOUBLE_TEXT, INT_MAX, INT_MIN, WHOLE_TEXT, java_whole
 
 __all__ = ["PropertyValues", "Truth", "evaluate"]
 
@@ -294,10 +294,10 @@ def _read_numbers(strings: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]
     fits = _mask(pc.less_equal(pc.utf8_length(texts), 18))  # shorter than any overflow
     out[at[fits]] = pc.cast(texts.filter(pa.array(fits)), pa.int64()).to_numpy()
     for i in np.flatnonzero(~fits):  # 19 digits or more: rare, read one by one
-        value = int(texts[int(i)].as_py())
-        ok = -(2**63) <= value < 2**63
+        value = java_whole(texts[int(i)].as_py(), is_long=True)
+        ok = value is not None
         readable[at[i]] = ok
-        out[at[i]] = value if ok else 0
+        out[at[i]] = value or 0
     if kind == "int":
         readable &= (out >= INT_MIN) & (out <= INT_MAX)
     return readable, out

@@ -38,7 +38,13 @@ from typing import Literal as TypingLiteral
 from typing import cast
 
 from rmq_spark.errors import InvalidArgumentError, shown
-from rmq_spark.filter.values import INT_MAX, INT_MIN, LONG_MAX, Value, compare_literals
+from rmq_spark.filter.values import (
+    INT_MAX,
+    LONG_MAX,
+    MAX_WHOLE_DIGITS,
+    Value,
+    compare_literals,
+)
 
 __all__ = [
     "And",
@@ -565,9 +571,9 @@ def _int_literal(token: Token, parser: _Parser) -> Literal:
     digits = token.text.rstrip("lL")
     if len(digits) > 1 and digits.startswith("0"):
         raise parser.fail(f"{token.describe()}: octal numbers are not supported", token)
-    value = int(digits)
-    if value > LONG_MAX:
+    if len(digits) > MAX_WHOLE_DIGITS or int(digits) > LONG_MAX:
         raise parser.fail(f"{token.describe()} is larger than a long ({LONG_MAX})", token)
+    value = int(digits)
     return Literal(value, is_long=value > INT_MAX)
 
 
@@ -583,8 +589,8 @@ def _negate(literal: Literal, parser: _Parser, at: Token) -> Literal:
     assert isinstance(value, int | float) and not isinstance(value, bool)
     if isinstance(value, float):
         return Literal(-value)
-    # -2147483648 is an int as Java reads it: the literal 2147483648 was a long
-    return Literal(-value, is_long=-value < INT_MIN)
+    # Java negates the literal after typing it: -2147483648 stays the long 2147483648 was
+    return Literal(-value, is_long=literal.is_long)
 
 
 def _fold_substring(node: Substring) -> Constant:

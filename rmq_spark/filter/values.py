@@ -22,6 +22,7 @@ __all__ = [
     "INT_MIN",
     "LONG_MAX",
     "LONG_MIN",
+    "MAX_WHOLE_DIGITS",
     "WHOLE_TEXT",
     "Value",
     "compare_literals",
@@ -39,9 +40,11 @@ Value = str | int | float | bool
 WHOLE_TEXT = r"^[+-]?[0-9]+$"
 #: the texts Double.valueOf reads (but hexadecimal ones): spaces around, a type suffix
 DOUBLE_TEXT = (
-    r"^[\x00-\x20]*[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+    r"^[\x00-\x20]*[+-]?(?:NaN|Infinity|(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
     r"[fFdD]?)[\x00-\x20]*$"
 )
+#: more digits (leading zeros aside) than any long has: out of range, never read
+MAX_WHOLE_DIGITS = 19
 _WHOLE = re.compile(WHOLE_TEXT)
 _DOUBLE = re.compile(DOUBLE_TEXT)
 
@@ -54,7 +57,10 @@ def java_whole(text: str, is_long: bool) -> int | None:
     """
     if not _WHOLE.match(text):
         return None
-    value = int(text)
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > MAX_WHOLE_DIGITS:  # out of range (and int() refuses 4,300 digits)
+        return None
+    value = -int(digits or "0") if text.startswith("-") else int(digits or "0")
     low, high = (LONG_MIN, LONG_MAX) if is_long else (INT_MIN, INT_MAX)
     return value if low <= value <= high else None
 

@@ -15,7 +15,7 @@ are lock-free, as the store's are. The choices a read makes are pure functions
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +32,13 @@ from rmq_spark.structs import PullStatus
 #: how many consume-queue entries one filtered read may scan (RocketMQ's 16000)
 MAX_FILTER_SCAN = 16_000
 DEFAULT_MAX_BYTES = 4 << 20
+#: how many consume-queue entries a read by selector scans at least (RocketMQ's 16,000
+#: bytes of consume queue), more when it asks for more messages
+SELECT_SCAN = 800
 #: records a selected read copies out of the commit log at a time to look at them
 SELECT_CHUNK_BYTES = 4 << 20
+#: the most record bytes one read by selector looks at (the rest waits for the next read)
+SELECT_MAX_BYTES = 32 << 20
 
 #: picks records by their content: (records back to back, starts, sizes) -> mask
 RecordSelector = Callable[[bytes, np.ndarray, np.ndarray], np.ndarray]
@@ -154,12 +159,13 @@ def get_selected(
     select: RecordSelector,
 ) -> GetResult:
     """:func:`get_messages` of the records ``select`` picks by their content, among those
-    whose tag passes: up to :data:`MAX_FILTER_SCAN` entries are scanned, their records
-    looked at :data:`SELECT_CHUNK_BYTES` at a time until ``max_count`` or ``max_bytes``
-    are reached. The next read starts after the last record returned when a limit cut the
-    read short, else after everything scanned."""
+    whose tag passes. It scans ``max(max_count, SELECT_SCAN)`` entries and looks at their
+    records a few at a time (a first chunk sized by ``max_count``, then doubling, each at
+    most :data:`SELECT_CHUNK_BYTES`), stopping at ``max_count`` or ``max_bytes`` returned
+    or :data:`SELECT_MAX_BYTES` looked at. The next read starts after the last record
+    returned when a limit cut the read short, else after everything looked at."""
     lo, hi = cq.min_offset, cq.max_offset
-    scan_end = min(hi, offset + max(max_count, MAX_FILTER_SCAN))
+    scan_end = min(hi, offset + max(max_count, SELECT_SCAN))
     entries = cq.entries(offset, scan_end)
     candidates, _ = pick_entries(
         entries["tag_code"], entries["size"], len(entries), 2**62, tag_codes
@@ -171,10 +177,15 @@ def get_selected(
         return GetResult(PullStatus.OFFSET_ILLEGAL, cq.min_offset, cq.min_offset, hi)
     kept: list[np.ndarray] = []
     parts: list[bytes] = []
-    count = total = 0
+    count = total = looked_at = 0
     limited = False
-    for chunk in _chunks(candidates, sizes, SELECT_CHUNK_BYTES):
+    looked_to = scan_end  # where the next read starts when no limit cut this one
+    for chunk in _chunks(candidates, sizes, SELECT_CHUNK_BYTES, max(64, 2 * max_count)):
+        if looked_at >= SELECT_MAX_BYTES:
+            looked_to = offset + int(chunk[0])
+            break
         data = commitlog.gather(physical[chunk], sizes[chunk])
+        looked_at += len(data)
         starts = np.concatenate(([0], np.cumsum(sizes[chunk])[:-1])).astype(np.int64)
         hits = np.flatnonzero(select(data, starts, sizes[chunk]))
         room = max_count - count
@@ -191,23 +202,27 @@ def get_selected(
         if limited:
             break
     if not count:
-        return GetResult(PullStatus.NO_MATCHED_MSG, scan_end, lo, hi)
+        return GetResult(PullStatus.NO_MATCHED_MSG, looked_to, lo, hi)
     picked = np.concatenate(kept)
-    next_offset = offset + int(picked[-1]) + 1 if limited else scan_end
+    next_offset = offset + int(picked[-1]) + 1 if limited else looked_to
     return GetResult(
         PullStatus.FOUND, next_offset, lo, hi, b"".join(parts),
         offset + picked.astype(np.int64), sizes[picked],
     )  # fmt: skip
 
 
-def _chunks(indices: np.ndarray, sizes: np.ndarray, budget: int) -> list[np.ndarray]:
-    """``indices`` cut into runs whose records hold about ``budget`` bytes (at least one
-    record a run)."""
-    if not len(indices):
-        return []
-    ends = np.cumsum(sizes[indices])
-    cuts = np.searchsorted(ends, np.arange(budget, int(ends[-1]), budget), side="right")
-    return [part for part in np.split(indices, np.unique(cuts)) if len(part)]
+def _chunks(
+    indices: np.ndarray, sizes: np.ndarray, budget: int, first: int
+) -> Iterator[np.ndarray]:
+    """``indices`` in runs: the first of at most ``first`` records, each next one twice as
+    many, every run at most ``budget`` bytes (but at least one record)."""
+    at, count = 0, first
+    while at < len(indices):
+        ends = np.cumsum(sizes[indices[at : at + count]])
+        take = max(1, int(np.searchsorted(ends, budget, side="right")))
+        yield indices[at : at + take]
+        at += take
+        count *= 2
 
 
 def _take(data: bytes, starts: np.ndarray, sizes: np.ndarray, picked: np.ndarray) -> bytes:

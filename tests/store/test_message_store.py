@@ -151,6 +151,19 @@ def test_sql92_selector_picks_by_property_with_tags_and_limits(store_factory, mo
     limited = store.get_messages("t", 0, 100, max_count=3, selector=eu)
     assert list(limited.queue_offsets) == [107, 207, 307] and limited.next_begin_offset == 308
 
+    # a read scans max(max_count, 800) entries, as RocketMQ's 16,000 bytes of consume queue
+    nothing = store.get_messages("t", 0, 10, max_count=32, selector=compile_selector("i = 1"))
+    assert (nothing.status, nothing.next_begin_offset) == (PullStatus.NO_MATCHED_MSG, 810)
+    # and looks at SELECT_MAX_BYTES of records at most: reads in a row still find every one
+    monkeypatch.setattr(reads, "SELECT_MAX_BYTES", 5000)
+    found, at = [], 0
+    while at < n:
+        step = store.get_messages("t", 0, at, max_count=5000, selector=eu)
+        assert step.next_begin_offset > at
+        found += [] if step.queue_offsets is None else list(step.queue_offsets)
+        at = step.next_begin_offset
+    assert found == wanted
+
 
 def test_read_statuses_at_the_edges(store_factory):
     store = store_factory()

@@ -9,6 +9,9 @@ asymmetric about a missing side. Where RocketMQ parses a text whose meaning is a
 
 from __future__ import annotations
 
+import time
+import traceback
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -89,6 +92,11 @@ SEMANTICS = [
     ("a < 0.5", {"a": "NaN"}, False),  # NaN is above every number
     ("a > 1e300", {"a": "Infinity"}, True),
     ("a between -10 and -1", {"a": "-5"}, True),
+    ("a > -2147483648", {"a": "3000000000"}, True),  # Java: the long 2147483648, negated
+    ("a > 2147483647", {"a": "3000000000"}, False),  # an int literal: the value is no int
+    ("a > 5", {"a": "1" * 5000}, False),  # no int: not selected (Python's int() refuses it)
+    ("a > 5.0", {"a": "1" * 5000}, True),  # Double.valueOf: Infinity
+    ("a > 5", {"a": "0" * 5000 + "7"}, True),  # leading zeros are no digits of size
     ("a between 1.5 and 10", {"a": "5"}, True),
     ("a between 1.5 and 10", {"a": "5.5"}, False),  # 10 is an int: "5.5" fails
     ("a > b", {"a": "abc", "b": "9"}, False),
@@ -200,6 +208,7 @@ REFUSED = [
     ("a in ()", 7, "IN lists strings"),
     ("'x' in ('x')", 1, "property on its left"),
     ("a > 100000000000000000000000", 5, "larger than a long"),
+    ("a > " + "9" * 5000, 5, "larger than a long"),
     ("a > 1e400", 5, "larger than a double"),
     ("a > 010", 5, "octal"),
     ("a = 1 and", 10, "the end of the selector"),
@@ -254,6 +263,22 @@ def test_the_names_a_selector_reads() -> None:
 
 def test_compiled_once_per_text() -> None:
     assert compile_selector("a = 'cache'") is compile_selector("a = 'cache'")
+    for _ in range(2):  # a refused text is remembered too, and raises the same way
+        with pytest.raises(SelectorError, match="column 5") as caught:
+            compile_selector("a > 'cache'")
+        assert len(traceback.extract_tb(caught.value.__traceback__)) < 5
+
+
+def test_long_texts_take_linear_time() -> None:
+    """Texts that make a backtracking pattern take seconds (16 KB: 18 s before)."""
+    started = time.perf_counter()
+    for text in ["'" + "1" * 16_000 + "x' = 5.0", "a > " + "1" * 16_000 + ".5x"]:
+        with pytest.raises(SelectorError):
+            compile_selector(text)
+    assert java_double("1" * 16_000 + "x") is None
+    column = pa.array([[("a", "1" * 16_000 + "x")]] * 10, MAP)
+    assert not compile_selector("a > 5.0").select_map(column).any()
+    assert time.perf_counter() - started < 2
 
 
 # -- the column rules against the scalar ones -----------------------------------------------
