@@ -6,6 +6,7 @@ their stored properties before decoding them."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from rmq_spark.client.remoting.transport import RemotingError
@@ -180,3 +181,44 @@ def test_decoded_records_are_kept_by_their_properties():
     decoded = decode_records(data, sizes=sizes, columns=("queueOffset", "properties"))
     kept = keep_selected(decoded, compile_selector("region <> 'us'"))
     assert kept.column("queueOffset").to_pylist() == [0]
+
+
+def test_needles_find_the_same_records_as_looking_at_every_one():
+    """The bytes a selector needs narrow the records looked at, never the records picked:
+    bodies holding them, values that only start with them, needles in most records (each
+    record is looked at then) and selectors that name none."""
+    rng = np.random.default_rng(7)
+    properties, bodies = [], []
+    for i in range(3000):
+        props = {"n": str(int(rng.integers(0, 50)))}
+        if rng.random() < 0.9:
+            props["region"] = str(rng.choice(["eu", "us", "eur", "apac"], p=[0.02, 0.6, 0.08, 0.3]))
+        if rng.random() < 0.5:
+            props["TAGS"] = str(rng.choice(["a", "b"]))
+        properties.append(props)
+        bodies.append(b"region\x01eu in a body" if i % 97 == 0 else b"m%d" % i)
+    encoded = [
+        encode_record(
+            Record(
+                topic="T", queue_id=0, queue_offset=i, body=body, properties=encode_properties(p)
+            )
+        )
+        for i, (body, p) in enumerate(zip(bodies, properties, strict=True))
+    ]
+    data, sizes = b"".join(encoded), np.array([len(e) for e in encoded], np.int64)
+    mapped = pa.array([list(p.items()) for p in properties], pa.map_(pa.string(), pa.string()))
+    for text in [
+        "region = 'eu'",
+        "'eu' = region",
+        "region IN ('eu', 'apac') AND n > 10",
+        "region = 'eu' OR TAGS = 'a'",
+        "region STARTSWITH 'eu'",
+        "region IS NOT NULL AND region = 'us'",  # in most records: every one looked at
+        "n > 25",  # no needle
+        "region = 'nowhere'",
+    ]:
+        selector = compile_selector(text)
+        found, picked = decode_selected(data, sizes, selector, ("queueOffset",))
+        wanted = np.flatnonzero(selector.select_map(mapped)).tolist()  # every one looked at
+        assert found.column("queueOffset").to_pylist() == wanted, text
+        assert np.flatnonzero(picked).tolist() == wanted, text

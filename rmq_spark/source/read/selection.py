@@ -2,10 +2,18 @@
 
 Where a task reads records the broker did not filter (short-circuit reads, ``storePath``,
 a broker that does not filter by SQL92), it picks them before they are decoded:
-:func:`decode_selected` reads only the properties of every record (as stored, without
+:func:`decode_selected` reads only the properties of the records (as stored, without
 decoding anything else), evaluates the selector over all of them at once, and decodes the
 records it picks, so a record that does not match costs a look at its properties.
 :func:`keep_selected` does the same for records already decoded with their ``properties``.
+
+Most selectors name values a matching message must hold: ``region = 'eu'`` picks only
+records whose stored properties hold the bytes ``region\x01eu`` (:func:`needles`). A task
+first looks for those bytes in the whole buffer read (a ``memmem`` scan, no per-record
+work); only the records they occur in have their properties read and the selector applied,
+so a selector that picks 1% of a topic looks at little more than 1% of its records. Where
+the bytes are common, or the selector names none (``amount > 100``, ``NOT``...), every
+record is looked at.
 """
 
 from __future__ import annotations
@@ -17,8 +25,19 @@ import pyarrow as pa
 
 from rmq_spark.codec.arrow_decode import decode_records, index_records, stored_properties
 from rmq_spark.filter import Selector
+from rmq_spark.filter.sql92_parse import (
+    And,
+    Compare,
+    In,
+    IsNull,
+    Literal,
+    Node,
+    Or,
+    Property,
+    Substring,
+)
 
-__all__ = ["decode_selected", "keep_selected", "with_properties"]
+__all__ = ["decode_selected", "keep_selected", "needles", "with_properties"]
 
 
 def decode_selected(
@@ -38,13 +57,106 @@ def decode_selected(
         sizes = np.asarray(sizes, dtype=np.int64)
         starts = np.zeros(len(sizes), np.int64)
         np.cumsum(sizes[:-1], out=starts[1:])
-    picked = selector.select_raw(stored_properties(data, starts, sizes))
+    picked = np.zeros(len(sizes), bool)
+    candidates = _candidates(data, starts, needles(selector.tree))
+    if candidates is None:  # every record is looked at
+        picked = selector.select_raw(stored_properties(data, starts, sizes))
+    elif len(candidates):
+        found = stored_properties(data, starts[candidates], sizes[candidates])
+        picked[candidates[selector.select_raw(found)]] = True
     if not picked.any():
         return decode_records(b"", columns=columns), picked
     if picked.all():
         return decode_records(data, starts=starts, sizes=sizes, columns=columns), picked
     chosen = decode_records(data, starts=starts[picked], sizes=sizes[picked], columns=columns)
     return chosen, picked
+
+
+#: the share of records above which looking for needles saves nothing
+_MOSTLY = 0.25
+#: how much of a buffer is looked at to pick the rarest set of needles
+_SAMPLE_BYTES = 1 << 20
+
+
+def _candidates(
+    data: bytes | bytearray | memoryview, starts: np.ndarray, sets: list[frozenset[bytes]]
+) -> np.ndarray | None:
+    """Indices (sorted) of the records holding a needle of the rarest of ``sets`` (each a
+    necessary condition), or None when each record should be looked at (no set, or the
+    needles are in most records)."""
+    if not sets:
+        return None
+    buf = data if isinstance(data, bytes) else bytes(data)
+    chosen = sets[0]
+    if len(sets) > 1:  # the rarest in a sample of the buffer
+        sample = buf[:_SAMPLE_BYTES]
+        chosen = min(sets, key=lambda found: sum(sample.count(n) for n in found))
+    limit = int(len(starts) * _MOSTLY)
+    at: list[int] = []
+    for needle in chosen:
+        where = buf.find(needle)
+        while where >= 0:
+            at.append(where)
+            if len(at) > limit:
+                return None
+            where = buf.find(needle, where + 1)
+    if not at:
+        return np.zeros(0, np.int64)
+    records = np.searchsorted(starts, np.array(at, np.int64), side="right") - 1
+    return np.unique(records[records >= 0])
+
+
+def needles(tree: Node) -> list[frozenset[bytes]]:
+    """Sets of byte strings, each a necessary condition of ``tree``: a record the selector
+    picks holds one needle of every set in its stored properties (``name\\x01value``).
+    Empty when none is known.
+
+    >>> from rmq_spark.filter import compile_selector
+    >>> found = needles(compile_selector("a = 'x' AND (b IN ('y', 'z') OR c STARTSWITH 'w')").tree)
+    >>> found == [{b"a\\x01x"}, {b"b\\x01y", b"b\\x01z", b"c\\x01w"}]
+    True
+    >>> needles(compile_selector("a = 'x' OR n > 5").tree)
+    []
+    """
+    if isinstance(node := tree, And):
+        return needles(node.left) + needles(node.right)
+    if isinstance(node, Or):
+        left, right = needles(node.left), needles(node.right)
+        if not left or not right:
+            return []
+        return [min(left, key=len) | min(right, key=len)]
+    found = _item_needles(node)
+    return [] if found is None else [found]
+
+
+def _item_needles(node: Node) -> frozenset[bytes] | None:
+    if isinstance(node, Compare) and node.op == "=":
+        for prop, literal in ((node.left, node.right), (node.right, node.left)):
+            if (
+                isinstance(prop, Property)
+                and isinstance(literal, Literal)
+                and isinstance(literal.value, str)
+            ):
+                return frozenset({_item(prop.name, literal.value)})
+        return None
+    if isinstance(node, In) and not node.negated:
+        return frozenset(_item(node.prop.name, value) for value in node.values)
+    if (
+        isinstance(node, Substring)
+        and node.kind == "STARTSWITH"
+        and not node.negated
+        and isinstance(node.operand, Property)
+        and node.text
+    ):
+        return frozenset({_item(node.operand.name, node.text)})
+    if isinstance(node, IsNull) and node.negated and isinstance(node.operand, Property):
+        return frozenset({_item(node.operand.name, "")})
+    return None
+
+
+def _item(name: str, value_start: str) -> bytes:
+    """The bytes a stored property ``name`` whose value starts with ``value_start`` holds."""
+    return f"{name}\x01{value_start}".encode()
 
 
 def with_properties(columns: Sequence[str]) -> tuple[str, ...]:
