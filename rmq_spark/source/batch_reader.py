@@ -29,6 +29,7 @@ from rmq_spark.source.positions import batch_ranges, ending_offsets
 from rmq_spark.source.pushdown import Pushed, push_filters
 from rmq_spark.source.read import RocketlitePartition, read_partition
 from rmq_spark.source.schema import ALL_COLUMNS, Projection
+from rmq_spark.source.sql_pushdown import and_selectors, translate
 from rmq_spark.structs import MessageQueue
 
 log = logging.getLogger("rmq_spark.source")
@@ -114,8 +115,11 @@ class RocketliteBatchReader(DataSourceReader):
 class FilteringBatchReader(RocketliteBatchReader):
     """A batch reader that takes over the filters the brokers answer cheaply
     (:mod:`~rmq_spark.source.pushdown`): fewer queues, narrower ranges, the broker's tag
-    filter. The source hands it out for reads with the option ``filterPushdown``. Spark
-    pushes filters when the session turned on ``spark.sql.python.filterPushdown.enabled``;
+    filter; and filters on properties (the fields of a ``properties`` struct, ``tags``) as a
+    SQL92 selector the brokers apply (:mod:`~rmq_spark.source.sql_pushdown`), ANDed with
+    the option ``sqlFilter``. The source hands it out for reads with the option
+    ``filterPushdown``. Spark pushes filters when the session turned on
+    ``spark.sql.python.filterPushdown.enabled``;
     without it, pyspark refuses the read with ``DATA_SOURCE_PUSHDOWN_DISABLED``, naming
     that setting (a read that asked for pushdown does not quietly pull everything)."""
 
@@ -126,7 +130,8 @@ class FilteringBatchReader(RocketliteBatchReader):
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         """Take the filters the brokers answer; return those Spark must still apply."""
         # Filters name the read's columns, which a projection may have spelled differently.
-        self.pushed, rest = push_filters(filters, self.projection.column_by_name)
+        columns = self.projection.column_by_name
+        self.pushed, rest = push_filters(filters, columns)
         tags = self.pushed.tags
         if tags is not None:
             wanted = self.options.subscription.tags
@@ -135,9 +140,16 @@ class FilteringBatchReader(RocketliteBatchReader):
                 expression = " || ".join(sorted(tags))
                 self.options = replace(self.options, subscription=parse_subscription(expression))
             self.pushed.tags = frozenset(tags)
+        # Filters on properties (a properties struct's fields, tags) as a SQL92 selector
+        translated = translate(rest, columns, self.projection.property_types)
+        if translated.selector is not None:
+            selector = and_selectors(self.options.sql_filter, translated.selector)
+            self.options = replace(self.options, sql_filter=selector)
+            self.pushed.taken += translated.exact
+            log.info("the brokers select by %r (filters of Spark's)", translated.selector)
         if self.pushed.taken or self.pushed.narrows_time:
             log.info("filters taken over from Spark: %s", self.pushed.taken)
-        return rest
+        return translated.rest
 
     def partitions(self) -> list[InputPartition]:
         if self.pushed.empty:

@@ -16,8 +16,11 @@ column              filters                     effect
                                                 reader checks the tag of every row)
 ==================  ==========================  =========================================
 
-Everything else (``keys``, ``msgId``, ``properties``, ``NOT``, ``OR``, ...) stays with
-Spark: there is no index to answer it from without reading every message. Values of the
+Filters on properties (``tags`` other than ``=`` and ``IN``, the fields of a ``properties``
+column declared as a struct) become a SQL92 selector the brokers apply
+(:mod:`rmq_spark.source.sql_pushdown`). Everything else (``keys``, ``msgId``, ``OR``, ...)
+stays with Spark: there is no index to answer it from without reading every message; pyspark
+never pushes ``OR``, nor any predicate on a key of the ``properties`` map. Values of the
 wrong type (a string compared with ``queueId``) are left to Spark as well, which then
 reports or casts them as it always does. Filters name the read's columns: with a schema
 given by the user (``.schema(...)``), those it holds, as it spells them.
