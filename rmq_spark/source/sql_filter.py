@@ -23,7 +23,6 @@ from collections.abc import Iterable
 from rmq_spark.client.remoting.transport import RemotingError
 from rmq_spark.errors import FilterNotSupportedError, InvalidArgumentError, RocketliteError
 from rmq_spark.filter import SQL92, SelectorError, compile_selector
-from rmq_spark.filter.sql92_parse import And, Node, Not, Or, Substring
 from rmq_spark.wire.remoting.codes import ResponseCode
 
 __all__ = [
@@ -111,7 +110,7 @@ def task_only_reason(selector: str) -> str | None:
     >>> task_only_reason("a = 'x' OR NOT (b CONTAINS 'y')")[:40]
     'it uses CONTAINS, which RocketMQ brokers'
     """
-    found = _substring_kinds(compile_selector(selector).tree)
+    found = compile_selector(selector).newer_forms
     if not found:
         return None
     kinds = "/".join(sorted(found))
@@ -119,20 +118,6 @@ def task_only_reason(selector: str) -> str | None:
         f"it uses {kinds}, which RocketMQ brokers before 5.1.3 read as another selector "
         "(one that picks nothing)"
     )
-
-
-def _substring_kinds(tree: Node) -> set[str]:
-    found: set[str] = set()
-    stack: list[Node] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Substring):
-            found.add(node.kind)
-        elif isinstance(node, And | Or):
-            stack += [node.left, node.right]
-        elif isinstance(node, Not):
-            stack.append(node.operand)
-    return found
 
 
 def refuses_sql92(error: RocketliteError) -> bool:
