@@ -35,23 +35,7 @@ from rmq_spark.codec.java_hash import java_string_hash
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 from tests.support.eventually import eventually
 from tests.support.rocketmq5_harness import Code, RawV2, config, make_message, running
-
-#: the orders each test sends: (body, tag, properties)
-ORDERS = [
-    (
-        f"order-{i}".encode(),
-        "Paid" if i % 2 else "Open",
-        {"region": "eu" if i % 3 == 0 else "us", "amount": str(i * 30)},
-    )
-    for i in range(12)
-]
-BIG_EU = "region = 'eu' AND amount > 100"  # orders 6 and 9
-PAID_EU = "TAGS = 'Paid' AND region = 'eu'"  # orders 3 and 9
-MALFORMED = "region = 'eu' AND amount >"
-
-
-def bodies(*numbers: int) -> list[bytes]:
-    return [f"order-{i}".encode() for i in numbers]
+from tests.support.sql92_messages import BIG_EU, MALFORMED, ORDERS, PAID_EU, order_bodies
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +90,7 @@ def receive_all(consumer: SimpleConsumer, expected: int) -> list:
 
 
 @pytest.mark.parametrize(
-    ("selector", "expected"), [(BIG_EU, bodies(6, 9)), (PAID_EU, bodies(3, 9))]
+    ("selector", "expected"), [(BIG_EU, order_bodies(6, 9)), (PAID_EU, order_bodies(3, 9))]
 )
 def test_simple_consumer_receives_exactly_the_messages_its_sql92_selector_picks(
     broker, selector, expected
@@ -175,7 +159,7 @@ def test_push_consumer_consumes_exactly_the_messages_its_sql92_selector_picks(br
             )
         eventually(lambda: b"late-big" in listener.bodies, what="the late match", timeout=30)
         time.sleep(1)  # time enough for anything else to arrive
-    assert sorted(listener.bodies) == sorted([*bodies(6, 9), b"late-big"])
+    assert sorted(listener.bodies) == sorted([*order_bodies(6, 9), b"late-big"])
 
 
 def test_a_malformed_selector_is_refused_naming_the_column(broker):
@@ -193,7 +177,7 @@ def test_a_malformed_selector_is_refused_naming_the_column(broker):
         config(broker.endpoint), "g-sql-bad", {"sql-bad": sql(BIG_EU)}, await_duration=1
     )
     with running(good):
-        assert sorted(m.body for m in receive_all(good, 2)) == bodies(6, 9)
+        assert sorted(m.body for m in receive_all(good, 2)) == order_bodies(6, 9)
 
 
 class Captured(logging.Handler):
@@ -282,10 +266,10 @@ def test_a_v2_pull_with_a_sql92_selector_returns_the_matches_and_skips_the_rest(
 
         frames = pull(BIG_EU, 0)
         assert frames[0].status.code == Code.OK
-        assert [f.message.body for f in frames if f.HasField("message")] == bodies(6, 9)
+        assert [f.message.body for f in frames if f.HasField("message")] == order_bodies(6, 9)
         assert frames[-1].next_offset == 12  # the rest was looked at: no match there
         frames = pull(BIG_EU, 0, batch=1)  # cut short by the batch: next after the match
-        assert [f.message.body for f in frames if f.HasField("message")] == bodies(6)
+        assert [f.message.body for f in frames if f.HasField("message")] == order_bodies(6)
         assert frames[-1].next_offset == 7
         frames = pull(BIG_EU, 10)  # orders 10 and 11 do not match: skipped
         assert frames[0].status.code == Code.MESSAGE_NOT_FOUND

@@ -24,24 +24,10 @@ from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, groups_pb2, messa
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 from tests.support.cli import Cli
 from tests.support.eventually import eventually
+from tests.support.sql92_messages import BIG_EU, MALFORMED, ORDERS, order_bodies
 
 BROKER = "broker-sql"
 NO_FILTER = "broker-nosql"
-#: (body, tag, properties) of the orders each test sends
-ORDERS = [
-    (
-        f"order-{i}".encode(),
-        "Paid" if i % 2 else "Open",
-        {"region": "eu" if i % 3 == 0 else "us", "amount": str(i * 30)},
-    )
-    for i in range(12)
-]
-BIG_EU = "region = 'eu' AND amount > 100"  # orders 6 and 9
-MALFORMED = "region = 'eu' AND amount >"  # column 27: the selector ends too soon
-
-
-def bodies(*numbers: int) -> list[bytes]:
-    return [f"order-{i}".encode() for i in numbers]
 
 
 @pytest.fixture(scope="module")
@@ -108,11 +94,11 @@ def test_a_pull_returns_exactly_the_matches_and_moves_past_the_rest(broker):
         consumer.seek(mq, 0)
         result = consumer.pull(mq)
         assert result.status == PullStatus.FOUND
-        assert result.batch.column("body").to_pylist() == bodies(6, 9)
+        assert result.batch.column("body").to_pylist() == order_bodies(6, 9)
         assert result.next_begin_offset == 12  # the rest was looked at: nothing matched
         consumer.seek(mq, 0)
         first = consumer.pull(mq, max_messages=1)  # cut short: next is after the match
-        assert first.batch.column("body").to_pylist() == bodies(6)
+        assert first.batch.column("body").to_pylist() == order_bodies(6)
         assert first.next_begin_offset == 7
         consumer.seek(mq, 10)  # orders 10 and 11 are not big EU orders
         rest = consumer.pull(mq)
@@ -122,7 +108,7 @@ def test_a_pull_returns_exactly_the_matches_and_moves_past_the_rest(broker):
     with PullConsumer(broker.endpoint, sql="TAGS = 'Paid' AND region = 'eu'") as consumer:
         consumer.assign([mq])
         consumer.seek(mq, 0)
-        assert consumer.pull(mq).batch.column("body").to_pylist() == bodies(3, 9)
+        assert consumer.pull(mq).batch.column("body").to_pylist() == order_bodies(3, 9)
 
 
 def test_a_long_poll_wakes_only_for_a_matching_message(broker):

@@ -68,3 +68,23 @@ def send_all(client: RemotingClient, topic: str, broker_name: str) -> None:
     for seq in range(COUNT):
         mq = MessageQueue(topic, broker_name, seq % QUEUES)
         client.send(mq, [body(seq)], [properties(seq)])
+
+
+# -- the orders of the rocketlite.v1 and RocketMQ 5 tests ---------------------------------
+
+#: (body, tag, properties) of the orders those tests send
+ORDERS = [
+    (
+        f"order-{i}".encode(),
+        "Paid" if i % 2 else "Open",
+        {"region": "eu" if i % 3 == 0 else "us", "amount": str(i * 30)},
+    )
+    for i in range(12)
+]
+BIG_EU = "region = 'eu' AND amount > 100"  # orders 6 and 9
+PAID_EU = "TAGS = 'Paid' AND region = 'eu'"  # orders 3 and 9
+MALFORMED = "region = 'eu' AND amount >"  # column 27: the selector ends too soon
+
+
+def order_bodies(*numbers: int) -> list[bytes]:
+    return [f"order-{i}".encode() for i in numbers]
