@@ -40,10 +40,12 @@ from rmq_spark.filter.sql92_parse import (
     parse,
 )
 
-__all__ = ["SQL92", "Selector", "compile_selector", "tags_selector"]
+__all__ = ["SQL92", "TAG", "Selector", "compile_selector", "tags_selector"]
 
 #: the expression type RocketMQ's clients and brokers name this filter by
 SQL92 = "SQL92"
+#: the expression type of tag subscriptions (RocketMQ's ExpressionType.TAG)
+TAG = "TAG"
 
 
 @dataclass(frozen=True)
