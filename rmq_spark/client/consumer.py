@@ -32,7 +32,7 @@ from rmq_spark.errors import (
     NotFoundError,
     RocketliteError,
 )
-from rmq_spark.filter import SQL92, compile_selector
+from rmq_spark.filter import SQL92, TAG, compile_selector
 from rmq_spark.names import RETRY_PREFIX, validate_group
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire.proto_gen.rocketlite.v1 import messaging_pb2
@@ -45,8 +45,6 @@ __all__ = ["ConsumeFrom", "ConsumerConfig", "PullConsumer", "PullResult", "ReadF
 
 #: where a queue without a committed offset starts (RocketMQ's ConsumeFromWhere)
 ConsumeFrom = Literal["LAST_OFFSET", "FIRST_OFFSET", "TIMESTAMP"]
-#: the expression type of tag subscriptions (RocketMQ's ExpressionType.TAG)
-TAG = "TAG"
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,6 +17,7 @@ import grpc
 from rmq_spark.client.cluster import Cluster
 from rmq_spark.client.connection import Connection, error_from_rpc
 from rmq_spark.errors import InvalidArgumentError, RocketliteError
+from rmq_spark.filter import TAG
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire.proto_gen.rocketlite.v1 import groups_pb2, messaging_pb2
 from rmq_spark.wire.v1 import mq_from_pb, mq_to_pb
@@ -51,7 +52,7 @@ class Subscription(NamedTuple):
 
     topic: str
     expression: str
-    expression_type: str = "TAG"
+    expression_type: str = TAG
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class HeartbeatInfo:
                 groups_pb2.Subscription(
                     topic=s.topic,
                     expression=s.expression,
-                    expression_type="" if s.expression_type == "TAG" else s.expression_type,
+                    expression_type="" if s.expression_type == TAG else s.expression_type,
                 )
                 for s in self.subscriptions
             ],

@@ -43,6 +43,7 @@ from rmq_spark.errors import (
     RocketliteError,
     UnavailableError,
 )
+from rmq_spark.filter import TAG
 from rmq_spark.names import validate_key_query
 from rmq_spark.structs import MessageQueue, PullStatus
 from rmq_spark.wire.remoting.codes import (
@@ -237,7 +238,7 @@ class RemotingClient:
         max_bytes: int | None = None,
         group: str | None = None,
         expression: str = "*",
-        expression_type: str = "TAG",
+        expression_type: str = TAG,
         suspend_ms: int = 0,
     ) -> PullAnswer:
         """Records of ``mq`` from ``offset`` (``expression`` filtered by the broker: tags,
