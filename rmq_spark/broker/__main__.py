@@ -249,6 +249,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="length of one subscription (tag) expression",
     )
     limits.add_argument(
+        "--max-heartbeat-selectors",
+        type=int,
+        default=32,
+        metavar="N",
+        help="different SQL92 selectors one heartbeat may bring (each is compiled)",
+    )
+    limits.add_argument(
         "--max-consumer-groups",
         type=int,
         default=10_000,
@@ -387,6 +394,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         max_request_items=args.max_request_items,
         max_inflight_send_bytes=args.max_inflight_send_bytes,
         max_subscription_chars=args.max_subscription_chars,
+        max_heartbeat_selectors=args.max_heartbeat_selectors,
         max_consumer_groups=args.max_consumer_groups,
         consumer_session_timeout_ms=args.session_timeout_ms,
         queue_lock_lease_ms=args.lock_lease_ms,

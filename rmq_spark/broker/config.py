@@ -112,6 +112,9 @@ class BrokerConfig:
     max_inflight_send_bytes: int = 256 * MiB
     #: characters of a subscription (tag) expression
     max_subscription_chars: int = 16_384
+    #: different SQL92 selectors one heartbeat (or a RocketMQ 5 client's settings) may
+    #: bring: each is compiled, a long one in milliseconds of a worker's time
+    max_heartbeat_selectors: int = 32
     #: consumer groups with live members, and %RETRY% topics heartbeats may create
     max_consumer_groups: int = 10_000
     consumer_session_timeout_ms: int = 120_000
@@ -167,6 +170,7 @@ class BrokerConfig:
                 "max_request_items",
                 "max_inflight_send_bytes",
                 "max_subscription_chars",
+                "max_heartbeat_selectors",
                 "max_consumer_groups",
                 "consumer_session_timeout_ms",
                 "queue_lock_lease_ms",

@@ -46,12 +46,16 @@ class Broker:
         #: the one write path (every service and front-end writes through it)
         self.writes = WritePath(config, self.store, self.notifier, self.store_host)
         self.locks = QueueLockManager(config.queue_lock_lease_ms)
-        # A member that leaves without unregistering loses its queue leases at once.
+        # A member that leaves without unregistering loses its queue leases at once. Its
+        # subscriptions are read by the core's one decoder (made below; heartbeats come
+        # once the broker is up).
         self.consumers = ConsumerRegistry(
             config.consumer_session_timeout_ms,
             max_groups=config.max_consumer_groups,
             reconnect_grace_ms=RECONNECT_GRACE_MS,
             on_departure=self.locks.end_leases,
+            read_filter=lambda kind, text: self.messaging.read_filter(kind, text),
+            max_selectors=config.max_heartbeat_selectors,
         )
         #: PullMessages answered and the messages they carried (GetBrokerInfo.server_stats)
         self.pull_calls = 0

@@ -55,16 +55,6 @@ def at_most(count: int, field: str, limit: int, flag: str) -> None:
         )
 
 
-def subscription_text(expression: str, limit: int) -> str:
-    """A subscription expression no longer than the broker's limit (before it is parsed)."""
-    if len(expression) > limit:
-        raise InvalidArgumentError(
-            f"subscription expression {shown(expression)} is {len(expression):,} characters "
-            f"long; this broker takes at most {limit:,} (--max-subscription-chars)"
-        )
-    return expression
-
-
 def is_system_topic(name: str) -> bool:
     """``%RETRY%``/``%DLQ%`` topics and the delay scheduler's topic: the broker's own."""
     return name.startswith(SYSTEM_PREFIXES) or name == SCHEDULE_TOPIC

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rmq_spark.broker.membership.filters import FilterExpressionError
 from rmq_spark.errors import (
     AlreadyExistsError,
     FilterNotSupportedError,
@@ -77,6 +78,7 @@ UNEXPECTED = Codes("INTERNAL", v2.INTERNAL_SERVER_ERROR, ResponseCode.SYSTEM_ERR
 #: subclasses come before their bases
 TABLE: tuple[tuple[type[RocketliteError], int, int], ...] = (
     (SelectorError, v2.ILLEGAL_FILTER_EXPRESSION, ResponseCode.SUBSCRIPTION_PARSE_FAILED),
+    (FilterExpressionError, v2.ILLEGAL_FILTER_EXPRESSION, ResponseCode.SUBSCRIPTION_PARSE_FAILED),
     (InvalidArgumentError, v2.BAD_REQUEST, ResponseCode.INVALID_PARAMETER),
     (FilterNotSupportedError, v2.NOT_IMPLEMENTED, ResponseCode.SYSTEM_ERROR),
     (NotFoundError, v2.NOT_FOUND, ResponseCode.TOPIC_NOT_EXIST),

@@ -5,7 +5,8 @@ protocol.
 
 * reads: :meth:`~MessagingCore.check_readable`, :meth:`~MessagingCore.read` and
   :meth:`~MessagingCore.pull`, a read held until a message passing its filter arrives
-  (long polling, the one place a new filter kind plugs in);
+  (long polling, the one place a new filter kind plugs in), and
+  :meth:`~MessagingCore.read_filter`, the one decoder of a subscription's filter;
 * offsets: commit, query, the queue's range, search by time;
 * send-backs: the record a consumer gives back, and its copy to the group's retry or
   dead-letter topic;
@@ -30,6 +31,7 @@ from rmq_spark.broker.core.key_query import KeyMatches, find_by_key
 from rmq_spark.broker.delivery import retry
 from rmq_spark.broker.delivery.schedule import DelayScheduler
 from rmq_spark.broker.long_poll import PullNotifier
+from rmq_spark.broker.membership.filters import SubscriptionFilter, read_filter
 from rmq_spark.broker.membership.subscription_groups import SubscriptionGroups
 from rmq_spark.broker.write_path import WritePath
 from rmq_spark.codec.record import (
@@ -40,14 +42,8 @@ from rmq_spark.codec.record import (
     decode_record,
     offset_msg_id,
 )
-from rmq_spark.errors import (
-    FilterNotSupportedError,
-    InvalidArgumentError,
-    NotFoundError,
-    PermissionDeniedError,
-    shown,
-)
-from rmq_spark.filter import SQL92, Selector, compile_selector
+from rmq_spark.errors import NotFoundError, PermissionDeniedError
+from rmq_spark.filter import Selector
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
 from rmq_spark.store import AppendResult, MessageStore
 from rmq_spark.store.config import StoreConfig
@@ -58,10 +54,15 @@ from rmq_spark.store.sizes import RangeSize
 from rmq_spark.store.topics import TopicConfig, TopicTable
 from rmq_spark.structs import Permission, PullStatus
 
-__all__ = ["AppendResult", "GetResult", "MessagingCore", "Read", "TopicConfig"]
+__all__ = [
+    "AppendResult",
+    "GetResult",
+    "MessagingCore",
+    "Read",
+    "SubscriptionFilter",
+    "TopicConfig",
+]
 
-#: the expression type of tag subscriptions (RocketMQ's ExpressionType.TAG)
-TAG = "TAG"
 #: the smallest record: empty body, topic and properties, IPv4 hosts
 MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST
 #: hands blocking store work to the broker's worker threads (``Workers.run``)
@@ -136,24 +137,28 @@ class MessagingCore:
                 f"(0..{config.read_queue_nums - 1}); queue {queue_id} is not readable"
             )
 
-    def selector(self, expression_type: str | None, expression: str | None) -> Selector | None:
-        """The SQL92 selector of a subscription, compiled once; None for a tag subscription
-        (``expression_type`` "TAG", empty or None). A malformed one raises SelectorError
-        (naming the column and why); SQL92 on a broker whose property filter is off,
-        FilterNotSupportedError; another type, InvalidArgumentError."""
-        kind = (expression_type or TAG).upper()
-        if kind == TAG:
-            return None
-        if kind != SQL92:
-            raise InvalidArgumentError(
-                f"expression type {shown(expression_type)} is not TAG or SQL92"
-            )
-        if not self._config.property_filter:
-            raise FilterNotSupportedError(
-                f"broker {self.name!r} does not filter by SQL92 (started with "
-                "--no-property-filter); subscribe by tag, or filter on the client"
-            )
-        return compile_selector(expression or "")
+    def read_filter(
+        self, expression_type: str | None, expression: str | None, *, exact_tags: bool = False
+    ) -> SubscriptionFilter:
+        """A subscription's filter (``tag_codes`` and ``selector``, for a :class:`Read`),
+        read by the one decoder every front-end uses (:func:`~rmq_spark.broker.membership.
+        filters.read_filter`) with this broker's limit and property filter setting:
+        ``expression_type`` "TAG" (empty or None too) or "SQL92", in any case.
+
+        A tag filter is hash codes only unless ``exact_tags`` (RocketMQ 5's clients do not
+        check tags again). Refused: a text longer than --max-subscription-chars, tags not
+        joined by "||" or another type (FilterExpressionError), a malformed SQL92 selector
+        (SelectorError, naming the column and why), SQL92 on a broker started with
+        --no-property-filter (FilterNotSupportedError). Blocking: a selector is compiled
+        (once per text while it is among the last ones compiled)."""
+        return read_filter(
+            expression_type,
+            expression,
+            max_chars=self._config.max_subscription_chars,
+            property_filter=self._config.property_filter,
+            broker=self.name,
+            exact_tags=exact_tags,
+        )
 
     def read(self, read: Read, offset: int | None = None) -> GetResult:
         """Read once (blocking: call it on a worker thread), from ``offset`` when given."""

@@ -15,6 +15,12 @@ the remaining members can lock the freed queues as soon as they rebalance.
 Versions come from one counter shared by all groups, so a group's version never goes back,
 even when an empty group is forgotten and later comes back.
 
+Each member's subscriptions are kept read once (:mod:`.filters`: the tags' hash codes, a
+compiled SQL92 selector, or why it cannot be used), whichever protocol its heartbeat came
+by, and :meth:`ConsumerRegistry.group_filter` says what the group reads a topic with when a
+pull does not carry its own subscription: the live members' newest subscription. It goes
+with the members: a group whose last member left filters by nothing.
+
 >>> registry = ConsumerRegistry(session_timeout_ms=120_000, sweep_interval_ms=0)
 >>> registry.heartbeat("10.0.0.2@7", "GroupA", [("TopicA", "*")])
 True
@@ -26,14 +32,28 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import functools
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from rmq_spark.clock import monotonic_ms
-from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError
+from rmq_spark.broker.membership import filters
+from rmq_spark.broker.membership.filters import (
+    TAG,
+    Subscribed,
+    SubscriptionFilter,
+    SubscriptionTooLongError,
+    TopicFilter,
+    check_selectors,
+    labelled,
+    newest,
+)
+from rmq_spark.clock import monotonic_ms, now_ms
+from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError, RocketliteError
+from rmq_spark.log_limit import LogLimiter
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -42,8 +62,8 @@ ConsumeType = Literal["PULL", "PUSH"]
 ConsumeFromWhere = Literal["LAST_OFFSET", "FIRST_OFFSET", "TIMESTAMP"]
 #: why a member left its group
 DepartureReason = Literal["unregistered", "stream_closed", "session_expired"]
-#: the expression type of tag subscriptions (RocketMQ's ExpressionType.TAG)
-TAG = "TAG"
+#: reads a subscription's expression of a type (MessagingCore.read_filter)
+ReadFilter = Callable[[str, str], SubscriptionFilter]
 
 #: events a slow watcher may fall behind by; older ones are dropped (each event is a full
 #: snapshot, so the latest one alone is enough to rebalance correctly)
@@ -81,6 +101,10 @@ class ConsumerInfo:
     #: sorted (topic, expression type) of the subscriptions that are not tag expressions
     #: (e.g. "SQL92"); a topic not here subscribes by tag
     expression_types: tuple[tuple[str, str], ...] = ()
+    #: each subscription read once, by topic
+    topic_filters: Mapping[str, TopicFilter] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def filters(self) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
@@ -135,10 +159,13 @@ class _Watcher:
 
 
 class _Group:
-    __slots__ = ("last_seen_ms", "leaving", "members", "version", "watchers")
+    __slots__ = ("filters", "last_seen_ms", "leaving", "members", "version", "watchers")
 
     def __init__(self, version: int) -> None:
         self.members: dict[str, ConsumerInfo] = {}
+        #: topic -> the members' newest subscription to it (found at the first pull that
+        #: asks, forgotten when a member's subscription to the topic changes or it leaves)
+        self.filters: dict[str, TopicFilter] = {}
         self.last_seen_ms: dict[str, int] = {}
         self.version = version
         self.watchers: list[_Watcher] = []
@@ -163,6 +190,10 @@ class ConsumerRegistry:
     ``on_departure(group, client_id)`` is called when a member leaves without unregistering
     and :func:`ends_leases` says its leases end. It runs under the registry's lock, before
     any watcher can read the change, so it must be quick and must not call the registry.
+
+    ``read_filter(expression_type, expression)`` reads a subscription (the broker passes
+    ``MessagingCore.read_filter``, with its limits and ``--no-property-filter``); one
+    heartbeat compiles at most ``max_selectors`` different SQL92 selectors.
     """
 
     def __init__(
@@ -174,6 +205,8 @@ class ConsumerRegistry:
         max_groups: int = 10_000,
         reconnect_grace_ms: int = 0,
         on_departure: Callable[[str, str], object] | None = None,
+        read_filter: ReadFilter | None = None,
+        max_selectors: int = 32,
     ) -> None:
         if session_timeout_ms <= 0:
             raise InvalidArgumentError(f"session_timeout_ms={session_timeout_ms!r} must be > 0")
@@ -182,7 +215,12 @@ class ConsumerRegistry:
         self.session_timeout_ms = session_timeout_ms
         self.reconnect_grace_ms = reconnect_grace_ms
         self.max_groups = max_groups
+        self.max_selectors = max_selectors
         self._on_departure = on_departure
+        self._read_filter: ReadFilter = read_filter or functools.partial(
+            filters.read_filter, max_chars=1 << 62
+        )
+        self._unusable = LogLimiter(log)
         self._clock = clock
         self._lock = threading.Lock()
         self._groups: dict[str, _Group] = {}
@@ -205,11 +243,74 @@ class ConsumerRegistry:
 
     # -- membership --------------------------------------------------------------------------
 
+    def read_subscriptions(
+        self,
+        client_id: str,
+        groups: Iterable[tuple[str, Iterable[Subscribed]]],
+        *,
+        keep_errors: bool = False,
+    ) -> dict[str, list[TopicFilter]]:
+        """Read what a heartbeat of ``client_id`` subscribes to in each group, for
+        :meth:`heartbeat`: per group and topic the newest subscription only (the first of
+        equal versions), at most :attr:`max_selectors` different SQL92 selectors in all (else
+        InvalidArgumentError naming the limit, before any is compiled), each read once: a
+        subscription the member's last heartbeat already gave is taken as it was read then.
+        Blocking (a selector is compiled here): call it on a worker, not under a lock.
+
+        A subscription that cannot be read raises its error, naming the topic; with
+        ``keep_errors`` (RocketMQ's heartbeats always succeed) one that is not a tag
+        expression is kept with its error instead, for the group's pulls to answer with,
+        unless it is longer than the broker takes."""
+        wanted: dict[str, list[Subscribed]] = {}
+        for group, subscriptions in groups:
+            wanted[group] = newest(subscriptions)
+        check_selectors(
+            (sub for subs in wanted.values() for sub in subs), self.max_selectors, "a heartbeat"
+        )
+        with self._lock:
+            known = {}
+            for group in wanted:
+                state = self._groups.get(group)
+                info = state.members.get(client_id) if state is not None else None
+                known[group] = info.topic_filters if info is not None else {}
+        read = self._read
+        return {
+            group: [read(group, sub, known[group].get(sub.topic), keep_errors) for sub in subs]
+            for group, subs in wanted.items()
+        }
+
+    def _read(
+        self, group: str, sub: Subscribed, old: TopicFilter | None, keep_errors: bool
+    ) -> TopicFilter:
+        kind = (sub.kind or TAG).upper()
+        if old is not None and (old.kind, old.expression) == (kind, sub.expression):
+            version = old.version if sub.version is None else sub.version
+            return old if version == old.version else dataclasses.replace(old, version=version)
+        version = now_ms() if sub.version is None else sub.version
+        try:
+            read = self._read_filter(kind, sub.expression)
+        except RocketliteError as exc:
+            error = labelled(exc, f"the subscription to {sub.topic!r}")
+            if not keep_errors or kind == TAG or isinstance(exc, SubscriptionTooLongError):
+                raise error from None
+            self._unusable.warning(
+                group,
+                "group %r subscribes to %r with a %s expression that cannot be used: %s",
+                group,
+                sub.topic,
+                kind,
+                exc,
+            )
+            return TopicFilter(sub.topic, kind, sub.expression, version, error=exc)
+        return TopicFilter(
+            sub.topic, read.kind, read.expression, version, read.tag_codes, read.selector
+        )
+
     def heartbeat(
         self,
         client_id: str,
         group: str,
-        subscriptions: Iterable[tuple[str, str]] = (),
+        subscriptions: Iterable[tuple[str, str] | TopicFilter] = (),
         message_model: MessageModel = "CLUSTERING",
         consume_type: ConsumeType = "PUSH",
         consume_from_where: ConsumeFromWhere = "LAST_OFFSET",
@@ -218,16 +319,27 @@ class ConsumerRegistry:
     ) -> bool:
         """Add or refresh a member. True when the group changed: a new member, or a member's
         subscription set changed (RocketMQ notifies rebalance for both).
-        ``expression_types`` maps a topic whose expression is not a tag expression to its
-        type (e.g. "SQL92")."""
+
+        ``subscriptions`` are what :meth:`read_subscriptions` read of the heartbeat, or
+        (topic, expression) pairs, read here, with ``expression_types`` mapping a topic
+        whose expression is not a tag expression to its type (e.g. "SQL92")."""
+        given = list(subscriptions)
+        read = [s for s in given if isinstance(s, TopicFilter)]
+        pairs = [s for s in given if not isinstance(s, TopicFilter)]
+        if pairs:
+            types = expression_types or {}
+            wanted = [Subscribed(t, e, types.get(t, TAG)) for t, e in pairs]
+            read += self.read_subscriptions(client_id, [(group, wanted)], keep_errors=True)[group]
+        by_topic = {f.topic: f for f in read}
         info = ConsumerInfo(
             client_id,
-            tuple(sorted(set(subscriptions))),
+            tuple(sorted((f.topic, f.expression) for f in by_topic.values())),
             message_model,
             consume_type,
             consume_from_where,
             consume_timestamp_ms,
-            tuple(sorted((t, k) for t, k in (expression_types or {}).items() if k != TAG)),
+            tuple(sorted((f.topic, f.kind) for f in by_topic.values() if f.kind != TAG)),
+            by_topic,
         )
         with self._lock:
             now = self._clock()
@@ -236,12 +348,38 @@ class ConsumerRegistry:
             previous = state.members.get(client_id)
             state.members[client_id] = info
             state.last_seen_ms[client_id] = now
+            before = previous.topic_filters if previous is not None else {}
+            for topic, topic_filter in by_topic.items():
+                if before.get(topic) is not topic_filter:
+                    state.filters.pop(topic, None)
+            for topic in before:
+                if topic not in by_topic:
+                    state.filters.pop(topic, None)
             changed = previous is None or previous.filters != info.filters
             if changed:
                 self._changed_locked(group, state)
                 if previous is None:
                     log.info("consumer %s joined group %s", client_id, group)
             return changed
+
+    def group_filter(self, group: str, topic: str) -> TopicFilter | None:
+        """What ``group`` reads ``topic`` with when a pull does not carry its subscription:
+        its live members' newest subscription to it (the first member's of equal
+        versions); None when no live member subscribes to it."""
+        with self._lock:
+            self._expire_locked(group, self._clock())
+            state = self._groups.get(group)
+            if state is None:
+                return None
+            found = state.filters.get(topic)
+            if found is None:
+                for info in state.members.values():
+                    read = info.topic_filters.get(topic)
+                    if read is not None and (found is None or read.version > found.version):
+                        found = read
+                if found is not None:
+                    state.filters[topic] = found
+            return found
 
     def unregister(self, client_id: str, group: str) -> bool:
         """Remove a member now; True if it was one (leaving a group one is not in is a no-op)."""
@@ -432,10 +570,16 @@ class ConsumerRegistry:
         state = self._groups.get(group)
         if state is None:
             return []
-        removed = [cid for cid in client_ids if state.members.pop(cid, None) is not None]
-        for cid in removed:
+        removed = []
+        for cid in client_ids:
+            info = state.members.pop(cid, None)
+            if info is None:
+                continue
+            removed.append(cid)
             del state.last_seen_ms[cid]
             state.leaving.pop(cid, None)
+            for topic in info.topic_filters:
+                state.filters.pop(topic, None)
         if removed:
             self._changed_locked(group, state)
         self._forget_if_unused_locked(group, state)

@@ -23,7 +23,6 @@ from rmq_spark.broker.core.messaging import MessagingCore, TopicConfig
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.consume import MAX_PULL_BYTES
 from rmq_spark.broker.remoting.endpoint import Endpoint
-from rmq_spark.broker.remoting.filters import TAG
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import required
 from rmq_spark.broker.remoting.server import Connection
@@ -31,6 +30,7 @@ from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import decode_record
 from rmq_spark.errors import InvalidArgumentError, NotFoundError
+from rmq_spark.filter import TAG
 from rmq_spark.names import check_manageable, validate_group, validate_topic
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire.remoting import bodies
@@ -249,7 +249,9 @@ class Administration:
                 continue
             for topic, expression in info.subscriptions:
                 kind = info.expression_type(topic)
-                subscriptions[topic] = _subscription_json(topic, expression, kind)
+                read = info.topic_filters.get(topic)
+                version = read.version if read is not None else 0
+                subscriptions[topic] = _subscription_json(topic, expression, kind, version)
         body = {
             "connectionSet": connections,
             "consumeFromWhere": "CONSUME_FROM_"
@@ -421,9 +423,9 @@ def _topic_config_json(config: TopicConfig) -> dict:
     }
 
 
-def _subscription_json(topic: str, expression: str, kind: str) -> dict:
+def _subscription_json(topic: str, expression: str, kind: str, version: int) -> dict:
     """A member's subscription as RocketMQ's SubscriptionData: a tag expression's tags and
-    their hash codes, none for another type (a SQL92 selector)."""
+    their hash codes, none for another type (a SQL92 selector), and its version."""
     from rmq_spark.codec.subscription import parse_subscription
     from rmq_spark.codec.taghash import tag_hash_code
 
@@ -433,7 +435,7 @@ def _subscription_json(topic: str, expression: str, kind: str) -> dict:
         "codeSet": [tag_hash_code(tag) for tag in tags],
         "expressionType": kind,
         "subString": expression,
-        "subVersion": 0,
+        "subVersion": version,
         "tagsSet": tags,
         "topic": topic,
     }

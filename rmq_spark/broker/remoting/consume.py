@@ -8,8 +8,10 @@ filter takes is written to its queue, or its suspend timeout, then answers PULL_
 well before the 30 s after which RocketMQ's clients give up on a pull.
 
 A pull is filtered by tags or by a SQL92 selector on the messages' properties: the one it
-carries (PULL_SUBSCRIPTION, compiled on a worker, a malformed one answered
-SUBSCRIPTION_PARSE_FAILED), else the one the group's heartbeats gave (:mod:`.filters`).
+carries (PULL_SUBSCRIPTION, read by the broker core's one decoder on the pull's worker hop,
+one that cannot be read answered SUBSCRIPTION_PARSE_FAILED), else the group's, which the
+core decides from its live members' heartbeats, whatever protocol each came by
+(:mod:`.filters`).
 A pull whose messages all failed the filter answers PULL_RETRY_IMMEDIATELY with the next
 offset past them, as RocketMQ's broker does.
 
@@ -26,19 +28,16 @@ from dataclasses import dataclass
 
 from rmq_spark.auth.permissions import SUB, Need
 from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
-from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.messaging import GetResult, Read
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
-from rmq_spark.broker.remoting.filters import TAG, heartbeat_selector, refusal
-from rmq_spark.broker.remoting.membership import Membership
+from rmq_spark.broker.remoting.filters import group_read, refusal
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.workers import Workers
-from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, NotFoundError, RocketliteError
-from rmq_spark.filter import Selector
-from rmq_spark.names import validate_group, validate_topic
+from rmq_spark.filter import TAG, Selector
+from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
 from rmq_spark.structs import PullStatus
 from rmq_spark.wire.remoting import codes
 from rmq_spark.wire.remoting.codes import RequestCode, ResponseCode
@@ -73,13 +72,12 @@ class PullRequest:
     max_count: int
     max_bytes: int
     #: whether the pull carries its subscription (PULL_SUBSCRIPTION); else the broker
-    #: uses the one the group's heartbeats gave
+    #: uses the group's
     carries_subscription: bool
-    #: the carried subscription's expression type ("TAG", "SQL92", ...) and text (a tag
-    #: expression parsed into ``tag_codes``, None for every tag)
+    #: the carried subscription's expression type ("TAG", "SQL92", ...) and text, read on
+    #: the pull's worker
     expression_type: str
     expression: str
-    tag_codes: list[int] | None
     #: the version of the client's subscription (subVersion), 0 when not sent
     sub_version: int
     #: the offset to commit with the pull (PULL_COMMIT_OFFSET), else None
@@ -108,11 +106,10 @@ _QUEUE = RemotingRule(needs=_queue_needs)
 
 
 class Consuming:
-    def __init__(self, broker: Broker, workers: Workers, membership: Membership) -> None:
+    def __init__(self, broker: Broker, workers: Workers) -> None:
         self._broker = broker
         self._core = broker.messaging
         self._workers = workers
-        self._membership = membership
 
     def endpoints(self) -> dict[int, Endpoint]:
         code = RequestCode
@@ -137,16 +134,6 @@ class Consuming:
         max_count = min(max(whole(ext, "maxMsgNums", 32, INT32), 1), config.max_pull_messages)
         max_bytes = whole(ext, "maxMsgBytes", 0, INT32) or DEFAULT_PULL_BYTES
         carries = bool(sys_flag & codes.PULL_SUBSCRIPTION)
-        kind = (ext.get("expressionType") or TAG).upper()
-        expression = ext.get("subscription") or ""
-        tag_codes = None
-        if carries and kind == TAG:
-            tag_codes = _tag_codes(expression or "*", config.max_subscription_chars)
-        elif carries:  # compiled on a worker when served
-            try:
-                checks.subscription_text(expression, config.max_subscription_chars)
-            except InvalidArgumentError as exc:
-                raise Refusal(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
         commit = None
         if sys_flag & codes.PULL_COMMIT_OFFSET:
             commit = whole(ext, "commitOffset", -1)
@@ -159,9 +146,8 @@ class Consuming:
             max_count=max_count,
             max_bytes=min(max(max_bytes, 1), config.max_pull_bytes, MAX_PULL_BYTES),
             carries_subscription=carries,
-            expression_type=kind,
-            expression=expression,
-            tag_codes=tag_codes,
+            expression_type=(ext.get("expressionType") or TAG).upper(),
+            expression=ext.get("subscription") or "",
             sub_version=whole(ext, "subVersion", 0),
             commit=commit,
             suspend_ms=max(
@@ -172,17 +158,16 @@ class Consuming:
 
     async def pull(self, connection: Connection, request: Command, pull: PullRequest) -> Command:
         group, topic, queue_id, offset = pull.group, pull.topic, pull.queue_id, pull.offset
-        tag_codes, selector = pull.tag_codes, None
-        if not pull.carries_subscription:
-            tag_codes, selector = self._heartbeat_filter(group, topic, pull.sub_version)
+        tag_codes, selector, carried = None, None, None
+        if pull.carries_subscription:
+            carried = (pull.expression_type, pull.expression)
+        else:
+            tag_codes, selector = self._group_filter(group, topic, pull.sub_version)
         self._check_pull(topic, queue_id)
         # below every queue's minimum: answered as OFFSET_MOVED
         read = Read(
             topic, queue_id, max(offset, -1), pull.max_count, pull.max_bytes, tag_codes, selector
         )
-        carried = None
-        if pull.carries_subscription and pull.expression_type != TAG:
-            carried = (pull.expression_type, pull.expression)
         read, result = await self._workers.run(self._read, group, read, pull.commit, carried)
         if result.status == PullStatus.NO_NEW_MSG and pull.sys_flag & codes.PULL_SUSPEND:
             result = await self._core.hold(self._workers.run, read, result, pull.suspend_ms / 1000)
@@ -202,22 +187,22 @@ class Consuming:
         self._broker.messages_pulled += result.count
         return response
 
-    def _heartbeat_filter(
+    def _group_filter(
         self, group: str, topic: str, sub_version: int
     ) -> tuple[list[int] | None, Selector | None]:
-        """The tag codes or the selector of the subscription the group's heartbeats gave
-        (RocketMQ's push consumer pulls without its own)."""
-        found = self._membership.subscription(group, topic)
-        if found is None:
-            raise Refusal(
-                ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                f"the consumer's subscription of {topic!r} in group {group!r} is not "
-                "known yet (no heartbeat names it)",
-            )
-        group_filter = self._membership.group_filter(group, topic)
-        if group_filter is not None and group_filter.kind != TAG:
-            return None, heartbeat_selector(group_filter, sub_version, group, topic)
-        return _tag_codes(found, self._broker.config.max_subscription_chars), None
+        """The tag codes or the selector of the group's subscription to ``topic``: its live
+        members' newest, from heartbeats of any protocol (RocketMQ's push consumer pulls
+        without its own). Every member reads its group's retry topic."""
+        found = self._broker.consumers.group_filter(group, topic)
+        if found is not None:
+            return group_read(found, sub_version, group, topic)
+        if topic.startswith(RETRY_PREFIX) and topic == retry_topic(group):
+            return None, None
+        raise Refusal(
+            ResponseCode.SUBSCRIPTION_NOT_EXIST,
+            f"the consumer's subscription of {topic!r} in group {group!r} is not "
+            "known yet (no heartbeat names it)",
+        )
 
     def _check_pull(self, topic: str, queue_id: int) -> None:
         config = self._core.topic(topic)
@@ -236,16 +221,16 @@ class Consuming:
     def _read(
         self, group: str, read: Read, commit: int | None, carried: tuple[str, str] | None
     ) -> tuple[Read, GetResult]:
-        """Compile the selector the pull carries (``carried``: its type and text), commit
-        the offset it carries, then read: one hop to a worker. The read, selector and all,
-        is returned for a long poll to read again."""
+        """Read the subscription the pull carries (``carried``: its type and text: tag
+        codes, a SQL92 selector compiled), commit the offset it carries, then read: one hop
+        to a worker. The read, filter and all, is returned for a long poll to read again."""
         if carried is not None:
             kind, expression = carried
             try:
-                selector = self._core.selector(kind, expression)
+                found = self._core.read_filter(kind, expression)
             except RocketliteError as exc:
                 raise refusal(kind, exc) from None
-            read = dataclasses.replace(read, selector=selector)
+            read = dataclasses.replace(read, tag_codes=found.tag_codes, selector=found.selector)
         if commit is not None and commit >= 0:
             self._core.commit_offsets(group, read.topic, {read.queue_id: commit})
         return read, self._core.read(read)
@@ -329,13 +314,6 @@ class Consuming:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {queue.topic!r} does not exist")
         if queue.queue_id < 0:
             raise InvalidArgumentError(f"queueId {queue.queue_id} must be >= 0")
-
-
-def _tag_codes(expression: str, limit: int) -> list[int] | None:
-    try:
-        return parse_subscription(checks.subscription_text(expression, limit)).tag_codes
-    except InvalidArgumentError as exc:
-        raise Refusal(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
 
 
 def _queue(request: Command) -> QueueRequest:

@@ -14,8 +14,10 @@ they expire).
 
 CHECK_CLIENT_CONFIG (46) is served here too: Java's consumers ask it at start about each
 SQL92 subscription, and fail to start on anything but SUCCESS. A heartbeat's subscriptions
-also become the group's filters (:mod:`.filters`): what a pull without its subscription is
-filtered by, a SQL92 expression compiled once on a worker.
+are read by the broker core, on a worker (the newest per group and topic, a SQL92 text
+compiled once, one that does not compile kept with why, as RocketMQ's heartbeats always
+succeed), and go into the registry with the member: what a pull without its subscription
+is filtered by is decided there from the live members (:mod:`.filters` answers it).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import functools
 import itertools
 import logging
 import random
-import threading
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
@@ -35,17 +36,18 @@ from rmq_spark.auth.remoting_rules import RemotingRule, group_need, topic_need
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.delivery import retry
+from rmq_spark.broker.membership.filters import Subscribed
 from rmq_spark.broker.membership.groups import ConsumeFromWhere, ConsumeType, MessageModel
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
-from rmq_spark.broker.remoting.filters import TAG, GroupFilter, Subscribed, refusal, updated
+from rmq_spark.broker.remoting.filters import refusal
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.workers import Workers
 from rmq_spark.codec.properties import REAL_QID, UNIQ_KEY, decode_properties
 from rmq_spark.codec.record import Record, encode_record, offset_msg_id
-from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, RocketliteError, shown
-from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
+from rmq_spark.filter import TAG
+from rmq_spark.names import retry_topic, validate_group, validate_topic
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire.remoting import bodies
 from rmq_spark.wire.remoting.codes import FLAG_ONEWAY, OUR_VERSION, RequestCode, ResponseCode
@@ -114,9 +116,6 @@ class Membership:
         self._broker = broker
         self._workers = workers
         self._opaques = itertools.count()
-        #: (group, topic) -> what the group's heartbeats said to filter the topic by
-        self._filters: dict[tuple[str, str], GroupFilter] = {}
-        self._filters_lock = threading.Lock()
         #: live connections by client id (for consumer connection lists)
         self.connections: dict[str, Connection] = {}
         broker.transaction_checks.add_asker(self.ask_about_transaction)
@@ -209,9 +208,8 @@ class Membership:
         )
 
     def _subscribed(self, sub: object) -> Subscribed:
-        """One SubscriptionData of a heartbeat or a client check: topic, expression (a tag
-        expression normalised), type and version, the expression no longer than
-        --max-subscription-chars."""
+        """One SubscriptionData of a heartbeat or a client check: topic, expression as sent,
+        type and version (the broker core reads the expression, on a worker)."""
         if not isinstance(sub, dict):
             raise InvalidArgumentError(f"subscriptionDataSet holds {shown(sub)}")
         topic = validate_topic(sub.get("topic"), allow_system=True)
@@ -222,12 +220,6 @@ class Membership:
         text = sub.get("subString")
         if text is not None and not isinstance(text, str):
             raise InvalidArgumentError(f"the subString of {topic!r} is {shown(text)}, not text")
-        limit = self._broker.config.max_subscription_chars
-        with checks.item(f"the subscription to {topic!r}"):
-            if kind == TAG:
-                text = parse_subscription(checks.subscription_text(text or "*", limit)).expression
-            else:  # compiled when the group's filter changes (an empty one is refused then)
-                text = checks.subscription_text(text or "", limit)
         version = sub.get("subVersion")
         if version is None:
             version = 0
@@ -237,22 +229,19 @@ class Membership:
             raise InvalidArgumentError(
                 f"the subVersion of {topic!r} is {shown(version)}, not a long"
             )
-        return Subscribed(topic, text, kind, version)
+        return Subscribed(topic, text or "", kind, version)
 
     def _join(self, client_id: str, consumers: list[ConsumerData]) -> None:
+        """Every group of the heartbeat read first (nothing joins when one subscription is
+        refused), then joined."""
         registry = self._broker.consumers
+        read = registry.read_subscriptions(
+            client_id, [(c.group, c.subscriptions) for c in consumers], keep_errors=True
+        )
         for c in consumers:
-            subscriptions = [(sub.topic, sub.expression) for sub in c.subscriptions]
             registry.heartbeat(
-                client_id,
-                c.group,
-                subscriptions,
-                c.message_model,
-                c.consume_type,
-                c.from_where,
-                expression_types={sub.topic: sub.kind for sub in c.subscriptions},
+                client_id, c.group, read[c.group], c.message_model, c.consume_type, c.from_where
             )
-            self._update_filters(c.group, c.subscriptions)
             group = c.group
             if c.message_model == "CLUSTERING":
                 # RocketMQ creates the group's retry topic on its first heartbeat; mqadmin's
@@ -311,47 +300,6 @@ class Membership:
         )
         return True
 
-    def _update_filters(self, group: str, subscriptions: list[Subscribed]) -> None:
-        """The group's filters once a heartbeat carried ``subscriptions`` (on a worker: a
-        new SQL92 expression is compiled here, outside the table's lock)."""
-        compile = self._broker.messaging.selector
-        for sub in subscriptions:
-            key = (group, sub.topic)
-            while True:
-                with self._filters_lock:
-                    old = self._filters.get(key)
-                new = updated(old, sub, compile)
-                if new is None:
-                    break
-                with self._filters_lock:
-                    if self._filters.get(key) is old:  # else judge again what came meanwhile
-                        if old is None:
-                            self._forget_left_groups()
-                        self._filters[key] = new
-                        break
-            if new is not None and new.error is not None and (old is None or old.error is None):
-                log.warning(
-                    "group %r subscribes to %r with a %s expression that cannot be used: %s",
-                    group,
-                    sub.topic,
-                    sub.kind,
-                    new.error,
-                )
-
-    def _forget_left_groups(self) -> None:
-        """Drop the filters of groups no member is in any more (under the table's lock)."""
-        registry = self._broker.consumers
-        for group in {group for group, _ in self._filters}:
-            if not registry.members(group):
-                for key in [k for k in self._filters if k[0] == group]:
-                    del self._filters[key]
-
-    def group_filter(self, group: str, topic: str) -> GroupFilter | None:
-        """What the group's heartbeats said to filter ``topic`` by (the newest version's),
-        None when none named it."""
-        with self._filters_lock:
-            return self._filters.get((group, topic))
-
     def decode_check_client(self, request: Command) -> CheckClient:
         data = bodies.json_object(request.body, "CheckClientRequestBody")
         group = validate_group(data.get("group"))
@@ -366,33 +314,12 @@ class Membership:
         SUBSCRIPTION_PARSE_FAILED (23) naming the column and why, as RocketMQ answers."""
         sub = check.subscription
         if sub is not None and sub.kind != TAG:
-            compile = functools.partial(self._broker.messaging.selector, sub.kind, sub.expression)
+            read = functools.partial(self._broker.messaging.read_filter, sub.kind, sub.expression)
             try:
-                await self._workers.run(compile)
+                await self._workers.run(read)
             except RocketliteError as exc:
                 raise refusal(sub.kind, exc) from None
         return request.reply()
-
-    def subscription(self, group: str, topic: str) -> str | None:
-        """The expression the group's live members gave for ``topic`` in their heartbeats
-        (the newest member's wins, a tag expression before any other), or None when no
-        member subscribes to it."""
-        registry = self._broker.consumers
-        found = None
-        for client_id in reversed(registry.members(group)):
-            info = registry.consumer_info(group, client_id)
-            if info is None:
-                continue
-            for name, expression in info.subscriptions:
-                if name == topic:
-                    if info.expression_type(topic) == TAG:
-                        return expression
-                    found = found or expression
-        if found is not None:
-            return found
-        if topic.startswith(RETRY_PREFIX) and topic == retry_topic(group):
-            return "*"  # every member reads its group's retry topic
-        return None
 
     async def unregister(
         self, connection: Connection, request: Command, leave: Unregister

@@ -72,7 +72,7 @@ class RemotingService:
         parts = (
             self.name_server,
             Producing(broker, workers),
-            Consuming(broker, workers, self.membership),
+            Consuming(broker, workers),
             self.membership,
             Administration(broker, workers, address, self.membership),
         )

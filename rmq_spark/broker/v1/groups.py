@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from rmq_spark.broker.core import checks
+from rmq_spark.broker.membership.filters import Subscribed
 from rmq_spark.broker.membership.groups import MembershipEvent
 from rmq_spark.broker.v1.queues import check_queue
 from rmq_spark.broker.v1.status import blocking, streaming
 from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
-from rmq_spark.codec.subscription import parse_subscription
-from rmq_spark.errors import FilterNotSupportedError, InvalidArgumentError, ResourceExhaustedError
-from rmq_spark.filter import SQL92, SelectorError
+from rmq_spark.errors import InvalidArgumentError, ResourceExhaustedError
+from rmq_spark.filter import TAG
 from rmq_spark.names import RETRY_PREFIX, retry_topic, validate_group, validate_topic
 from rmq_spark.structs import MessageQueue
 from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, groups_pb2, groups_pb2_grpc
@@ -99,11 +99,17 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
             config.max_request_items,
             "--max-request-items",
         )
-        subscriptions, expression_types = self._subscriptions(request.subscriptions)
-        if model == "CLUSTERING" and self._consumes_here(subscriptions):
+        registry = self._broker.consumers
+        # Each subscription read by the broker core's one decoder: one that cannot be read
+        # (a malformed SQL92 selector: INVALID_ARGUMENT naming the topic, the column and
+        # why; any SQL92 one under --no-property-filter: FAILED_PRECONDITION) is refused,
+        # so a member never joins with a filter none of its pulls could use.
+        subscriptions = registry.read_subscriptions(
+            client_id, [(group, self._subscriptions(request.subscriptions))]
+        )[group]
+        if model == "CLUSTERING" and self._consumes_here([s.topic for s in subscriptions]):
             # Before joining, so a member that got an answer can subscribe to the retry topic.
             self._ensure_retry_topic(group)
-        registry = self._broker.consumers
         registry.heartbeat(
             client_id,
             group,
@@ -112,49 +118,30 @@ class GroupServicer(groups_pb2_grpc.GroupServiceServicer):
             consume_type,  # type: ignore[arg-type]
             from_where,  # type: ignore[arg-type]
             request.consume_timestamp_ms,
-            expression_types,
         )
         return groups_pb2.HeartbeatResponse(
             session_timeout_ms=registry.session_timeout_ms,
             membership_version=registry.snapshot(group).version,
         )
 
-    def _subscriptions(
-        self, entries: Sequence[groups_pb2.Subscription]
-    ) -> tuple[list[tuple[str, str]], dict[str, str]]:
-        """A heartbeat's (topic, expression) pairs, tag expressions normalised, and the
-        expression type of each topic not subscribed by tag. A SQL92 selector goes through
-        the broker core's one decoder: a malformed one is refused (INVALID_ARGUMENT, naming
-        the topic, the column and why), as is any SQL92 subscription on a broker started
-        with --no-property-filter (FAILED_PRECONDITION), so a member never joins with a
-        filter none of its pulls could use."""
-        limit = self._broker.config.max_subscription_chars
-        subscriptions, types = [], {}
-        for s in entries:
-            topic = validate_topic(s.topic, allow_system=True)
-            expression = checks.subscription_text(s.expression, limit)
-            try:
-                selector = self._broker.messaging.selector(s.expression_type, expression)
-            except SelectorError as exc:
-                raise InvalidArgumentError(f"the subscription to {topic!r}: {exc}") from None
-            except (FilterNotSupportedError, InvalidArgumentError) as exc:
-                raise type(exc)(f"the subscription to {topic!r}: {exc}") from None
-            if selector is None:
-                subscriptions.append((topic, parse_subscription(expression).expression))
-            else:
-                subscriptions.append((topic, expression))
-                types[topic] = SQL92
-        return subscriptions, types
+    def _subscriptions(self, entries: Sequence[groups_pb2.Subscription]) -> list[Subscribed]:
+        """A heartbeat's subscriptions as sent (rocketlite.v1 carries no version: the
+        registry counts each from the heartbeat that first brought it)."""
+        return [
+            Subscribed(
+                validate_topic(s.topic, allow_system=True), s.expression, s.expression_type or TAG
+            )
+            for s in entries
+        ]
 
-    def _consumes_here(self, subscriptions: list[tuple[str, str]]) -> bool:
+    def _consumes_here(self, topics: list[str]) -> bool:
         """Whether the group reads a topic of this broker (or may once topics are made on
         first use): only then does it get a retry topic here."""
         if self._broker.config.auto_create_topics:
             return True
-        topics = self._broker.messaging.topics
+        found = self._broker.messaging.topics
         return any(
-            not topic.startswith(RETRY_PREFIX) and topics.find(topic) is not None
-            for topic, _ in subscriptions
+            not topic.startswith(RETRY_PREFIX) and found.find(topic) is not None for topic in topics
         )
 
     def _ensure_retry_topic(self, group: str) -> None:

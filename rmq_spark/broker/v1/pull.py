@@ -8,7 +8,6 @@ from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.messaging import GetResult, Read
 from rmq_spark.broker.v1.queues import check_queue
-from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError
 from rmq_spark.filter import Selector
 from rmq_spark.names import validate_group
@@ -50,10 +49,10 @@ class PullArgs:
                     "commit_offset is set but consumer_group is empty; name the group whose "
                     "offset to commit"
                 )
-        expression = checks.subscription_text(
-            request.subscription_expression, config.max_subscription_chars
+        # tags by hash code only: rocketlite's clients check the tags of what comes back
+        found = broker.messaging.read_filter(
+            request.expression_type, request.subscription_expression
         )
-        selector = broker.messaging.selector(request.expression_type, expression)
         return cls(
             group=group,
             topic=mq.topic,
@@ -68,8 +67,8 @@ class PullArgs:
             max_bytes=checks.bounded(
                 request.max_bytes, "max_bytes", DEFAULT_PULL_BYTES, config.max_pull_bytes
             ),
-            tag_codes=None if selector else parse_subscription(expression).tag_codes,
-            selector=selector,
+            tag_codes=found.tag_codes,
+            selector=found.selector,
             suspend_ms=min(
                 checks.non_negative(request.suspend_timeout_ms, "suspend_timeout_ms"),
                 config.max_suspend_timeout_ms,

@@ -20,9 +20,8 @@ from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.messaging import TopicConfig
 from rmq_spark.broker.v2.codes import Code, V2Error, code_of, status
-from rmq_spark.codec.subscription import parse_subscription
 from rmq_spark.errors import InvalidArgumentError, ReservedTopicError, RocketliteError
-from rmq_spark.filter import SQL92, Selector, tags_selector
+from rmq_spark.filter import SQL92, TAG, Selector
 from rmq_spark.names import check_sendable, validate_group, validate_topic
 
 log = logging.getLogger("rmq_spark.broker")
@@ -103,27 +102,27 @@ def sendable_topic_name(resource: pb.Resource) -> str:
         raise V2Error(Code.ILLEGAL_TOPIC, str(exc)) from None
 
 
+def filter_type(expression: pb.FilterExpression) -> str:
+    """The expression type a v2 filter names: SQL is SQL92, anything else TAG (as the
+    proxy reads it)."""
+    return SQL92 if expression.type == pb.SQL else TAG
+
+
 def read_filter(
     expression: pb.FilterExpression, broker: Broker
 ) -> tuple[list[int] | None, Selector | None]:
-    """What a receive's, pull's or subscription's filter selects, as (tag codes, selector).
+    """What a receive's or pull's filter selects, as (tag codes, selector), read by the
+    broker core's one decoder (:meth:`MessagingCore.read_filter`).
 
     A tag filter (unspecified is TAG) narrows by the tags' hash codes and then checks the
     TAGS of those messages exactly (different tags can share a code; RocketMQ 5's proxy
-    re-checks them as well, its clients do not). SQL goes through the broker core's one
-    decoder (:meth:`MessagingCore.selector`): a malformed one is ILLEGAL_FILTER_EXPRESSION
-    naming the column and why, and a broker started with ``--no-property-filter`` answers
-    NOT_IMPLEMENTED naming the flag (the core's table)."""
-    try:
-        text = checks.subscription_text(expression.expression, broker.config.max_subscription_chars)
-        if expression.type != pb.SQL:
-            tags = parse_subscription(text).tags
-            if tags is None:
-                return None, None
-            return parse_subscription(text).tag_codes, tags_selector(tags)
-    except InvalidArgumentError as exc:
-        raise V2Error(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
-    return None, broker.messaging.selector(SQL92, text)
+    re-checks them as well, its clients do not). What cannot be read is answered by the
+    core's table: ILLEGAL_FILTER_EXPRESSION naming why (a SQL92 selector's column), and
+    NOT_IMPLEMENTED naming --no-property-filter on a broker started with it."""
+    found = broker.messaging.read_filter(
+        filter_type(expression), expression.expression, exact_tags=True
+    )
+    return found.tag_codes, found.selector
 
 
 def group_name(resource: pb.Resource) -> str:

@@ -28,6 +28,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.routes import queue_perm
+from rmq_spark.broker.membership.filters import Subscribed, check_selectors
 from rmq_spark.broker.v2 import convert, settings
 from rmq_spark.broker.v2.clients import ClientRegistry
 from rmq_spark.broker.v2.codes import Code, V2Error, code_of, grpc_code_of, status
@@ -43,9 +44,9 @@ from rmq_spark.broker.v2.requests import (
     endpoints_for,
     existing_topic,
     failure_status,
+    filter_type,
     is_fifo_group,
     max_attempts,
-    read_filter,
     required_client_id,
     topic_name,
 )
@@ -277,19 +278,19 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         elif kind == "subscription":
             entries = client.subscription.subscriptions
             checks.at_most(len(entries), "subscription.subscriptions", limit, "--max-request-items")
-            for entry in entries:
-                if entry.expression.type == pb.SQL:
-                    # refused now, as the proxy refuses a subscription it cannot build: a
-                    # push consumer does not start with a selector no receive could use
-                    try:
-                        read_filter(entry.expression, self._broker)
-                    except RocketliteError as exc:
-                        where = f"the subscription to {entry.topic.name!r}"
-                        raise V2Error(code_of(exc), f"{where}: {exc}") from None
-                else:
-                    checks.subscription_text(
-                        entry.expression.expression, config.max_subscription_chars
-                    )
+            subscribed = [
+                Subscribed(e.topic.name, e.expression.expression, filter_type(e.expression))
+                for e in entries
+            ]
+            check_selectors(subscribed, config.max_heartbeat_selectors, "a client's settings")
+            for sub in subscribed:
+                # refused now, as the proxy refuses a subscription it cannot build: a push
+                # consumer does not start with a filter no receive could use
+                try:
+                    self._broker.messaging.read_filter(sub.kind, sub.expression)
+                except RocketliteError as exc:
+                    where = f"the subscription to {sub.topic!r}"
+                    raise V2Error(code_of(exc), f"{where}: {exc}") from None
         if kind == "publishing":
             answer = settings.producer_settings(
                 client, max_body_bytes=self._broker.config.max_message_bytes
