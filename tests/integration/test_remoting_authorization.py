@@ -254,7 +254,10 @@ def test_every_limit_holds_on_the_remoting_port(broker):
             ],
         }
         answer = call(wire, "reader", C.HEART_BEAT, {}, json.dumps(heartbeat).encode())
-        refused(answer, ResponseCode.INVALID_PARAMETER, "--max-subscription-chars")
+        # a subscription the broker cannot read, as a pull carrying it is answered
+        refused(
+            answer, ResponseCode.SUBSCRIPTION_PARSE_FAILED, "'TopicA'", "--max-subscription-chars"
+        )
         many = [{"topic": "TopicA", "subString": "*"}] * (MAX_ITEMS + 1)
         heartbeat["consumerDataSet"][0]["subscriptionDataSet"] = many
         answer = call(wire, "reader", C.HEART_BEAT, {}, json.dumps(heartbeat).encode())

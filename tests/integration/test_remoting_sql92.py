@@ -23,6 +23,7 @@ from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.errors import FilterNotSupportedError
 from rmq_spark.filter import compile_selector
 from rmq_spark.structs import MessageQueue, PullStatus
+from rmq_spark.wire.proto_gen.rocketlite.v1 import groups_pb2
 from rmq_spark.wire.remoting.codes import (
     PULL_SUBSCRIPTION,
     PULL_SUSPEND,
@@ -279,6 +280,112 @@ def test_the_consumer_connection_list_shows_the_sql92_subscription(broker):
         shown = json.loads(bytes(answer.body))["subscriptionTable"][TOPIC]
         assert shown["expressionType"] == "SQL92" and shown["subString"] == "region IN ('eu')"
         assert shown["tagsSet"] == []
+
+
+# -- the group's filter: decided by the broker core from its live members ----------------------
+
+
+def pulled_bodies(wire: Wire, group: str, version: int, **more: str) -> list[str]:
+    """Every message a pull without its subscription gets from each queue."""
+    got = []
+    for queue in range(data.QUEUES):
+        answer = push_pull(wire, group, TOPIC, queue, version, **more)
+        assert answer.code in (ResponseCode.SUCCESS, ResponseCode.PULL_RETRY_IMMEDIATELY), (
+            answer.code,
+            answer.remark,
+        )
+        got += bodies_of(answer.body) if answer.code == ResponseCode.SUCCESS else []
+    return sorted(got)
+
+
+def test_a_rocketlite_v1_members_sql92_subscription_filters_remoting_pulls(broker, connect):
+    """A member that subscribed over rocketlite.v1 with a SQL92 selector: a remoting pull of
+    its group without a subscription (RocketMQ's push consumer's way) gets what the
+    selector picks; its text is never read as tags (that answered
+    PULL_RETRY_IMMEDIATELY past every message)."""
+    stubs = connect(broker.process.endpoint)
+    stubs.groups.Heartbeat(
+        groups_pb2.HeartbeatRequest(
+            client_id="10.0.0.9@v1",
+            consumer_group="g-v1",
+            subscriptions=[
+                groups_pb2.Subscription(
+                    topic=TOPIC, expression="region = 'eu'", expression_type="SQL92"
+                )
+            ],
+            message_model=groups_pb2.MESSAGE_MODEL_CLUSTERING,
+            consume_type=groups_pb2.CONSUME_TYPE_PUSH,
+            consume_from_where=groups_pb2.CONSUME_FROM_WHERE_FIRST_OFFSET,
+        ),
+        timeout=5,
+    )
+    with broker.wire() as wire:
+        # a Java client's subVersion is when it subscribed: before the v1 member's heartbeat
+        assert pulled_bodies(wire, "g-v1", int(time.time() * 1000) - 60_000) == sorted(
+            expected("region = 'eu'")
+        )
+
+
+def unregister(wire: Wire, group: str, client_id: str) -> None:
+    ext = {"clientID": client_id, "consumerGroup": group, "producerGroup": ""}
+    assert wire.call(RequestCode.UNREGISTER_CLIENT, ext).code == ResponseCode.SUCCESS
+
+
+def test_a_departed_members_filter_goes_with_it(broker):
+    """The member subscribed by SQL92 leaves: the remaining member's tag subscription
+    filters the group's pulls, though its subVersion is lower, as the consumer connection
+    list shows it; once the last member leaves the group has no filter at all."""
+    everything = sorted(data.body(seq).decode() for seq in range(data.COUNT))
+    star = {"topic": TOPIC, "subString": "*", "expressionType": "TAG", "subVersion": 1000}
+    with broker.wire() as sql_member, broker.wire() as tag_member:
+        heartbeat(sql_member, "g-left", [sql(TOPIC, "region = 'eu'", 2000)], "c-sql@left")
+        heartbeat(tag_member, "g-left", [star], "c-tag@left")
+        assert pulled_bodies(tag_member, "g-left", 1000) == sorted(expected("region = 'eu'"))
+        unregister(sql_member, "g-left", "c-sql@left")
+        assert pulled_bodies(tag_member, "g-left", 1000, expressionType="TAG") == everything
+        answer = tag_member.call(
+            RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "g-left"}
+        )
+        shown = json.loads(bytes(answer.body))["subscriptionTable"][TOPIC]
+        assert (shown["expressionType"], shown["subString"]) == ("TAG", "*")
+        unregister(tag_member, "g-left", "c-tag@left")
+        gone = push_pull(tag_member, "g-left", TOPIC, 0, 1000)
+        assert gone.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+        # a member joining later with an older SQL92 subscription is the group's filter
+        heartbeat(tag_member, "g-left", [sql(TOPIC, "region = 'us'", 500)], "c-late@left")
+        assert pulled_bodies(tag_member, "g-left", 500) == sorted(expected("region = 'us'"))
+
+
+def test_a_heartbeat_of_many_subscriptions_is_answered_at_once(broker):
+    """16,000 tag subscriptions (a 1.3 MB heartbeat) are answered in well under a second
+    or two, first and again; a heartbeat bringing more different SQL92 selectors than the
+    broker compiles at once is refused naming the limit, and changes nothing."""
+    subscriptions = [
+        {
+            "topic": f"ManyTopic{i:05d}",
+            "subString": "TagA || TagB",
+            "expressionType": "TAG",
+            "subVersion": 1_700_000_000_000 + i,
+            "tagsSet": ["TagA", "TagB"],
+            "codeSet": [2598919, 2598920],
+            "classFilterMode": False,
+        }
+        for i in range(16_000)
+    ]
+    with broker.wire() as wire:
+        for _ in range(2):
+            started = time.monotonic()
+            answer = heartbeat(wire, "g-many", subscriptions, "c-many@1")
+            took = time.monotonic() - started
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            assert took < 2.0, f"a heartbeat of 16,000 subscriptions took {took:.1f} s"
+        selectors = [sql(f"ManyTopic{i:05d}", f"seq = {i}", 1) for i in range(33)]
+        refused = heartbeat(wire, "g-many", selectors, "c-many@2")
+        assert refused.code == ResponseCode.INVALID_PARAMETER
+        assert "33 different SQL92 selectors" in refused.remark
+        assert "--max-heartbeat-selectors" in refused.remark
+        members = wire.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g-many"})
+        assert json.loads(bytes(members.body))["consumerIdList"] == ["c-many@1"]
 
 
 # -- the check at a Java consumer's start -------------------------------------------------------
