@@ -372,6 +372,7 @@ def test_a_heartbeat_of_many_subscriptions_is_answered_at_once(broker):
         }
         for i in range(16_000)
     ]
+    mark = broker.log_mark()
     with broker.wire() as wire:
         for _ in range(2):
             started = time.monotonic()
@@ -386,6 +387,7 @@ def test_a_heartbeat_of_many_subscriptions_is_answered_at_once(broker):
         assert "--max-heartbeat-selectors" in refused.remark
         members = wire.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g-many"})
         assert json.loads(bytes(members.body))["consumerIdList"] == ["c-many@1"]
+    broker.assert_no_traceback_since(mark)
 
 
 # -- the check at a Java consumer's start -------------------------------------------------------
