@@ -222,3 +222,27 @@ def test_needles_find_the_same_records_as_looking_at_every_one():
         wanted = np.flatnonzero(selector.select_map(mapped)).tolist()  # every one looked at
         assert found.column("queueOffset").to_pylist() == wanted, text
         assert np.flatnonzero(picked).tolist() == wanted, text
+
+
+def test_needles_are_searched_in_a_mapped_file_where_it_lies(tmp_path):
+    """A task reading a broker's files searches the mapped file itself (no copy), in the
+    window of its records only, and leaves the map closable."""
+    import mmap
+
+    from rmq_spark.source.read.selection import candidates, record_starts
+
+    props = [{"region": "eu" if i % 10 == 0 else "us"} for i in range(200)]
+    data, sizes = records(props)
+    path = tmp_path / "segment"
+    pad = b"region\x01eu" * 50  # outside the window: not looked at
+    path.write_bytes(pad + data + pad)
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    window = memoryview(mapped)[len(pad) : len(pad) + len(data)]
+    selector = compile_selector("region = 'eu'")
+    found = candidates(window, record_starts(sizes), selector)
+    assert found is not None and found.tolist() == list(range(0, 200, 10))
+    picked, _ = decode_selected(window, sizes, selector, ("queueOffset",))
+    assert picked.column("queueOffset").to_pylist() == list(range(0, 200, 10))
+    del window, picked
+    mapped.close()  # no buffer of it is left exported

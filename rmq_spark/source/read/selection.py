@@ -18,6 +18,7 @@ record is looked at.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,7 +38,14 @@ from rmq_spark.filter.sql92_parse import (
     Substring,
 )
 
-__all__ = ["decode_selected", "keep_selected", "needles", "with_properties"]
+__all__ = [
+    "candidates",
+    "decode_selected",
+    "keep_selected",
+    "needles",
+    "record_starts",
+    "with_properties",
+]
 
 
 def decode_selected(
@@ -45,9 +53,12 @@ def decode_selected(
     sizes: np.ndarray | None,
     selector: Selector,
     columns: Sequence[str],
+    *,
+    look_at_all: bool = False,
 ) -> tuple[pa.RecordBatch, np.ndarray]:
     """The records of ``data`` (back to back; ``sizes`` each one's, or None to find them)
-    that ``selector`` picks, decoded (``columns``) in order, and the mask of those picked."""
+    that ``selector`` picks, decoded (``columns``) in order, and the mask of those picked.
+    ``look_at_all``: skip the search for needles (``data`` holds candidates already)."""
     if not len(data):
         return decode_records(b"", columns=columns), np.zeros(0, bool)
     if sizes is None:
@@ -55,15 +66,14 @@ def decode_selected(
         starts, sizes = index.starts, index.sizes
     else:
         sizes = np.asarray(sizes, dtype=np.int64)
-        starts = np.zeros(len(sizes), np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
+        starts = record_starts(sizes)
     picked = np.zeros(len(sizes), bool)
-    candidates = _candidates(data, starts, needles(selector.tree))
-    if candidates is None:  # every record is looked at
+    look_at = None if look_at_all else candidates(data, starts, selector)
+    if look_at is None:  # every record is looked at
         picked = selector.select_raw(stored_properties(data, starts, sizes))
-    elif len(candidates):
-        found = stored_properties(data, starts[candidates], sizes[candidates])
-        picked[candidates[selector.select_raw(found)]] = True
+    elif len(look_at):
+        found = stored_properties(data, starts[look_at], sizes[look_at])
+        picked[look_at[selector.select_raw(found)]] = True
     if not picked.any():
         return decode_records(b"", columns=columns), picked
     if picked.all():
@@ -72,38 +82,62 @@ def decode_selected(
     return chosen, picked
 
 
+def record_starts(sizes: np.ndarray) -> np.ndarray:
+    """Where each of records laid back to back starts."""
+    starts = np.zeros(len(sizes), np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return starts
+
+
 #: the share of records above which looking for needles saves nothing
 _MOSTLY = 0.25
 #: how much of a buffer is looked at to pick the rarest set of needles
 _SAMPLE_BYTES = 1 << 20
 
 
-def _candidates(
-    data: bytes | bytearray | memoryview, starts: np.ndarray, sets: list[frozenset[bytes]]
+def candidates(
+    data: bytes | bytearray | memoryview, starts: np.ndarray, selector: Selector
 ) -> np.ndarray | None:
-    """Indices (sorted) of the records holding a needle of the rarest of ``sets`` (each a
-    necessary condition), or None when each record should be looked at (no set, or the
-    needles are in most records)."""
+    """Indices (sorted) of the records of ``data`` (starting at ``starts``) worth applying
+    ``selector`` to: those holding a needle of the rarest of its sets of needles; None when
+    each record should be looked at (no needle known, or needles in most records). The
+    bytes of a mapped file are searched where they are, without a copy."""
+    sets = needles(selector.tree)
     if not sets:
         return None
-    buf = data if isinstance(data, bytes) else bytes(data)
+    text, low, high = _searchable(data)
     chosen = sets[0]
     if len(sets) > 1:  # the rarest in a sample of the buffer
-        sample = buf[:_SAMPLE_BYTES]
+        sample = bytes(data[:_SAMPLE_BYTES])
         chosen = min(sets, key=lambda found: sum(sample.count(n) for n in found))
     limit = int(len(starts) * _MOSTLY)
     at: list[int] = []
     for needle in chosen:
-        where = buf.find(needle)
+        where = text.find(needle, low, high)
         while where >= 0:
-            at.append(where)
+            at.append(where - low)
             if len(at) > limit:
                 return None
-            where = buf.find(needle, where + 1)
+            where = text.find(needle, where + 1, high)
     if not at:
         return np.zeros(0, np.int64)
     records = np.searchsorted(starts, np.array(at, np.int64), side="right") - 1
     return np.unique(records[records >= 0])
+
+
+def _searchable(
+    data: bytes | bytearray | memoryview,
+) -> tuple[bytes | bytearray | mmap.mmap, int, int]:
+    """Something with ``find(needle, start, end)`` over ``data``, and where ``data`` is in it:
+    the mapped file itself for a view of one (no copy), else bytes."""
+    if isinstance(data, bytes | bytearray):
+        return data, 0, len(data)
+    owner = data.obj
+    if isinstance(owner, mmap.mmap) and data.contiguous and data.itemsize == 1:
+        where = np.frombuffer(data, np.uint8).ctypes.data
+        base = np.frombuffer(owner, np.uint8).ctypes.data  # released at once: no export left
+        return owner, where - base, where - base + data.nbytes
+    return bytes(data), 0, len(data)
 
 
 def needles(tree: Node) -> list[frozenset[bytes]]:

@@ -18,6 +18,7 @@ import os
 from collections.abc import Generator
 from dataclasses import replace
 
+import numpy as np
 import pyarrow as pa
 
 from rmq_spark.client.connection import Connection
@@ -31,7 +32,7 @@ from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import QueueRange
 from rmq_spark.source.read.pulls import GrpcReader
 from rmq_spark.source.read.range_reader import PULL_MAX_BYTES, report_loss
-from rmq_spark.source.read.selection import decode_selected
+from rmq_spark.source.read.selection import candidates, decode_selected, record_starts
 from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2
 
 log = logging.getLogger("rmq_spark.source")
@@ -82,28 +83,62 @@ class ShortCircuitReader:
 
     def read_range(self, queue_range: QueueRange) -> Generator[pa.RecordBatch, None, None]:
         mq, offset, end = queue_range.mq, queue_range.start, queue_range.end
+        done = offset  # what is before it was yielded (or lost)
         try:
             while offset < end:
                 with self.sc.open_range(mq, offset, end) as local:
                     if offset < local.min_offset:
                         self._lost(DataLoss(mq, "deleted", offset, local.min_offset))
-                        offset = local.min_offset
+                        offset = done = local.min_offset
                         continue
                     if local.end <= offset:  # the queue ends before the range does
                         self._lost(DataLoss(mq, "reset", end, local.max_offset))
                         return
+                    held = bytearray()  # records to select from, copied out of the files
+                    held_sizes: list[np.ndarray] = []
                     while offset < local.end:
                         data, sizes, offset = local.read(offset, PULL_MAX_BYTES, self._tag_codes)
-                        if not len(sizes):
-                            continue
                         if self._selector is None:
-                            yield decode_records(data, sizes=sizes, columns=self.columns)
-                        else:
-                            yield decode_selected(data, sizes, self._selector, self.columns)[0]
+                            if len(sizes):
+                                yield decode_records(data, sizes=sizes, columns=self.columns)
+                            done = offset
+                            continue
+                        if len(sizes):  # the records worth a look, copied out of the files
+                            self._hold(data, sizes, held, held_sizes)
+                        if len(held) >= PULL_MAX_BYTES or offset >= local.end:
+                            # the selector over many reads at once: its fixed costs once
+                            if held_sizes:
+                                yield self._selected(held, held_sizes)
+                            held, held_sizes, done = bytearray(), [], offset
         except ShortCircuitUnavailable as exc:
             log.info("short-circuit read of %s stopped at %d (%s); pulling the rest",
-                     mq.describe(), offset, exc)  # fmt: skip
-            yield from self.fallback.read_range(replace(queue_range, start=offset))
+                     mq.describe(), done, exc)  # fmt: skip
+            yield from self.fallback.read_range(replace(queue_range, start=done))
+
+    def _hold(
+        self,
+        data: bytes | memoryview,
+        sizes: np.ndarray,
+        held: bytearray,
+        held_sizes: list[np.ndarray],
+    ) -> None:
+        """Add the records of ``data`` the selector may pick to ``held``: those holding the
+        bytes it needs (searched in the mapped file), else all."""
+        assert self._selector is not None
+        starts = record_starts(sizes)
+        look_at = candidates(data, starts, self._selector)
+        if look_at is None:
+            held += data
+            held_sizes.append(sizes)
+            return
+        for at in look_at.tolist():
+            held += data[int(starts[at]) : int(starts[at] + sizes[at])]
+        held_sizes.append(sizes[look_at])
+
+    def _selected(self, held: bytearray, sizes: list[np.ndarray]) -> pa.RecordBatch:
+        assert self._selector is not None
+        joined = np.concatenate(sizes)
+        return decode_selected(held, joined, self._selector, self.columns, look_at_all=True)[0]
 
     def _lost(self, loss: DataLoss) -> None:
         report_loss(loss, fail_on_data_loss=self._fail_on_data_loss)
