@@ -45,13 +45,31 @@ def store_factory(tmp_path):
         store.close()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (``./dev test`` runs two workers with ``--dist loadgroup``), every
-    test of the shared SparkSession (the ``spark`` fixture) goes to one worker, one after
-    another: two of them at once would fight over the 2 cores. The other worker runs the
-    rest, which mostly waits on brokers and disks, including the Spark tests that run Spark
-    in processes of their own (a standalone cluster, Spark Connect, jobs killed on purpose):
-    they would otherwise make that one worker the whole run's critical path."""
+    """Make ``--dist loadgroup`` (``./dev test``) keep each ``xdist_group`` on one worker.
+
+    pytest-xdist 3.8 groups tests by a suffix (``@<group>``) it gives their node ids when a
+    worker collects them, written to an attribute pytest 9.2 no longer reads node ids from:
+    without this every group's tests spread over the workers like any others. Here the
+    suffix goes where pytest 9.2 keeps the id (this runs after xdist's hook, which has no
+    effect there).
+
+    The tests of the shared SparkSession (the ``spark`` fixture) are in no group: each
+    worker starts its own session when it first needs one. One worker running them all in
+    order was the plan once, but never happened (see above); measured, it would make that
+    worker the run's critical path (their time is about the time of all the other Spark
+    tests together), for the two session starts it saves."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # another pytest: xdist's own suffix may work there
+        return
     for item in items:
-        if item.path.parent.name == "spark" and "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark"))
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        if names and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(names))}")

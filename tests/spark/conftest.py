@@ -1,6 +1,7 @@
 """Fixtures for the Spark source tests: one SparkSession for the whole run, real brokers.
 
-* ``spark``: the session (``local[2]``, UI off, 2 shuffle partitions), started once (~7 s).
+* ``spark``: the session (``local[2]``, UI off, 2 shuffle partitions), started once per
+  process (each pytest-xdist worker that runs such a test starts its own, ~7 s).
 * ``broker``: one broker subprocess shared by every test (each test uses its own topics).
 * ``broker_factory``: brokers of the test's own (for restarts, two brokers, small segments).
 * ``topic``: a fresh topic name.
