@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -18,6 +19,30 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # earlier tests may run; gRPC's fork handlers then can break the child, so turn them off
 # (the child only execs java). Must be set before grpc is imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+
+def _child_environment() -> None:
+    """What every process the tests start inherits (set before any is started)."""
+    from tests.support.scripts import SPARK_JVM_OPTIONS
+
+    # Every Spark driver started by pyspark here or in a child process (the shared session,
+    # the jobs and examples run as processes) gets the JVM options of a short-lived JVM.
+    os.environ.setdefault(
+        "PYSPARK_SUBMIT_ARGS", f'--driver-java-options "{SPARK_JVM_OPTIONS}" pyspark-shell'
+    )
+    # The tests start thousands of Python processes (brokers, the CLI, Spark's Python
+    # workers, jobs) that import the package from source. Where PYTHONDONTWRITEBYTECODE is
+    # set (as on the CI machines) each would compile every module it imports again (about
+    # 0.2 s of CPU for a broker, 0.4 s for a CLI command): keep their bytecode in a cache
+    # outside the tree instead (Python checks each file against its source's time and size).
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(
+            tempfile.gettempdir(), f"rocketlite-tests-pycache-{os.getuid()}"
+        )
+
+
+_child_environment()
 
 
 @pytest.fixture

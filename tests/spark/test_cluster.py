@@ -29,7 +29,12 @@ class Daemon:
 
     def __init__(self, log: Path, *args: str) -> None:
         self.log = log
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
+        env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_NO_DAEMONIZE": "1",
+            "SPARK_DAEMON_JAVA_OPTS": scripts.SPARK_JVM_OPTIONS,
+        }
         with open(log, "wb") as out:
             self.process = subprocess.Popen(
                 [str(SPARK_CLASS), *args],

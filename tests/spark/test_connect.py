@@ -50,6 +50,7 @@ def test_connect_client_reads_through_the_server(broker, topic, tmp_path):
                 "--conf", f"spark.connect.grpc.binding.port={port}",
                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                 "--conf", "spark.ui.enabled=false",
+                "--driver-java-options", scripts.SPARK_JVM_OPTIONS,
                 str(CONNECT_JAR),
             ],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,

@@ -14,6 +14,8 @@ import json
 import os
 import sys
 
+from tests.support.scripts import SPARK_JVM_OPTIONS
+
 
 def main(argv: list[str]) -> int:
     master, endpoints, topic, work = argv
@@ -32,6 +34,7 @@ def main(argv: list[str]) -> int:
         .config("spark.cores.max", "2")
         .config("spark.pyspark.python", sys.executable)
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        .config("spark.executor.extraJavaOptions", SPARK_JVM_OPTIONS)
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )

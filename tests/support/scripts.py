@@ -14,6 +14,13 @@ from pathlib import Path
 #: the repository's root (where ``tests`` and ``rmq_spark`` are)
 REPO = Path(__file__).resolve().parents[2]
 
+#: JVM options of every Spark JVM the tests start (drivers, executors, a standalone
+#: cluster's daemons, the Connect server): each runs for seconds to minutes, most of it
+#: starting up, where C2's compiler threads and the parallel collector's threads compete
+#: with everything else for the two cores. C1 alone and the serial collector start a driver
+#: in about half the time and CPU; what the JVMs do is the same.
+SPARK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 
 def env(**extra: str) -> dict[str, str]:
     """This process's environment, with the repository first on ``PYTHONPATH``, and
