@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from rmq_spark.client.remoting import RemotingClient
 from rmq_spark.client.remoting.transport import RemotingConnection
 from rmq_spark.codec import fastjson
 from rmq_spark.datasource import RocketliteDataSource
+from rmq_spark.source.read import read_partition
 from rmq_spark.source.schema import SPARK_SCHEMA
 from rmq_spark.wire.remoting.codes import RequestCode
 from rmq_spark.wire.remoting.frame import Command
@@ -251,6 +253,18 @@ def test_a_broker_that_does_not_filter_by_sql92_leaves_it_to_the_tasks(spark, tm
             RocketliteDataSource(options).reader(SPARK_SCHEMA).partitions()
         said = [r.getMessage() for r in caplog.records if "sqlFilter" in r.getMessage()]
         assert len(said) == 1 and "broker-n" in said[0], said
+        # A task the driver did not tell (the broker changed since) finds out by itself.
+        for where in ({"endpoints": broker.endpoint}, {"nameServer": broker.remoting_address}):
+            options = {**where, "topic": TOPIC, "sqlFilter": SELECTOR, "shortCircuit": "false"}
+            reader = RocketliteDataSource(options).reader(SPARK_SCHEMA)
+            parts = [replace(p, filter_in_task=()) for p in reader.partitions()]
+            batches = [b for p in parts for b in read_partition(p, reader.options)]
+            rows = {
+                (r["brokerName"], r["queueId"], r["queueOffset"]): r["body"]
+                for b in batches
+                for r in b.to_pylist()
+            }
+            assert rows == messages.matching(), where
     finally:
         broker.stop()
 
