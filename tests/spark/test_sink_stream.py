@@ -108,36 +108,37 @@ def _wait_for_commit(job: subprocess.Popen, checkpoint: Path, log: Path) -> None
     )
 
 
-def _written(endpoint: str, target: str) -> tuple[int, int]:
+def _written(admin: Admin, target: str) -> tuple[int, int]:
     """(rows the broker ever staged for a sink, rows visible in ``target``)."""
-    with Admin(endpoint) as admin:
-        queues = admin.describe_topic(target).readable
-        (name,) = {mq.broker_name for mq in queues}
-        try:
-            (half,) = admin.query_offsets([MessageQueue(HALF_TOPIC, name, 0)]).values()
-        except NotFoundError:  # nothing staged yet
-            staged = 0
-        else:
-            staged = half.max_offset
-        visible = sum(q.max_offset for q in admin.query_offsets(queues).values())
+    queues = admin.describe_topic(target).readable
+    (name,) = {mq.broker_name for mq in queues}
+    try:
+        (half,) = admin.query_offsets([MessageQueue(HALF_TOPIC, name, 0)]).values()
+    except NotFoundError:  # nothing staged yet
+        staged = 0
+    else:
+        staged = half.max_offset
+    visible = sum(q.max_offset for q in admin.query_offsets(queues).values())
     return staged, visible
 
 
 def _wait_for_staged_epoch(job: subprocess.Popen, endpoint: str, target: str, log: Path) -> None:
     """Until more rows were staged than became visible since the call: a micro-batch is
     being written and is not committed yet."""
-    staged0, visible0 = _written(endpoint, target)
+    # one connection for the whole wait: it asks 100 times a second, next to the job
+    with Admin(endpoint) as admin:
+        staged0, visible0 = _written(admin, target)
 
-    def in_flight() -> bool:
-        staged, visible = _written(endpoint, target)
-        return staged - staged0 > visible - visible0
+        def in_flight() -> bool:
+            staged, visible = _written(admin, target)
+            return staged - staged0 > visible - visible0
 
-    eventually(
-        unless_exited(job, log, in_flight),
-        what="a micro-batch staged and not yet committed",
-        timeout=120,
-        interval=0.01,
-    )
+        eventually(
+            unless_exited(job, log, in_flight),
+            what="a micro-batch staged and not yet committed",
+            timeout=120,
+            interval=0.01,
+        )
 
 
 def _kill_python_workers(session: int) -> int:
@@ -195,12 +196,19 @@ class Watcher(threading.Thread):
 
 
 @pytest.mark.slow
+# three Spark drivers one after the other, each starting cold (a JVM, a dozen Python
+# workers): on a loaded two-core machine each takes a minute or more before its first batch
+@pytest.mark.timeout(600)
 def test_exactly_once_through_task_failure_and_driver_kills(broker_factory, topic, tmp_path):
     broker = broker_factory("broker-eo")  # its own: the staging queue counts only this test
     source, target = topic, topic + "-out"
     create_topic(broker.endpoint, source, queues=4)
     create_topic(broker.endpoint, target, queues=3)
-    sent = produce_keyed(broker.endpoint, source, 1600)
+    # 7 batches of 400 (the job's maxMessagesPerTrigger), so that a batch is still to come
+    # at each kill however fast they go: in the first run up to 4 (two commits waited for,
+    # one more that may be done before the wait for a staged one begins, and that one), in
+    # the second the replay of the last, up to two done in the 0.7 s, and the staged one
+    sent = produce_keyed(broker.endpoint, source, 2800)
     checkpoint, marker, log = (
         tmp_path / "checkpoint",
         tmp_path / "failed-once",
