@@ -278,7 +278,7 @@ def test_long_texts_take_linear_time() -> None:
     assert java_double("1" * 16_000 + "x") is None
     column = pa.array([[("a", "1" * 16_000 + "x")]] * 10, MAP)
     assert not compile_selector("a > 5.0").select_map(column).any()
-    assert time.perf_counter() - started < 2
+    assert time.perf_counter() - started < 5  # a hang guard: backtracking took 18 s
 
 
 # -- the column rules against the scalar ones -----------------------------------------------
