@@ -143,23 +143,27 @@ def test_min_messages_per_trigger_waits_up_to_the_max_delay(spark, broker, topic
     query, collected = start_collecting(
         df, tmp_path / "checkpoint", "200 milliseconds", Collected(next_step)
     )
+
+    def trigger_times() -> list[float]:
+        """When the trigger of each batch with rows began, from the query's progress (a
+        batch's comes once it is committed): maxTriggerDelay counts from the last batch's
+        trigger, not from when the messages came (in the middle of the last batch: on a
+        loaded machine, seconds later)."""
+        return [
+            datetime.fromisoformat(p["timestamp"]).timestamp()
+            for p in sorted(query.recentProgress, key=lambda p: p["batchId"])
+            if p["numInputRows"]
+        ]
+
     try:
-        eventually(
-            unless_stopped(query, lambda: len(collected.sizes) >= 3),
-            what="three batches",
+        began = eventually(
+            unless_stopped(query, lambda: len(times := trigger_times()) >= 3 and times),
+            what="three batches committed",
             timeout=60,
         )
     finally:
         query.stop()
     assert collected.sizes == [12, 3, 10]
-    # when each batch's trigger began: maxTriggerDelay counts from the last batch's trigger
-    # (not from when the messages came, in the middle of the last batch: on a loaded machine
-    # that can be seconds later)
-    began = [
-        datetime.fromisoformat(p["timestamp"]).timestamp()
-        for p in sorted(query.recentProgress, key=lambda p: p["batchId"])
-        if p["numInputRows"]
-    ]
     assert began[1] - began[0] > 4.0  # the 3 waited for maxTriggerDelay
     assert began[2] - produced_at[1] < 4.0  # the 10 did not: the next trigger took them
 
