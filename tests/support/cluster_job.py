@@ -51,7 +51,8 @@ def main(argv: list[str]) -> int:
     read(spark.read).load().write.parquet(f"{work}/batch")
     query = (
         read(spark.readStream)
-        .option("maxMessagesPerTrigger", "300")
+        # the 2000 messages in 3 batches: enough to see several, each costing seconds
+        .option("maxMessagesPerTrigger", "800")
         .load()
         .writeStream.format("parquet")
         .option("path", f"{work}/stream")
