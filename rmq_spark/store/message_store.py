@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 
-from rmq_spark.codec.arrow_decode import stored_properties
 from rmq_spark.codec.batch_encode import (
     EncodedBatch,
     PerMessage,
@@ -44,6 +43,7 @@ from rmq_spark.codec.properties import TAGS, decode_properties, encode_propertie
 from rmq_spark.codec.tag_column import hash_codes
 from rmq_spark.errors import InvalidArgumentError, StoreError
 from rmq_spark.filter import Selector
+from rmq_spark.filter.stored import select_stored
 from rmq_spark.store import checks, opening, reads
 from rmq_spark.store.checkpoint import RocketMQCheckpoint
 from rmq_spark.store.config import StoreConfig
@@ -540,9 +540,6 @@ class MessageStore:
 
 
 def _by_properties(selector: Selector) -> reads.RecordSelector:
-    """The records ``selector`` picks, judged by their stored properties."""
-
-    def select(data: bytes, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-        return selector.select_raw(stored_properties(data, starts, sizes))
-
-    return select
+    """The records ``selector`` picks, judged by their stored properties (only those
+    holding the bytes a match must hold are read)."""
+    return partial(select_stored, selector)

@@ -19,7 +19,7 @@ from rmq_spark.errors import (
     StoreError,
     StoreLockedError,
 )
-from rmq_spark.filter import compile_selector
+from rmq_spark.filter import compile_selector, stored
 from rmq_spark.store import MessageStore, StoreConfig, reads, writer
 from rmq_spark.store.verify import verify_store
 from rmq_spark.structs import PullStatus
@@ -163,6 +163,47 @@ def test_sql92_selector_picks_by_property_with_tags_and_limits(store_factory, mo
         found += [] if step.queue_offsets is None else list(step.queue_offsets)
         at = step.next_begin_offset
     assert found == wanted
+
+
+def test_selected_reads_that_search_for_bytes_are_not_fooled_by_them(store_factory, monkeypatch):
+    """The store looks only at the records holding the bytes a match needs
+    (``region\x01eu``): bodies, longer values, names that end alike and bytes that span a
+    property and the body are looked at and refused; every match is still found."""
+    store = store_factory()
+    store.topics.create("t", queues=1)
+    cases = [  # (properties, body, picked by region = 'eu')
+        ({"region": "eu"}, b"plain", True),
+        ({"region": "us"}, b"region\x01eu in the body", False),
+        ({"region": "europe"}, b"x", False),
+        ({"subregion": "eu", "region": "us"}, b"x", False),
+        ({"note": "region"}, b"\x01eu", False),
+        ({"a": "1", "region": "eu"}, b"region\x01eu", True),
+        ({}, b"x", False),
+        ({"region": "eu", "zz": "9"}, b"", True),
+    ] + [({"region": "us"}, b"x", False)] * 40  # so few hold the bytes: they are searched
+    rounds = 10
+    for _ in range(rounds):
+        store.append(
+            "t", 0, [body or b"-" for _, body, _ in cases],
+            [encode_properties(props) for props, _, _ in cases],
+        )  # fmt: skip
+    candidates_looked_at = []
+    real = stored.candidates
+
+    def counted(*args: object) -> object:
+        found = real(*args)  # type: ignore[arg-type]
+        candidates_looked_at.append(-1 if found is None else len(found))
+        return found
+
+    monkeypatch.setattr(stored, "candidates", counted)
+    wanted = [r * len(cases) + i for r in range(rounds) for i, c in enumerate(cases) if c[2]]
+    for text in ("region = 'eu'", "region IN ('eu', 'x')", "region = 'eu' AND a IS NULL"):
+        result, records = read_all(store, "t", 0, selector=compile_selector(text))
+        expect = wanted if "a IS" not in text else [o for o in wanted if o % len(cases) != 5]
+        assert list(result.queue_offsets) == expect, text
+        assert all(decode_properties(r.properties)["region"] == "eu" for r in records)
+    # 6 records of each 48 hold the bytes (the first eight cases but the fifth and seventh)
+    assert candidates_looked_at == [6 * rounds] * 3, "only the records holding them"
 
 
 def test_read_statuses_at_the_edges(store_factory):

@@ -229,7 +229,7 @@ def test_needles_are_searched_in_a_mapped_file_where_it_lies(tmp_path):
     window of its records only, and leaves the map closable."""
     import mmap
 
-    from rmq_spark.source.read.selection import candidates, record_starts
+    from rmq_spark.filter.stored import candidates, record_starts
 
     props = [{"region": "eu" if i % 10 == 0 else "us"} for i in range(200)]
     data, sizes = records(props)

@@ -27,12 +27,13 @@ from rmq_spark.codec.arrow_decode import decode_records
 from rmq_spark.codec.taghash import tag_hash_codes
 from rmq_spark.errors import RocketliteError
 from rmq_spark.filter import compile_selector
+from rmq_spark.filter.stored import candidates, record_starts
 from rmq_spark.offsets.spark import DataLoss
 from rmq_spark.source.options import SourceOptions
 from rmq_spark.source.planning import QueueRange
 from rmq_spark.source.read.pulls import GrpcReader
 from rmq_spark.source.read.range_reader import PULL_MAX_BYTES, report_loss
-from rmq_spark.source.read.selection import candidates, decode_selected, record_starts
+from rmq_spark.source.read.selection import decode_selected
 from rmq_spark.wire.proto_gen.rocketlite.v1 import admin_pb2
 
 log = logging.getLogger("rmq_spark.source")
