@@ -222,6 +222,37 @@ def test_a_signature_that_is_not_text_is_refused_before_login(broker):
     broker.assert_no_traceback_since(mark)
 
 
+def _frame(header: bytes) -> bytes:
+    return (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+
+
+def test_hostile_text_before_login_cannot_fill_the_log(broker):
+    """What a client chooses (a field's name, a value in a frame that cannot be read) does
+    not make a new kind of log line, and a line is never as long as what was sent: without
+    logging in, 40 refusals naming 100 KB fields, each another, and 20 unreadable frames,
+    each another, leave a line of each kind at most."""
+    mark = broker.log_mark()
+    with broker.wire() as wire:
+        for i in range(40):
+            name = f"field{i}-" + "x" * 100_000
+            ext = {name: "\ud800", "topic": "TopicA"}  # json.dumps writes \ud800 escaped
+            header = json.dumps({"code": 105, "opaque": i, "extFields": ext}).encode()
+            wire.send_bytes(_frame(header))
+            answer = wire.response(i)
+            refused(answer, ResponseCode.INVALID_PARAMETER, f"field{i}-x", "not valid Unicode")
+            assert len(answer.remark) < 300
+        assert call(wire, "writer", C.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicA"}).code == 0
+    for i in range(20):
+        with broker.wire() as wire:
+            wire.send_bytes(_frame(b'{"code":"%d%s"}' % (i, b"y" * 100_000)))
+            wire.hang_up_seen()
+    logged = broker.log_since(mark)
+    assert logged.count("not valid Unicode text") <= 1, logged[:2000]
+    assert logged.count("not a whole number") <= 1, logged[:2000]
+    assert len(logged) < 4_000, logged[:2000]
+    broker.assert_no_traceback_since(mark)
+
+
 def test_every_limit_holds_on_the_remoting_port(broker):
     with broker.wire() as wire:
         before = max_offset(wire, "TopicA")

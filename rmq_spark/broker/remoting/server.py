@@ -20,9 +20,10 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 from rmq_spark.errors import UnavailableError
+from rmq_spark.log_limit import LogLimiter, brief, kind_of
 from rmq_spark.wire.remoting.frame import (
     Buffer,
     Command,
@@ -31,9 +32,6 @@ from rmq_spark.wire.remoting.frame import (
     encode_parts,
     split_frames,
 )
-
-if TYPE_CHECKING:
-    from rmq_spark.log_limit import LogLimiter
 
 log = logging.getLogger("rmq_spark.broker.remoting")
 
@@ -104,8 +102,12 @@ class Connection(asyncio.Protocol):
             for frame in frames:
                 self._received(decode(frame))
         except FrameError as exc:
+            # rate-limited by the kind of defect, not its values (a client chooses those)
             self._log_limit.warning(
-                ("frame", str(exc)), "closing remoting connection from %s: %s", self.peer, exc
+                ("frame", kind_of(str(exc))),
+                "closing remoting connection from %s: %s",
+                self.peer,
+                brief(str(exc)),
             )
             self.close()
         except Exception as exc:  # a bug: one line, and only this connection ends
@@ -114,7 +116,7 @@ class Connection(asyncio.Protocol):
                 "closing remoting connection from %s: internal error %s: %s",
                 self.peer,
                 type(exc).__name__,
-                exc,
+                brief(str(exc)),
             )
             log.debug("the internal error's traceback", exc_info=exc)
             self.close()

@@ -35,7 +35,7 @@ from rmq_spark.broker.remoting.produce import Producing
 from rmq_spark.broker.remoting.registration import Registrar
 from rmq_spark.broker.remoting.server import Connection
 from rmq_spark.broker.workers import Workers
-from rmq_spark.log_limit import LogLimiter
+from rmq_spark.log_limit import LogLimiter, brief
 from rmq_spark.wire.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.wire.remoting.frame import DEFAULT_MAX_FRAME_BYTES, Command
 
@@ -136,12 +136,14 @@ class RemotingService:
                 )
             return
         if request.bad_text is not None:
+            # before the signature: one kind of line whatever field (a client names it)
             self._refuse(
                 connection,
                 request,
                 ResponseCode.INVALID_PARAMETER,
-                f"the header field {request.bad_text} is not valid Unicode text (invalid "
-                "UTF-8 or a lone surrogate); send it as UTF-8 text",
+                f"the header field {brief(request.bad_text, 64)} is not valid Unicode text "
+                "(invalid UTF-8 or a lone surrogate); send it as UTF-8 text",
+                kind="not text",
             )
             return
         user = None
@@ -203,11 +205,21 @@ class RemotingService:
         if not request.is_oneway:
             connection.send(response)
 
-    def _refuse(self, connection: Connection, request: Command, code: int, reason: str) -> None:
+    def _refuse(
+        self,
+        connection: Connection,
+        request: Command,
+        code: int,
+        reason: str,
+        kind: str | None = None,
+    ) -> None:
         """Answer a refusal, and log it as one line at most once a minute per (request
-        code, reason)."""
+        code, ``kind``, by default the reason)."""
         self._log_limit.warning(
-            (request.code, reason), "refused remoting request %d: %s", request.code, reason
+            (request.code, reason if kind is None else kind),
+            "refused remoting request %d: %s",
+            request.code,
+            brief(reason),
         )
         if not request.is_oneway:
             connection.send(request.reply(code, reason))
