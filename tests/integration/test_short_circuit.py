@@ -7,6 +7,8 @@ access rules hold (the same ACL as a pull); a socket of another broker, or none,
 from __future__ import annotations
 
 import json
+import socket
+import struct
 
 import pytest
 
@@ -19,6 +21,7 @@ from rmq_spark.codec.properties import decode_properties
 from rmq_spark.codec.taghash import tag_hash_code
 from rmq_spark.errors import PermissionDeniedError, UnauthenticatedError
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.short_circuit import VERSION, recv_message, send_message
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess, read_queue
 
 TOPIC = "sc-orders"
@@ -85,6 +88,36 @@ def test_the_broker_bounds_the_range_and_filters_nothing_it_should_not(broker):
             assert past.start == past.end
         only_a = read_local(sc, mq, 0, 600, tag_codes=[tag_hash_code("a")])
     assert only_a and {tags for _, _, tags in only_a} == {"a"}
+
+
+def test_hostile_requests_are_answered_without_a_traceback(broker):
+    """Any local user may connect, before any signature is read: bytes that are no message
+    (JSON nested 100,000 deep) close that connection, a queue id of Infinity and a topic
+    that is not text are refused, and none of it puts a traceback in the broker's log."""
+    path = str(default_socket_path(broker.port))
+    mark = len(broker.log_text())
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(path)
+        sock.sendall(struct.pack(">I", len(deep)) + deep)
+        assert sock.recv(100) == b""  # closed
+    base = {"version": VERSION, "broker": "broker-sc", "topic": TOPIC, "start": 0, "end": 1}
+    for request, code in (
+        ({**base, "queueId": float("inf")}, "INVALID"),
+        ({**base, "queueId": 0, "start": float("-inf")}, "INVALID"),
+        ({**base, "queueId": 0, "topic": "\ud800"}, "NOT_FOUND"),
+    ):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(5)
+            sock.connect(path)
+            send_message(sock, request)
+            answer, fds = recv_message(sock, max_fds=4)
+            assert not fds and (answer["ok"], answer["code"]) == (False, code), answer
+    mq = MessageQueue(TOPIC, "broker-sc", 0)
+    with ShortCircuit(path, "broker-sc") as sc:
+        assert len(read_local(sc, mq, 0, 10)) == 10
+    assert "Traceback" not in broker.log_text()[mark:], broker.log_text()[mark:][:3000]
 
 
 def test_another_broker_or_no_socket_means_pull_instead(broker, tmp_path):

@@ -29,6 +29,7 @@ from rmq_spark.errors import (
     RocketliteError,
     UnauthenticatedError,
 )
+from rmq_spark.log_limit import LogLimiter, brief
 from rmq_spark.wire.proto_gen.rocketlite.v1 import common_pb2, messaging_pb2
 from rmq_spark.wire.short_circuit import (
     MAX_FDS,
@@ -64,6 +65,7 @@ class ShortCircuitServer:
         self.broker = broker
         self.path = Path(path)
         self._authorizer = authorizer
+        self._log_limit = LogLimiter(log)
         self._stop = threading.Event()
         if self.path.exists() or self.path.is_symlink():
             _remove_stale(self.path)
@@ -108,14 +110,14 @@ class ShortCircuitServer:
             while not self._stop.is_set():
                 try:
                     request, stray = recv_message(conn)
-                except (WireError, OSError, ValueError):
-                    return
+                except (WireError, OSError, ValueError, RecursionError):
+                    return  # gone, or bytes that are no message (JSON nested too deep too)
                 for fd in stray:
                     os.close(fd)
                 answer, fds = self._answer(request)
                 try:
                     send_message(conn, answer, fds)
-                except OSError:
+                except (OSError, WireError):
                     return
                 finally:
                     for fd in fds:
@@ -128,13 +130,24 @@ class ShortCircuitServer:
             return _refusal("PERMISSION_DENIED", exc), []
         except NotFoundError as exc:
             return _refusal("NOT_FOUND", exc), []
-        except (InvalidArgumentError, KeyError, TypeError, ValueError) as exc:
-            return _refusal("INVALID", exc), []
+        except (InvalidArgumentError, KeyError, TypeError, ValueError, OverflowError) as exc:
+            return _refusal("INVALID", exc), []  # OverflowError: a number given as Infinity
         except UnauthenticatedError as exc:
             return _refusal("UNAUTHENTICATED", exc), []
         except (RocketliteError, OSError) as exc:
-            log.warning("short-circuit request failed: %s", exc)
+            self._log_limit.warning(
+                type(exc).__name__, "short-circuit request failed: %s", brief(str(exc))
+            )
             return _refusal("ERROR", exc), []
+        except Exception as exc:  # a bug: one line, no traceback (a client's input caused it)
+            self._log_limit.error(
+                type(exc).__name__,
+                "short-circuit request failed: internal error %s: %s",
+                type(exc).__name__,
+                brief(str(exc)),
+            )
+            log.debug("the internal error's traceback", exc_info=exc)
+            return _refusal_text("ERROR", f"internal broker error: {type(exc).__name__}"), []
 
     def _files_for(self, request: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
         if request.get("version") != VERSION:
@@ -197,7 +210,7 @@ class ShortCircuitServer:
 
 
 def _refusal(code: str, exc: BaseException) -> dict[str, Any]:
-    return _refusal_text(code, str(exc))
+    return _refusal_text(code, brief(str(exc), 1000))
 
 
 def _refusal_text(code: str, message: str) -> dict[str, Any]:
