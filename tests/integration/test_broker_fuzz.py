@@ -6,7 +6,9 @@ offsets, huge counts, unknown or invalid names, oversized bodies, reserved or ma
 properties, garbage subscription expressions, empty batches, queues of another broker), so
 the status code they must get is known; some are valid and must succeed; some combine
 several defects, and some are valid bytes of one request type sent to another RPC (protobuf
-parses them, fields land where they may), where any deliberate answer will do. "Deliberate"
+parses them, fields land where they may), where any deliberate answer will do. Some carry a
+string field, at any depth, whose bytes are not text (a lone surrogate as UTF-8 would write
+it, bytes UTF-8 never uses, a sequence cut short): INVALID_ARGUMENT, never UNKNOWN. "Deliberate"
 means: OK or one of the documented error codes, never INTERNAL or UNKNOWN, and the broker
 keeps serving. At the end a normal send and pull work, the broker stops cleanly, its log
 holds no internal error, and the store passes verify_store.
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 
 from rmq_spark.codec.record import offset_msg_id
@@ -116,6 +119,8 @@ class Case:
     expected: frozenset[grpc.StatusCode] | None
     #: send the request's bytes to this RPC instead of its own (cross-type requests)
     method: str | None = None
+    #: send these bytes instead of the request's (a request whose strings are not text)
+    raw: bytes | None = None
 
     @property
     def path(self) -> str:
@@ -131,6 +136,45 @@ def codes(*items: grpc.StatusCode) -> frozenset[grpc.StatusCode]:
 
 
 Mutation = tuple[str, Callable[[object], None], frozenset[grpc.StatusCode]]
+
+#: string field bytes that are not text: protobuf refuses to parse them
+NOT_UTF8 = {
+    "a lone surrogate": "\ud800".encode("utf-8", "surrogatepass"),
+    "a low surrogate after text": "tag\udfff".encode("utf-8", "surrogatepass"),
+    "byte 0xff": b"\xff",
+    "a sequence cut short": b"caf\xc3",
+    "a stray continuation byte": b"ok\x80",
+    "past U+10FFFF": b"\xf4\x90\x80\x80",
+}
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def string_paths(message: Descriptor, depth: int = 0) -> list[list[FieldDescriptor]]:
+    """Every path to a string field of ``message`` (through message fields, repeated ones
+    and maps included), down to three levels."""
+    paths: list[list[FieldDescriptor]] = []
+    for field in message.fields:
+        if field.type == FieldDescriptor.TYPE_STRING:
+            paths.append([field])
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and depth < 3:
+            paths += [[field, *rest] for rest in string_paths(field.message_type, depth + 1)]
+    return paths
+
+
+def field_bytes(path: list[FieldDescriptor], payload: bytes) -> bytes:
+    """The wire bytes of one occurrence of the string at ``path`` holding ``payload``:
+    appended to a message, it sets that string (or adds an element or a map entry)."""
+    field, *rest = path
+    inner = field_bytes(rest, payload) if rest else payload
+    return _varint(field.number << 3 | 2) + _varint(len(inner)) + inner
 
 
 class Fuzzer:
@@ -659,6 +703,8 @@ class Fuzzer:
         roll = rng.random()
         if roll < 0.08:
             return self.cross_type()
+        if roll < 0.14:
+            return self.not_text()
         maker = rng.choice(self.MAKERS)
         request, mutations = getattr(self, maker)()
         if roll < 0.2:  # several defects at once: only "deliberate" is known
@@ -669,6 +715,20 @@ class Fuzzer:
         label, mutate, expected = rng.choice(mutations)
         mutate(request)
         return Case(f"{maker}: {label}", request, expected)
+
+    def not_text(self) -> Case:
+        """A valid request with one string field, anywhere in it, whose bytes are not text."""
+        rng = self.rng
+        maker = rng.choice(("send", "pull", "query_offsets", "send_back", "offsets", "admin"))
+        request, _ = getattr(self, maker)()
+        paths = string_paths(request.DESCRIPTOR)
+        if not paths:  # a request of no strings (ListTopics, GetBrokerInfo): another one
+            return self.not_text()
+        path = rng.choice(paths)
+        label, payload = rng.choice(list(NOT_UTF8.items()))
+        raw = request.SerializeToString() + field_bytes(path, payload)
+        where = ".".join(f.name for f in path)
+        return Case(f"{maker}: {where} is {label}", request, codes(INVALID), raw=raw)
 
     def cross_type(self) -> Case:
         """A valid request of one type sent to another RPC: protobuf parses it, with the
@@ -707,7 +767,8 @@ def fuzz_broker(broker_factory, connect):
 def call(channel: grpc.Channel, case: Case) -> tuple[grpc.StatusCode, bytes, str]:
     rpc = channel.unary_unary(case.path)  # raw bytes in and out
     try:
-        return OK, rpc(case.request.SerializeToString(), timeout=15), ""
+        data = case.raw if case.raw is not None else case.request.SerializeToString()
+        return OK, rpc(data, timeout=15), ""
     except grpc.RpcError as exc:
         return exc.code(), b"", exc.details() or ""
 
@@ -717,10 +778,15 @@ def test_hostile_requests_get_deliberate_answers(fuzz_broker):
     fuzzer = Fuzzer(random.Random(SEED), broker.endpoint)
     problems = []
     seen = {}
+    not_text = 0
     for i in range(REQUESTS):
         case = fuzzer.case()
         code, answer, details = call(stubs.channel, case)
         seen[code] = seen.get(code, 0) + 1
+        if case.raw is not None:
+            not_text += 1
+            if "is not a valid" not in details:  # the server's refusal of what it cannot parse
+                problems.append(f"#{i} {case.label}: got {code.name} ({details!r})")
         allowed = case.expected if case.expected is not None else DELIBERATE
         if code not in allowed or code not in DELIBERATE:
             problems.append(
@@ -733,6 +799,7 @@ def test_hostile_requests_get_deliberate_answers(fuzz_broker):
         assert broker.running, f"broker died at #{i} {case.label}:\n{broker.log_tail()}"
     assert not problems, f"seed {SEED}: {len(problems)} bad answers:\n" + "\n".join(problems[:40])
     assert seen.get(OK, 0) > REQUESTS // 10 and sum(seen.values()) - seen.get(OK, 0) > REQUESTS // 2
+    assert not_text > REQUESTS // 50, f"only {not_text} requests with strings that are not text"
 
     # Still serving normally.
     stubs.admin.CreateTopic(admin_pb2.CreateTopicRequest(topic="AfterFuzz"))
