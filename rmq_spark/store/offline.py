@@ -7,6 +7,11 @@ and consume-queue formats). Nothing is ever written: commit-log segments are map
 only lock touched is a probe that acquires nothing a broker could wait for
 (:func:`~rmq_spark.store.offline_meta.lock_holder`).
 
+Descriptors do not grow with the store: a consume-queue file is open only for its ``pread``,
+a segment holds one descriptor while it is open (its own, or its map's), and at most
+:data:`MAX_OPEN_SEGMENTS` are (the least recently used one closes for the next; a buffer
+:meth:`StoreView.read_records` returned keeps its map until the buffer is dropped).
+
 The view is a snapshot taken by :meth:`StoreView.open`: each queue's last entry, then the
 end of the commit log's chain of records (found by walking it from the furthest record a
 consume queue or the checkpoint points at). A queue's range holds only entries whose
@@ -26,6 +31,7 @@ import itertools
 import mmap
 import os
 import struct
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -46,6 +52,8 @@ from rmq_spark.store.topics import TopicConfig
 BLANK_ENTRY_SIZE = 0x7FFFFFFF
 _MIN_RECORD = rec.FIXED_WITHOUT_HOSTS + 2 * rec.IPV4_HOST
 _HEAD = struct.Struct(">iI")
+#: commit-log segments a view keeps open (one descriptor each) at most
+MAX_OPEN_SEGMENTS = 32
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class StoreView:
         self.root = root
         #: who holds the directory's lock (a running broker), or None
         self.lock_holder = holder
+        self._open_segments = _OpenSegments(MAX_OPEN_SEGMENTS)
         self._segments: list[_Segment] = []
         self._queues: dict[tuple[str, int], _Queue] = {}
         self._log_end = 0
@@ -98,7 +107,7 @@ class StoreView:
         return view
 
     def _load(self) -> None:
-        self._segments = _list_segments(self.root / "commitlog")
+        self._segments = _list_segments(self.root / "commitlog", self._open_segments)
         for topic_dir in _subdirs(self.root / "consumequeue"):
             for queue_dir in _subdirs(topic_dir):
                 if queue_dir.name.isdigit():
@@ -352,13 +361,37 @@ class StoreView:
         return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
 
 
-class _Segment:
-    """One commit-log file, mapped read-only on first use."""
+class _OpenSegments:
+    """The segments of one view that hold a descriptor, least recently used first, at most
+    ``limit`` of them: the least recently used closes when another opens."""
 
-    def __init__(self, path: Path, size: int) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open: OrderedDict[int, _Segment] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def used(self, seg: _Segment) -> None:
+        self._open[id(seg)] = seg
+        self._open.move_to_end(id(seg))
+        while len(self._open) > self.limit:
+            _, oldest = self._open.popitem(last=False)
+            oldest.close()
+
+    def forget(self, seg: _Segment) -> None:
+        self._open.pop(id(seg), None)
+
+
+class _Segment:
+    """One commit-log file, opened on first use: a descriptor for ``pread`` until it is
+    mapped, then only the map's (the descriptor it was mapped from is closed)."""
+
+    def __init__(self, path: Path, size: int, opened: _OpenSegments) -> None:
         self.path = path
         self.start = int(path.name)
         self.size = size
+        self._opened = opened
         self._fd = -1
         self._map: mmap.mmap | None = None
 
@@ -366,20 +399,31 @@ class _Segment:
     def end(self) -> int:
         return self.start + self.size
 
-    def _open(self) -> int:
+    def pread(self, pos: int, size: int) -> bytes:
+        if self._map is not None:
+            # read through a descriptor, not the map: safe on holes (as MappedFile.read_copy)
+            fd = _open_read_only(self.path)
+            try:
+                return os.pread(fd, size, pos)
+            finally:
+                os.close(fd)
         if self._fd < 0:
             self._fd = _open_read_only(self.path)
-        return self._fd
-
-    def pread(self, pos: int, size: int) -> bytes:
-        return os.pread(self._open(), size, pos)
+        self._opened.used(self)
+        return os.pread(self._fd, size, pos)
 
     def map(self) -> mmap.mmap:
         if self._map is None:
-            self._map = mmap.mmap(self._open(), self.size, access=mmap.ACCESS_READ)
+            fd, self._fd = (self._fd if self._fd >= 0 else _open_read_only(self.path)), -1
+            try:
+                self._map = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)  # the map keeps a descriptor of its own
+        self._opened.used(self)
         return self._map
 
     def close(self) -> None:
+        self._opened.forget(self)
         if self._map is not None:
             try:
                 self._map.close()
@@ -469,9 +513,9 @@ def _first_where(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
     return lo
 
 
-def _list_segments(directory: Path) -> list[_Segment]:
+def _list_segments(directory: Path, opened: _OpenSegments) -> list[_Segment]:
     segments = [
-        _Segment(p, p.stat().st_size)
+        _Segment(p, p.stat().st_size, opened)
         for p in sorted(directory.iterdir(), key=lambda p: p.name)
         if p.name.isdigit()
     ]

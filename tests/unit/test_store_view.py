@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 import struct
 from itertools import pairwise
 
@@ -20,7 +21,7 @@ from rmq_spark.errors import (
     StoreError,
     StoreLockedError,
 )
-from rmq_spark.store import MessageStore, StoreConfig
+from rmq_spark.store import MessageStore, StoreConfig, offline
 from rmq_spark.store.offline import StoreView
 from tests.support.store_files import snapshot
 
@@ -47,6 +48,10 @@ def write_messages(store: MessageStore, sent: dict, batches: int = BATCHES, tag=
         bodies = [f"{topic}-{qid}-{i}-{k}{tag}".encode().ljust(150, b".") for k in range(1 + i % 3)]
         store.append(topic, qid, bodies, tags=[f"T{i % 2}"] * len(bodies))
         sent.setdefault((topic, qid), []).extend(bodies)
+
+
+def own_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
 
 
 @pytest.fixture
@@ -129,6 +134,34 @@ def test_read_records_stops_at_max_bytes_and_slices_the_map_when_it_can(tmp_path
         assert part.count == 3 and len(part.buffer) == 3 * size
         assert view.read_records("one", 0, 0, 10, max_bytes=1).count == 1  # at least one
         assert view.read_records("one", 0, 10, 20, max_bytes=1 << 20).count == 0
+
+
+def test_descriptors_stay_bounded_however_many_segments_a_read_spans(tmp_path, monkeypatch):
+    """A read over many segments keeps at most MAX_OPEN_SEGMENTS open, one descriptor each
+    (the map's); a buffer returned earlier stays valid after its segment closed."""
+    monkeypatch.setattr(offline, "MAX_OPEN_SEGMENTS", 4)
+    bodies = [f"m{i}".encode().ljust(300, b".") for i in range(300)]
+    with open_store(tmp_path / "s") as store:
+        store.topics.create("long", queues=1)
+        for i in range(0, len(bodies), 10):
+            store.append("long", 0, bodies[i : i + 10])
+        segments = len(store.commitlog.segments)
+    assert segments > 20, "the test needs a read over many segments"
+    before = own_descriptors()
+    with StoreView.open(tmp_path / "s") as view:
+        first = view.read_records("long", 0, 0, 1, max_bytes=1)
+        read, offset, peak = [], 0, 0
+        while offset < len(bodies):
+            found = view.read_records("long", 0, offset, len(bodies), max_bytes=2048)
+            read += decode_records(found.buffer, sizes=found.sizes)["body"].to_pylist()
+            offset += found.count
+            peak = max(peak, own_descriptors() - before)
+        assert read == bodies
+        # the segments open, and the first buffer's map, which it keeps alive
+        assert peak <= 4 + 1, f"{peak} descriptors for {segments} segments"
+        assert decode_records(first.buffer, sizes=first.sizes)["body"].to_pylist() == bodies[:1]
+        del first, found
+    assert own_descriptors() == before
 
 
 def test_consumer_offsets_delay_progress_and_groups_are_the_stored_ones(written):
