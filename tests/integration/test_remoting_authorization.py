@@ -19,7 +19,7 @@ from rmq_spark.codec.record import parse_offset_msg_id
 from rmq_spark.wire.remoting import headers
 from rmq_spark.wire.remoting.codes import RequestCode as C
 from rmq_spark.wire.remoting.codes import ResponseCode
-from rmq_spark.wire.remoting.frame import Command
+from rmq_spark.wire.remoting.frame import Command, encode
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 from tests.support.remoting_wire import Remoting, Wire
 
@@ -50,6 +50,7 @@ MAX_BATCH = 8
 MAX_BODY = 4096
 MAX_SUBSCRIPTION = 64
 MAX_ITEMS = 16
+MAX_REQUEST = 256 << 10
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +71,8 @@ def broker(tmp_path_factory):
         str(MAX_SUBSCRIPTION),
         "--max-request-items",
         str(MAX_ITEMS),
+        "--max-request-bytes",
+        str(MAX_REQUEST),
     ]
     process = BrokerProcess("broker-z", root / "store", root / "broker.log", flags).start()
     config = ClientConfig(access_key="root", secret_key=SECRETS["root"])
@@ -303,6 +306,25 @@ def test_every_limit_holds_on_the_remoting_port(broker):
         }
         answer = call(wire, "reader", C.LOCK_BATCH_MQ, {}, json.dumps(lock).encode())
         refused(answer, ResponseCode.INVALID_PARAMETER, "mqSet", "--max-request-items")
+
+
+def test_a_frame_over_the_request_limit_closes_its_connection(broker):
+    """--max-request-bytes bounds the remoting port's frames too (16 MiB, RocketMQ's frame
+    limit, when the flag allows more): a send whose frame is larger is not read, stored or
+    answered, and its connection is closed, as for any frame over the limit."""
+    with broker.wire() as wire:
+        before = max_offset(wire, "TopicA")
+        # within the request limit, over the body limit: refused, and the connection serves on
+        big = call(wire, "writer", C.SEND_MESSAGE_V2, send_ext("TopicA"), b"x" * (MAX_BODY + 1))
+        refused(big, ResponseCode.MESSAGE_ILLEGAL, "--max-message-bytes")
+        body = b"x" * MAX_REQUEST
+        wire.send_bytes(
+            encode(Command(code=C.SEND_MESSAGE_V2, ext=send_ext("TopicA"), body=body, opaque=9))
+        )
+        assert wire.hang_up_seen() == []
+    with broker.wire() as wire:
+        max_offset_now = max_offset(wire, "TopicA")
+    assert max_offset_now == before
 
 
 # -- the differential test ---------------------------------------------------------------------

@@ -111,8 +111,10 @@ class RemotingService:
                 connection.close()
 
     def make_connection(self) -> Connection:
-        # RocketMQ's frame limit, which its clients apply to answers too
-        return Connection(self, DEFAULT_MAX_FRAME_BYTES, self._log_limit)
+        # RocketMQ's frame limit, which its clients apply to answers too, or less: no
+        # request is over --max-request-bytes, on any port
+        limit = min(DEFAULT_MAX_FRAME_BYTES, self.broker.config.max_request_bytes)
+        return Connection(self, limit, self._log_limit)
 
     def connection_opened(self, connection: Connection) -> None:
         self.connections.add(connection)
