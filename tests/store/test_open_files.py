@@ -114,6 +114,22 @@ def test_the_budget_comes_from_the_file_limit():
     assert open_files_limit(20_000) == 9_872
 
 
+def test_the_soft_file_limit_is_raised_to_the_hard_one():
+    """As servers do at start: the common soft default (1,024) is far below what a store of
+    many queues can use. A child process, so this one's limit stays as it is."""
+    script = textwrap.dedent(
+        """
+        import resource
+        from rmq_spark.store.mapped_file import raise_file_limit
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 1024))
+        print(raise_file_limit(), *resource.getrlimit(resource.RLIMIT_NOFILE))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1024", "1024", "1024"]
+
+
 def test_a_store_with_more_queues_than_its_budget_works_and_reopens(tmp_path):
     config = StoreConfig(tmp_path / "s", consumequeue_entries_per_file=64, max_open_files=8)
     store = MessageStore.open(config)
