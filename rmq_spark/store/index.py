@@ -385,7 +385,11 @@ class MessageIndex:
             end_phy_offset=end_phy_offset,
             end_timestamp=end_timestamp,
         )
-        fsync_dir(self.directory)
+        try:
+            fsync_dir(self.directory)
+        except BaseException:  # e.g. no descriptor left: the new file is not left behind
+            created.destroy()
+            raise
         self._files = (*files, created)
         return created
 

@@ -34,6 +34,15 @@ from rmq_spark.store.recovery_scan import walk
 
 log = logging.getLogger("rmq_spark.store")
 
+#: errors a round of indexing waits out (keys are added again from where it stopped):
+#: a full disk, or a process out of file descriptors
+_WAITS_FOR = {
+    errno.ENOSPC: "disk space",
+    errno.EDQUOT: "disk space",
+    errno.EMFILE: "a file descriptor",
+    errno.ENFILE: "a file descriptor",
+}
+
 #: records read per round and segment, at most (bounds the memory of one round)
 CHUNK_BYTES = 16 << 20
 ROUND_INTERVAL_S = 0.2
@@ -137,19 +146,20 @@ class IndexBuilder:
             return self.index.delete_before(commitlog_min_offset)
 
     def _run(self) -> None:
-        waiting_for_space = False
+        waiting_for: str | None = None  # what a round waits for, said once per episode
         while not self._stop.wait(ROUND_INTERVAL_S):
             try:
                 self.catch_up()
-                waiting_for_space = False
+                waiting_for = None
             except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                wanted = _WAITS_FOR.get(exc.errno or 0)
+                if wanted is None:
                     log.exception(
                         "indexing from physical offset %d failed; retrying", self.position
                     )
-                elif not waiting_for_space:  # once per full disk, not every round
-                    log.warning("the message index waits for disk space (%s)", exc)
-                    waiting_for_space = True
+                elif waiting_for != wanted:  # once per full disk (or so), not every round
+                    log.warning("the message index waits for %s (%s)", wanted, exc)
+                    waiting_for = wanted
             except Exception:
                 log.exception("indexing from physical offset %d failed; retrying", self.position)
 

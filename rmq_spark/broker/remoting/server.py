@@ -193,6 +193,8 @@ class RemotingListener:
         self._tls = tls
         self._accepting: asyncio.Task | None = None
         self._admitting: set[asyncio.Task] = set()
+        #: a failed accept is retried every 0.1 s: said once a minute per errno
+        self._accept_failures = LogLimiter(log)
         self.port: int = sock.getsockname()[1]
 
     @classmethod
@@ -218,7 +220,9 @@ class RemotingListener:
             try:
                 sock, _ = await loop.sock_accept(self._socket)
             except OSError as exc:  # e.g. out of file descriptors: wait, then go on
-                log.warning("remoting accept failed: %s", exc)
+                self._accept_failures.warning(
+                    exc.errno, "remoting accept failed: %s (retried every 0.1 s)", exc
+                )
                 await asyncio.sleep(0.1)
                 continue
             admitting = loop.create_task(self._admit(sock))
