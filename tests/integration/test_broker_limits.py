@@ -99,6 +99,26 @@ def test_a_huge_subscription_expression_is_refused_and_not_echoed_whole(start):
         assert len(error.details()) < 400
 
 
+def test_a_heartbeat_compiles_at_most_the_selector_limit(start):
+    _, stubs = start(max_heartbeat_selectors=2)
+    request = groups_pb2.HeartbeatRequest(
+        client_id="10.0.0.5@1",
+        consumer_group="GroupS",
+        subscriptions=[
+            groups_pb2.Subscription(topic=topic, expression=f"n = {i}", expression_type="SQL92")
+            for i, topic in enumerate(("Orders", "Refunds", "Returns"))
+        ],
+        message_model=groups_pb2.MESSAGE_MODEL_CLUSTERING,
+        consume_type=groups_pb2.CONSUME_TYPE_PUSH,
+    )
+    error = refused(stubs.groups.Heartbeat, request)
+    assert error.code() == INVALID
+    assert "3 different SQL92 selectors" in error.details()
+    assert "--max-heartbeat-selectors" in error.details()
+    del request.subscriptions[2]
+    stubs.groups.Heartbeat(request)  # two: within the limit
+
+
 def test_heartbeats_create_retry_topics_only_for_groups_that_consume_here(start):
     _, stubs = start()
     for i in range(20):

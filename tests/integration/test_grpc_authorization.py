@@ -44,7 +44,7 @@ SECRETS = {
     "reader": "reader-s",
     "member": "member-s",
 }
-MAX_BATCH, MAX_SUBSCRIPTION, MAX_ITEMS = 8, 64, 16
+MAX_BATCH, MAX_SUBSCRIPTION, MAX_ITEMS, MAX_SELECTORS = 8, 64, 16, 2
 
 
 def _entry(resources, actions):
@@ -157,6 +157,7 @@ def broker(tmp_path_factory):
         *("--max-batch-messages", str(MAX_BATCH)),
         *("--max-subscription-chars", str(MAX_SUBSCRIPTION)),
         *("--max-request-items", str(MAX_ITEMS)),
+        *("--max-heartbeat-selectors", str(MAX_SELECTORS)),
     ]
     process = BrokerProcess(
         "broker-authz",
@@ -521,3 +522,25 @@ def test_v2_acks_take_at_most_the_request_item_limit(clients):
     answer = reader.stub.AckMessage(request, metadata=reader.metadata(), timeout=5)
     assert answer.status.code == Code.BAD_REQUEST
     assert "--max-request-items" in answer.status.message
+
+
+def test_v2_settings_compile_at_most_the_selector_limit(clients):
+    reader = clients(V2, "reader")
+    entries = [
+        pb.SubscriptionEntry(
+            topic=pb.Resource(name=TOPIC_A),
+            expression=pb.FilterExpression(type=pb.SQL, expression=f"n = {i}"),
+        )
+        for i in range(MAX_SELECTORS + 1)
+    ]
+    settings = spb.TelemetryCommand(
+        settings=pb.Settings(
+            client_type=pb.SIMPLE_CONSUMER,
+            subscription=pb.Subscription(group=pb.Resource(name=GROUP_C), subscriptions=entries),
+        )
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        list(reader.stub.Telemetry(iter([settings]), metadata=reader.metadata(), timeout=5))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"{MAX_SELECTORS + 1} different SQL92 selectors" in err.value.details()
+    assert "--max-heartbeat-selectors" in err.value.details()
