@@ -45,6 +45,7 @@ SECRETS = {
     "member": "member-s",
 }
 MAX_BATCH, MAX_SUBSCRIPTION, MAX_ITEMS, MAX_SELECTORS = 8, 64, 16, 2
+MAX_REQUEST = 1 << 20
 
 
 def _entry(resources, actions):
@@ -158,6 +159,7 @@ def broker(tmp_path_factory):
         *("--max-subscription-chars", str(MAX_SUBSCRIPTION)),
         *("--max-request-items", str(MAX_ITEMS)),
         *("--max-heartbeat-selectors", str(MAX_SELECTORS)),
+        *("--max-request-bytes", str(MAX_REQUEST)),
     ]
     process = BrokerProcess(
         "broker-authz",
@@ -471,6 +473,15 @@ def test_v2_sends_take_at_most_the_batch_limit(clients, root):
     assert answer.status.code == Code.BAD_REQUEST
     assert "--max-batch-messages" in answer.status.message
     assert root.max_offset(TOPIC_A) == before
+
+
+def test_v2_requests_take_at_most_the_request_limit(clients, root):
+    before = root.max_offset(TOPIC_A)
+    with pytest.raises(grpc.RpcError) as err:
+        clients(V2, "writer").send_messages(message(TOPIC_A, b"x" * MAX_REQUEST))
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert root.max_offset(TOPIC_A) == before
+    assert clients(V2, "writer").send(TOPIC_A, b"small").status.code == Code.OK
 
 
 def test_v2_filters_take_at_most_the_subscription_limit(clients):
