@@ -7,11 +7,13 @@ access rules hold (the same ACL as a pull); a socket of another broker, or none,
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 
 import pytest
 
+from rmq_spark.auth.signature import signed_metadata
 from rmq_spark.broker.v1.short_circuit import default_socket_path
 from rmq_spark.client import Admin, ClientConfig, Producer
 from rmq_spark.client.producer import ProducerConfig
@@ -177,7 +179,57 @@ def test_access_control_applies_as_to_a_pull(tmp_path):
         other = ShortCircuit(path, "broker-acl", access_key="other", secret_key="other-s")
         with other, pytest.raises(PermissionDeniedError, match="other"):
             other.open_range(mq, 0, 2, group="g")
-        with ShortCircuit(path, "broker-acl", access_key="reader", secret_key="reader-s") as sc:
+        with ShortCircuit(path, "broker-acl", **KEYS_ROOT) as sc:
             assert [b for _, b, _ in read_local(sc, mq, 0, 2)] == [b"x", b"y"]
+        # the reader may pull the queue, but the files would show it every topic's records
+        reader = ShortCircuit(path, "broker-acl", access_key="reader", secret_key="reader-s")
+        with reader, pytest.raises(ShortCircuitUnavailable, match=r"PULL_INSTEAD.*super"):
+            reader.open_range(mq, 0, 2, group="g")
+    finally:
+        process.clean_up()
+
+
+def test_a_reader_of_one_topic_gets_no_file_holding_another(tmp_path):
+    """A commit-log segment holds every topic's records: a descriptor of it would let a user
+    allowed to read TopicA read TopicB's messages (and pending transactions) too."""
+    acl = tmp_path / "acl.json"
+    acl.write_text(
+        json.dumps(
+            {
+                "users": [
+                    {"username": "root", "password": "root-s", "userType": "Super"},
+                    {"username": "reader", "password": "reader-s"},
+                ],
+                "acls": [
+                    {"subject": "User:reader", "policies": [{"entries": [
+                        {"resource": ["Topic:TopicA"], "actions": ["Sub"]}]}]},
+                ],
+            }
+        )
+    )  # fmt: skip
+    process = BrokerProcess(
+        "broker-x", tmp_path / "store", tmp_path / "b.log", [*TEST_STORE_FLAGS, "--acl", str(acl)]
+    ).start()
+    try:
+        with Admin(process.endpoint, ClientConfig(**KEYS_ROOT)) as admin:
+            admin.create_topic("TopicA", queues=1)
+            admin.create_topic("TopicB", queues=1)
+        with Producer(process.endpoint, config=ProducerConfig(**KEYS_ROOT)) as producer:
+            producer.send("TopicA", b"public", queue=0)
+            producer.send("TopicB", b"TOP-SECRET", queue=0)
+        request = {"version": VERSION, "broker": "broker-x", "topic": "TopicA", "queueId": 0}
+        request |= {"start": 0, "end": 1}
+        auth = [list(pair) for pair in signed_metadata("reader", "reader-s")]
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(5)
+            sock.connect(str(default_socket_path(process.port)))
+            send_message(sock, {**request, "topic": "NoSuchTopic"})  # not signed
+            answer, fds = recv_message(sock, max_fds=16)
+            assert (answer["code"], fds) == ("UNAUTHENTICATED", [])  # not NOT_FOUND
+            send_message(sock, {**request, "auth": auth})
+            answer, fds = recv_message(sock, max_fds=16)
+        for fd in fds:
+            os.close(fd)
+        assert (answer["code"], fds) == ("PULL_INSTEAD", []), answer
     finally:
         process.clean_up()

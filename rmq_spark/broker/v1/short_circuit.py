@@ -6,7 +6,9 @@ protects the data is the same check a pull gets. Each request is checked as a
 ``PullMessages`` of that queue and group would be (the same ACL rule, the same signature,
 when access control is on), and answered with the files holding the range, opened
 read-only here and passed as file descriptors. The reader never gets write access, nor a
-file it did not ask for, nor a path it could open itself.
+file it did not ask for, nor a path it could open itself. A commit-log segment holds the
+records of every topic, though, so with access control only super users get files; any
+other user allowed the pull is answered PULL_INSTEAD, and its client pulls.
 
 Requests are rare (one per queue range of a Spark task) and cheap, so one thread accepts
 and a thread per connection answers; none of it touches the event loop.
@@ -128,6 +130,8 @@ class ShortCircuitServer:
             return self._files_for(request)
         except PermissionDeniedError as exc:
             return _refusal("PERMISSION_DENIED", exc), []
+        except PullInstead as exc:
+            return _refusal("PULL_INSTEAD", exc), []
         except NotFoundError as exc:
             return _refusal("NOT_FOUND", exc), []
         except (InvalidArgumentError, KeyError, TypeError, ValueError, OverflowError) as exc:
@@ -185,28 +189,43 @@ class ShortCircuitServer:
     def _check_access(
         self, request: dict[str, Any], topic: str, queue_id: int, group: str | None
     ) -> None:
-        """The rule of a pull of this queue by this group; readable topic and broker."""
+        """The rule of a pull of this queue by this group, checked before anything of the
+        store is looked at (a caller refused learns nothing of it); readable topic and
+        broker. With access control, files only for a super user: a commit-log segment
+        holds every topic's records (the broker's own included), and whoever holds its
+        descriptor may read all of them, those written after this check too; anyone else
+        is told to pull (:class:`PullInstead`)."""
+        if self._authorizer is not None:
+            from rmq_spark.auth.permissions import rule_for
+
+            pull = messaging_pb2.PullMessagesRequest(
+                queue=common_pb2.MessageQueue(
+                    topic=topic, broker_name=self.broker.name, queue_id=queue_id
+                ),
+                consumer_group=group or "",
+            )
+            metadata = [(str(k), str(v)) for k, v in request.get("auth") or ()]
+            rule = rule_for(_PULL)
+            # refusals are UnauthenticatedError or PermissionDeniedError (see _answer)
+            user = self._authorizer.authenticate(metadata)
+            needs = rule.needs(pull) if rule is not None and rule.needs is not None else ()
+            self._authorizer.authorize(user, rule, needs, _LOCAL_PEER)
+            if not user.is_super:
+                raise PullInstead(
+                    f"user {user.name} may read {topic!r} by pulls only: the files of a "
+                    "short-circuit read hold every topic's records, so with access control "
+                    "the broker hands them to super users only"
+                )
         config = self.broker.messaging.topics.find(topic)
         if config is None:
             raise NotFoundError(f"topic {topic!r} does not exist")
         if not config.perm & 4 or not self.broker.config.broker_perm & 4:
             raise PermissionDeniedError(f"topic {topic!r} is not readable on this broker")
-        if self._authorizer is None:
-            return
-        from rmq_spark.auth.permissions import rule_for
 
-        pull = messaging_pb2.PullMessagesRequest(
-            queue=common_pb2.MessageQueue(
-                topic=topic, broker_name=self.broker.name, queue_id=queue_id
-            ),
-            consumer_group=group or "",
-        )
-        metadata = [(str(k), str(v)) for k, v in request.get("auth") or ()]
-        rule = rule_for(_PULL)
-        # refusals are UnauthenticatedError or PermissionDeniedError (see _answer)
-        user = self._authorizer.authenticate(metadata)
-        needs = rule.needs(pull) if rule is not None and rule.needs is not None else ()
-        self._authorizer.authorize(user, rule, needs, _LOCAL_PEER)
+
+class PullInstead(Exception):
+    """The caller may read the range, by pulls: answered with a code the client takes as
+    "read through the broker instead"."""
 
 
 def _refusal(code: str, exc: BaseException) -> dict[str, Any]:
