@@ -239,6 +239,10 @@ def _v2_response(method: str) -> type[Message]:
     return message_factory.GetMessageClass(output)
 
 
+#: the standard gRPC health service: answered to anyone, as the HTTP port's /healthz
+HEALTH_SERVICE = "/grpc.health.v1.Health/"
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, authorizer: Authorizer) -> None:
         self.authorizer = authorizer
@@ -252,6 +256,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
+        if handler_call_details.method.startswith(HEALTH_SERVICE):
+            return handler  # probes carry no credentials, and learn only serving or not
         return self._wrap(handler, handler_call_details.method)
 
     def _note(self, method: str, refusal: Refused) -> None:

@@ -77,6 +77,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"default {REMOTING_DEFAULT_PORT} when it is free, else off",
     )
     net.add_argument(
+        "--http-port",
+        type=_port,
+        default=None,
+        metavar="PORT",
+        help="port for HTTP: Prometheus metrics at /metrics, health checks at /healthz and "
+        "/readyz, the web console at /; with the same TLS and ACL as the other ports; 0 picks "
+        "a free one; default off",
+    )
+    net.add_argument(
         "--short-circuit-socket",
         default="",
         metavar="PATH|off",
@@ -335,6 +344,12 @@ def _remoting_port(text: str) -> int:
     return int(text)
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0..65535)")
+    return int(text)
+
+
 def _name_servers(text: str) -> tuple[str, ...]:
     try:
         return parse_name_servers(text)
@@ -375,6 +390,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         host=args.host,
         port=args.port,
         remoting_port=_default_remoting_port(args),
+        http_port=args.http_port,
         short_circuit_socket=None
         if args.short_circuit_socket.lower() == "off"
         else args.short_circuit_socket,
@@ -428,9 +444,10 @@ class _Parser(argparse.ArgumentParser):
 def _announce(server: BrokerServer) -> None:
     config = server.broker.config
     remoting = "" if server.remoting_port is None else f"remoting={server.remoting_address} "
+    http = "" if server.http_port is None else f"http={config.host}:{server.http_port} "
     print(
         f"rocketlite broker {config.name} listening on {config.host}:{server.port} "
-        f"{remoting}store={config.store_dir}",
+        f"{remoting}{http}store={config.store_dir}",
         flush=True,
     )
 

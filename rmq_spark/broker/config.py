@@ -88,6 +88,9 @@ class BrokerConfig:
     #: port for RocketMQ's remoting protocol (name server and broker roles): None = off,
     #: 0 = any free port (the bound one is BrokerServer.remoting_port)
     remoting_port: int | None = None
+    #: port for HTTP (metrics, health checks, the web console): None = off, 0 = any free
+    #: port (the bound one is BrokerServer.http_port)
+    http_port: int | None = None
     #: the Unix socket of short-circuit reads (readers on this host read the store files,
     #: rmq_spark.broker.v1.short_circuit): "" = <temp dir>/rocketlite-<port>.sock, None = off
     short_circuit_socket: str | None = ""
@@ -155,6 +158,12 @@ class BrokerConfig:
             raise InvalidArgumentError(
                 f"remoting port {self.remoting_port!r} must be 0..65535 (0 = any free) or "
                 "None (off)"
+            )
+        if self.http_port is not None and (
+            not isinstance(self.http_port, int) or not 0 <= self.http_port <= 65535
+        ):
+            raise InvalidArgumentError(
+                f"HTTP port {self.http_port!r} must be 0..65535 (0 = any free) or None (off)"
             )
         self._check_cluster_identity()
         check_whole_numbers(

@@ -33,6 +33,9 @@ import grpc
 from rmq_spark.broker import v2
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.http.health import Phase, readiness
+from rmq_spark.broker.http.health_service import HealthService
+from rmq_spark.broker.stats import BrokerStats
 from rmq_spark.broker.v1 import messaging
 from rmq_spark.broker.v1.admin import AdminServicer
 from rmq_spark.broker.v1.groups import GroupServicer
@@ -47,12 +50,14 @@ from rmq_spark.wire.proto_gen.rocketlite.v1 import (
 )
 
 if TYPE_CHECKING:
-    # loaded only when configured (the ACL, remoting, short-circuit reads) or installed
+    # loaded only when configured (the ACL, HTTP, remoting, short-circuit reads) or installed
     # (RocketMQ 5's package)
     import ssl
 
     from rmq_spark.auth.acl_file import AclFile
     from rmq_spark.auth.interceptor import Authorizer
+    from rmq_spark.broker.http.app import HttpApp
+    from rmq_spark.broker.http.server import HttpListener
     from rmq_spark.broker.remoting.server import RemotingListener
     from rmq_spark.broker.remoting.service import RemotingService
     from rmq_spark.broker.v1.short_circuit import ShortCircuitServer
@@ -130,12 +135,28 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
     """Every call of both gRPC protocols: a request whose bytes do not parse as the
     method's message is answered INVALID_ARGUMENT, saying so, before anything else sees it
     (access control included), and logged as one line at most once a minute per method.
+    Each call is timed into ``stats`` (once the broker is up) by protocol, method and
+    status.
 
     Installed first, so it wraps every other interceptor: each request is decoded once,
     here, and the access check and the handler read that same message."""
 
     def __init__(self) -> None:
         self._logged: dict[str, tuple[float, int]] = {}
+        #: where calls are timed (the broker's counters), None until the broker is open
+        self.stats: BrokerStats | None = None
+
+    def _timed(self, method: str, context: grpc.aio.ServicerContext, began: float) -> None:
+        if self.stats is None:
+            return
+        service, _, name = method.rpartition("/")
+        protocol = "grpc_v2" if service.startswith("/apache.rocketmq.v2") else "grpc_v1"
+        try:
+            code = context.code()
+        except Exception:  # a context that cannot say: counted as unknown
+            code = grpc.StatusCode.UNKNOWN
+        status = "OK" if code is None else getattr(code, "name", str(code))
+        self.stats.request(protocol, name, status, (time.perf_counter() - began) * 1000)
 
     async def intercept_service(
         self,
@@ -160,7 +181,7 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
         log.warning("malformed request to %s from %s: %s%s", method, peer, bad, more)
 
     def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        note = self._note
+        note, timed = self._note, self._timed
         deserializer = _tolerant(handler.request_deserializer)
 
         async def refuse(bad: _Malformed, context: grpc.aio.ServicerContext) -> None:
@@ -183,11 +204,15 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
             unary = handler.unary_unary
 
             async def unary_unary(request: object, context: grpc.aio.ServicerContext) -> object:
-                if isinstance(request, _Malformed):
-                    await refuse(request, context)  # aborts the call
-                    return None
-                answer = unary(request, context)
-                return await answer if inspect.isawaitable(answer) else answer
+                began = time.perf_counter()
+                try:
+                    if isinstance(request, _Malformed):
+                        await refuse(request, context)  # aborts the call
+                        return None
+                    answer = unary(request, context)
+                    return await answer if inspect.isawaitable(answer) else answer
+                finally:
+                    timed(method, context, began)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary, deserializer, handler.response_serializer
@@ -198,11 +223,15 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
             async def unary_stream(
                 request: object, context: grpc.aio.ServicerContext
             ) -> AsyncIterator[object]:
-                if isinstance(request, _Malformed):
-                    await refuse(request, context)
-                    return
-                async for item in _results(unary_stream_inner(request, context)):
-                    yield item
+                began = time.perf_counter()
+                try:
+                    if isinstance(request, _Malformed):
+                        await refuse(request, context)
+                        return
+                    async for item in _results(unary_stream_inner(request, context)):
+                        yield item
+                finally:
+                    timed(method, context, began)
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream, deserializer, handler.response_serializer
@@ -214,12 +243,16 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
                 requests: AsyncIterable[object], context: grpc.aio.ServicerContext
             ) -> object:
                 bad: list[_Malformed] = []
-                answer = stream_unary_inner(checked(requests, bad), context)
-                answer = await answer if inspect.isawaitable(answer) else answer
-                if bad:
-                    await refuse(bad[0], context)  # aborts the call
-                    return None
-                return answer
+                began = time.perf_counter()
+                try:
+                    answer = stream_unary_inner(checked(requests, bad), context)
+                    answer = await answer if inspect.isawaitable(answer) else answer
+                    if bad:
+                        await refuse(bad[0], context)  # aborts the call
+                        return None
+                    return answer
+                finally:
+                    timed(method, context, began)
 
             return grpc.stream_unary_rpc_method_handler(
                 stream_unary, deserializer, handler.response_serializer
@@ -230,10 +263,14 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
             requests: AsyncIterable[object], context: grpc.aio.ServicerContext
         ) -> AsyncIterator[object]:
             bad: list[_Malformed] = []
-            async for item in _results(stream_stream_inner(checked(requests, bad), context)):
-                yield item
-            if bad:
-                await refuse(bad[0], context)
+            began = time.perf_counter()
+            try:
+                async for item in _results(stream_stream_inner(checked(requests, bad), context)):
+                    yield item
+                if bad:
+                    await refuse(bad[0], context)
+            finally:
+                timed(method, context, began)
 
         return grpc.stream_stream_rpc_method_handler(
             stream_stream, deserializer, handler.response_serializer
@@ -277,8 +314,14 @@ class BrokerServer:
         acl: AclFile | None = None,
         remoting: tuple[RemotingListener, RemotingService] | None = None,
         short_circuit: ShortCircuitServer | None = None,
+        http: tuple[HttpListener, HttpApp] | None = None,
+        health: HealthService | None = None,
     ) -> None:
         self.broker = broker
+        #: the HTTP port's (listener, answers), or None when it is off
+        self._http = http
+        #: the gRPC health service (answers once started)
+        self._health = health or HealthService()
         #: the short-circuit read socket's server, or None when it is off
         self.short_circuit = short_circuit
         #: the ACL file in force, or None
@@ -304,6 +347,11 @@ class BrokerServer:
         return None if self._remoting is None else self._remoting[0].port
 
     @property
+    def http_port(self) -> int | None:
+        """The bound HTTP port (metrics, health, console), or None when it is off."""
+        return None if self._http is None else self._http[0].port
+
+    @property
     def remoting_address(self) -> str | None:
         """``host:port`` RocketMQ clients use as ``namesrvAddr``, or None when off."""
         return None if self._remoting is None else self._remoting[1].address
@@ -319,6 +367,10 @@ class BrokerServer:
                 self._loop_thread.call(_start_remoting(*self._remoting))
             if self.short_circuit is not None:
                 self.short_circuit.start()
+            if self._http is not None:
+                self._http[1].serving(self.broker, self._workers.run)
+                self._http[1].connections = self._connections
+            self._loop_thread.call(self._health.start(self._ready))
         config = self.broker.config
         log.info(
             "broker %s listening on %s, %s (store %s, flush %s)",
@@ -341,11 +393,24 @@ class BrokerServer:
             )
         return self
 
+    def _ready(self) -> bool:
+        storage = self.broker.messaging.storage()
+        return readiness(Phase.SERVING, failure=storage.failure, disk_full=storage.disk_full).ready
+
+    def _connections(self) -> dict[str, int]:
+        """Open client connections per protocol (the gRPC ports' are not counted)."""
+        if self._remoting is None:
+            return {}
+        return {"remoting": len(self._remoting[1].connections)}
+
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop serving (in-flight calls get ``grace_s``), then close the store cleanly."""
         with self._stop_lock:
             if self._stopped.is_set():
                 return
+            if self._http is not None:
+                self._http[1].stopping()
+            self._loop_thread.call(self._health.stop())
             if self.v2 is not None:
                 self._loop_thread.call(self.v2.stop())
             if self._remoting is not None:
@@ -356,6 +421,8 @@ class BrokerServer:
             self.broker.notifier.close()  # release held pulls so the grace period is short
             self.broker.consumers.close()  # end watch streams
             self._loop_thread.call(self._server.stop(grace_s))
+            if self._http is not None:
+                self._loop_thread.call(self._http[0].close())
             if self.acl is not None:
                 self.acl.stop()
             self._workers.shutdown()
@@ -427,7 +494,8 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     credentials = server_credentials(config)
     acl = None
     authorizer = None
-    interceptors: list[grpc.aio.ServerInterceptor] = [MalformedRequests()]
+    front_door = MalformedRequests()
+    interceptors: list[grpc.aio.ServerInterceptor] = [front_door]
     if config.acl_file:
         # Imported only when configured: a broker without an ACL runs no interceptor.
         from rmq_spark.auth.acl_file import AclFile
@@ -444,16 +512,24 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         raise
     workers = Workers(config.worker_threads)
     listener = None
+    http = None
     try:
+        # the HTTP port answers while the store recovers: alive, not ready
+        http = _bind_http(config, loop_thread, authorizer)
         listener = _bind_remoting(config)
         broker = Broker(config, port, None if listener is None else listener.port)
     except BaseException:
         if listener is not None:
             listener.close()
+        if http is not None:
+            loop_thread.call(http[0].close())
         workers.shutdown()
         loop_thread.call(server.stop(None))
         loop_thread.close()
         raise
+    front_door.stats = broker.stats
+    health = HealthService()
+    health.add_to(server)
     messaging.add_to_server(MessagingServicer(broker, workers), server)
     offsets_pb2_grpc.add_OffsetServiceServicer_to_server(OffsetServicer(broker, workers), server)
     groups_pb2_grpc.add_GroupServiceServicer_to_server(GroupServicer(broker, workers), server)
@@ -467,6 +543,8 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
     except BaseException:
         if listener is not None:
             listener.close()
+        if http is not None:
+            loop_thread.call(http[0].close())
         workers.shutdown()
         loop_thread.call(server.stop(None))
         loop_thread.close()
@@ -474,8 +552,9 @@ def create_server(config: BrokerConfig) -> tuple[BrokerServer, int]:
         raise
     short_circuit = _short_circuit(config, broker, port, authorizer)
     broker_server = BrokerServer(
-        broker, server, port, loop_thread, workers, v2_service, acl, remoting, short_circuit
-    )
+        broker, server, port, loop_thread, workers, v2_service, acl, remoting, short_circuit,
+        http, health,
+    )  # fmt: skip
     if acl is not None:
         acl.start()
         log.info("access control on: ACL file %s (reloaded when it changes)", config.acl_file)
@@ -500,6 +579,23 @@ def _short_circuit(
         return None
     broker.short_circuit_socket = str(path)
     return server
+
+
+def _bind_http(
+    config: BrokerConfig, loop_thread: _LoopThread, authorizer: Authorizer | None
+) -> tuple[HttpListener, HttpApp] | None:
+    """Bind the HTTP port when configured, answering at once (None when off)."""
+    if config.http_port is None:
+        return None
+    # Imported only when configured: a broker without it loads none of it.
+    from rmq_spark.broker.http.app import HttpApp
+    from rmq_spark.broker.http.server import HttpListener
+
+    app = HttpApp(authorizer)
+    listener = loop_thread.call(
+        HttpListener.bind(config.host, config.http_port, app, remoting_tls(config))
+    )
+    return listener, app
 
 
 def _bind_remoting(config: BrokerConfig) -> RemotingListener | None:

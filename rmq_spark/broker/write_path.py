@@ -17,6 +17,7 @@ import numpy as np
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.long_poll import PullNotifier
+from rmq_spark.broker.stats import BrokerStats
 from rmq_spark.codec.batch_encode import EncodedBatch
 from rmq_spark.errors import NotFoundError, PermissionDeniedError
 from rmq_spark.names import check_sendable
@@ -30,11 +31,18 @@ class WritePath:
     """Writes into ``store`` for broker ``config.name``, waking pulls through ``notifier``."""
 
     def __init__(
-        self, config: BrokerConfig, store: MessageStore, notifier: PullNotifier, store_host: str
+        self,
+        config: BrokerConfig,
+        store: MessageStore,
+        notifier: PullNotifier,
+        store_host: str,
+        stats: BrokerStats | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.notifier = notifier
+        #: messages in, counted here for every protocol and the broker's own moves
+        self.stats = stats or BrokerStats()
         #: the address inside offset message ids (see Broker.store_host)
         self.store_host = store_host
 
@@ -108,6 +116,7 @@ class WritePath:
     ) -> AppendResult:
         result = self.store.append(topic, queue_id, bodies, properties, tags=tags, **fields)
         self.notifier.notify(topic, queue_id)
+        self.stats.stored(topic, result.count, result.wrote_bytes)
         return result
 
     def put_encoded(
@@ -118,4 +127,5 @@ class WritePath:
         self.topic_for_write(topic)
         result = self.store.append_encoded(topic, queue_id, records, tag_codes)
         self.notifier.notify(topic, queue_id)
+        self.stats.stored(topic, result.count, result.wrote_bytes)
         return result

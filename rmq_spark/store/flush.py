@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from rmq_spark.errors import FlushTimeoutError, ResourceExhaustedError, StoreFailedError
+from rmq_spark.histogram import Histogram
 
 log = logging.getLogger("rmq_spark.store")
 
@@ -49,6 +50,8 @@ class FlushService:
         self.failure: BaseException | None = None
         self._on_failure = on_failure
         self._last_exhausted_log = -1e9
+        #: how long each flush of the commit log took (write-back and fsync), in ms
+        self.flush_ms = Histogram()
         self._thread = threading.Thread(target=self._run, name="rmq-flush", daemon=True)
 
     def start(self, flushed_offset: int) -> None:
@@ -95,7 +98,9 @@ class FlushService:
                 return
 
     def _flush_once(self) -> None:
+        began = time.perf_counter()
         flushed = self._safely(self._flush_commitlog)
+        self.flush_ms.observe((time.perf_counter() - began) * 1000)
         with self._cond:
             if flushed is not None:
                 self.flushed_offset = max(self.flushed_offset, flushed)

@@ -35,6 +35,8 @@ class AppendResult:
     first_queue_offset: int
     physical_offsets: np.ndarray  # int64, one per message
     store_timestamp: int
+    #: the records' bytes in all (RocketMQ counts a put's size so)
+    wrote_bytes: int = 0
 
     @property
     def count(self) -> int:
@@ -109,7 +111,8 @@ class Writer:
                 raise self.health.write_failed(exc) from exc
             self.last_store_ts = store_ts
             end = self.commitlog.max_offset
-        return AppendResult(topic, queue_id, first, plan.positions, store_ts), end
+        wrote = int(sizes.sum())
+        return AppendResult(topic, queue_id, first, plan.positions, store_ts, wrote), end
 
     def _undo(self, cq: ConsumeQueue, first: int, log_end: int) -> None:
         """Leave the store exactly as before a write that failed part-way: no byte of it

@@ -18,6 +18,7 @@ from rmq_spark.broker.membership.groups import RECONNECT_GRACE_MS, ConsumerRegis
 from rmq_spark.broker.membership.locks import QueueLockManager
 from rmq_spark.broker.membership.subscription_groups import SubscriptionGroups
 from rmq_spark.broker.sink_transactions.service import SinkTransactions
+from rmq_spark.broker.stats import BrokerStats
 from rmq_spark.broker.transactions.checks import TransactionChecks
 from rmq_spark.broker.transactions.service import TransactionService
 from rmq_spark.broker.write_path import WritePath
@@ -43,8 +44,10 @@ class Broker:
         self.store = MessageStore.open(store_config)
         self.start_ms = now_ms()
         self.notifier = PullNotifier()
+        #: what the broker counts as it serves (messages in and out, request latencies)
+        self.stats = BrokerStats()
         #: the one write path (every service and front-end writes through it)
-        self.writes = WritePath(config, self.store, self.notifier, self.store_host)
+        self.writes = WritePath(config, self.store, self.notifier, self.store_host, self.stats)
         self.locks = QueueLockManager(config.queue_lock_lease_ms)
         # A member that leaves without unregistering loses its queue leases at once. Its
         # subscriptions are read by the core's one decoder (made below; heartbeats come

@@ -21,6 +21,7 @@ the one table in :mod:`rmq_spark.broker.core.errors`.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from rmq_spark.broker.long_poll import PullNotifier
 from rmq_spark.broker.membership.filters import SubscriptionFilter, read_filter
 from rmq_spark.broker.membership.subscription_groups import SubscriptionGroups
 from rmq_spark.broker.write_path import WritePath
+from rmq_spark.codec.properties import RETRY_TOPIC
 from rmq_spark.codec.record import (
     FIXED_WITHOUT_HOSTS,
     IPV4_HOST,
@@ -44,6 +46,8 @@ from rmq_spark.codec.record import (
 )
 from rmq_spark.errors import NotFoundError, PermissionDeniedError
 from rmq_spark.filter import Selector
+from rmq_spark.histogram import HistogramSnapshot
+from rmq_spark.names import DLQ_PREFIX, RETRY_PREFIX
 from rmq_spark.offsets.broker_table import ConsumerOffsetTable
 from rmq_spark.store import AppendResult, MessageStore
 from rmq_spark.store.config import StoreConfig
@@ -59,21 +63,41 @@ __all__ = [
     "GetResult",
     "MessagingCore",
     "Read",
+    "Storage",
     "SubscriptionFilter",
     "TopicConfig",
 ]
 
 #: the smallest record: empty body, topic and properties, IPv4 hosts
 MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST
+#: read answers that move a group's reads along (and count what they hand out)
+_COUNTED = frozenset({PullStatus.FOUND, PullStatus.NO_MATCHED_MSG})
 #: hands blocking store work to the broker's worker threads (``Workers.run``)
 Run = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The store's size and health at one moment."""
+
+    commitlog_bytes: int
+    flush_behind_bytes: int
+    disk_total_bytes: int
+    disk_free_bytes: int
+    disk_full: bool
+    failure: BaseException | None
+    #: how long the commit log's flushes took, in ms
+    flush_ms: HistogramSnapshot
+    queues: int
 
 
 @dataclass(frozen=True)
 class Read:
     """One read of a queue: from ``offset``, at most ``max_count`` messages and about
     ``max_bytes``, only those whose tag hash is in ``tag_codes`` (None: every message) and
-    that ``selector`` picks by their properties (SQL92; None: every message)."""
+    that ``selector`` picks by their properties (SQL92; None: every message), for
+    consumer ``group`` ("" when the reader names none; it is what the statistics count
+    the messages out under)."""
 
     topic: str
     queue_id: int
@@ -82,6 +106,7 @@ class Read:
     max_bytes: int
     tag_codes: list[int] | None = None
     selector: Selector | None = None
+    group: str = ""
 
 
 class MessagingCore:
@@ -102,6 +127,8 @@ class MessagingCore:
         self._notifier = notifier
         self._delays = delays
         self._subscription_groups = subscription_groups
+        #: the broker's counters (messages out are counted by :meth:`read`)
+        self.counters = writes.stats
 
     @property
     def name(self) -> str:
@@ -161,8 +188,9 @@ class MessagingCore:
         )
 
     def read(self, read: Read, offset: int | None = None) -> GetResult:
-        """Read once (blocking: call it on a worker thread), from ``offset`` when given."""
-        return self._store.get_messages(
+        """Read once (blocking: call it on a worker thread), from ``offset`` when given.
+        What it finds is counted as handed to ``read.group``."""
+        result = self._store.get_messages(
             read.topic,
             read.queue_id,
             read.offset if offset is None else offset,
@@ -171,6 +199,13 @@ class MessagingCore:
             read.tag_codes,
             read.selector,
         )
+        if result.status in _COUNTED:
+            found = 0 if result.queue_offsets is None else len(result.queue_offsets)
+            self.counters.read(
+                read.group, read.topic, read.queue_id, found, len(result.data),
+                result.next_begin_offset,
+            )  # fmt: skip
+        return result
 
     async def hold(self, run: Run, read: Read, result: GetResult, wait_s: float) -> GetResult:
         """A read that found nothing new (``result``), held up to ``wait_s`` on the event
@@ -296,10 +331,28 @@ class MessagingCore:
         """The store's figures (commit log range, queues, disk), for status calls."""
         return self._store.stats()
 
+    def storage(self) -> Storage:
+        """The store's size, disk and flush state (metrics, health, the console)."""
+        store = self._store
+        usage = shutil.disk_usage(store.config.store_dir)
+        return Storage(
+            commitlog_bytes=store.commitlog.max_offset - store.commitlog.min_offset,
+            flush_behind_bytes=max(
+                0, store.commitlog.max_offset - store.flush_service.flushed_offset
+            ),
+            disk_total_bytes=usage.total,
+            disk_free_bytes=usage.free,
+            disk_full=store.health.disk_full,
+            failure=store.failure,
+            flush_ms=store.flush_service.flush_ms.snapshot(),
+            queues=store.stats()["queues"],
+        )
+
     def delete_topic(self, topic: str) -> None:
         """Delete ``topic`` from this broker: its config, queues and offsets."""
         self._store.delete_topic(topic)
         self._notifier.notify_topic(topic)
+        self.counters.forget_topic(topic)
 
     def read_record(self, physical: int) -> bytes:
         """The bytes stored at commit-log offset ``physical`` (see :meth:`record_at` for a
@@ -339,7 +392,12 @@ class MessagingCore:
         """Write the copy ``plan`` describes (:func:`retry.plan_send_back`): at once to the
         dead-letter topic, or through the delay levels to the retry topic; returns the
         append result and the delay level used."""
-        return retry.write_send_back(self.writes, self._delays, record, plan)
+        written = retry.write_send_back(self.writes, self._delays, record, plan)
+        prefix = DLQ_PREFIX if plan.dead_lettered else RETRY_PREFIX
+        group = plan.topic.removeprefix(prefix)
+        topic = plan.properties.get(RETRY_TOPIC) or record.topic
+        self.counters.sent_back(group, topic, dead_letter=plan.dead_lettered)
+        return written
 
     # -- look-up by key ---------------------------------------------------------------------
 

@@ -166,8 +166,9 @@ class Consuming:
         self._check_pull(topic, queue_id)
         # below every queue's minimum: answered as OFFSET_MOVED
         read = Read(
-            topic, queue_id, max(offset, -1), pull.max_count, pull.max_bytes, tag_codes, selector
-        )
+            topic, queue_id, max(offset, -1), pull.max_count, pull.max_bytes, tag_codes,
+            selector, group,
+        )  # fmt: skip
         read, result = await self._workers.run(self._read, group, read, pull.commit, carried)
         if result.status == PullStatus.NO_NEW_MSG and pull.sys_flag & codes.PULL_SUSPEND:
             result = await self._core.hold(self._workers.run, read, result, pull.suspend_ms / 1000)

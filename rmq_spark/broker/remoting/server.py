@@ -51,6 +51,8 @@ class RequestHandler(Protocol):
 
     def connection_closed(self, connection: Connection) -> None: ...
 
+    def answered(self, request_code: int, response_code: int, took_ms: float) -> None: ...
+
 
 class Connection(asyncio.Protocol):
     """One client connection (a RocketMQ "channel")."""
@@ -156,6 +158,9 @@ class Connection(asyncio.Protocol):
         not thirty-two."""
         if self._closed or self.transport is None:
             return
+        if command.received_s:
+            took_ms = (time.perf_counter() - command.received_s) * 1000
+            self.service.answered(command.request_code, command.code, took_ms)
         head, body = encode_parts(command)
         self._outgoing.append(head)
         if body:

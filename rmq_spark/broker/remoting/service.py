@@ -124,9 +124,14 @@ class RemotingService:
         self.membership.forget(connection)
         self.name_server.connection_closed(connection)
 
+    def answered(self, request_code: int, response_code: int, took_ms: float) -> None:
+        """A request was answered ``took_ms`` after it was taken up."""
+        self.broker.stats.request("remoting", request_code, response_code, took_ms)
+
     def dispatch(self, connection: Connection, request: Command) -> None:
         """Serve one request: authenticate, decode once, authorize the decoded value, then
         serve it (see :mod:`.endpoint`). Nothing a client sends escapes as an exception."""
+        request.received_s = time.perf_counter()  # its answer is timed (Connection.send)
         endpoint = self._endpoints.get(request.code)
         if endpoint is None:  # nothing of it will be read: RocketMQ's answer, to anyone
             if not request.is_oneway:

@@ -87,6 +87,7 @@ class PullArgs:
             self.max_bytes,
             self.tag_codes,
             self.selector,
+            self.group,
         )
 
 

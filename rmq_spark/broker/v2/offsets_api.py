@@ -83,14 +83,17 @@ class OffsetsApi:
         """One pull: a status frame, the messages, then the next offset to pull from. As a
         rocketlite.v1 pull: FORBIDDEN when the broker or the topic does not allow reads,
         and a long poll waits for a message that passes the filter."""
-        group_name(request.group)
+        group = group_name(request.group)
         topic, queue_id = self._queue(request.message_queue)
         self._core.check_readable(existing_topic(self._broker, topic), queue_id)
         tag_codes, selector = read_filter(request.filter_expression, self._broker)
         if request.offset < 0:
             raise V2Error(Code.ILLEGAL_OFFSET, f"offset {request.offset} must be >= 0")
         batch = min(request.batch_size or 32, MAX_PULL_BATCH)
-        read = Read(topic, queue_id, request.offset, batch, MAX_PULL_BYTES, tag_codes, selector)
+        read = Read(
+            topic, queue_id, request.offset, batch, MAX_PULL_BYTES, tag_codes, selector,
+            group,
+        )  # fmt: skip
         wait_ms = min(request.long_polling_timeout.ToMilliseconds(), MAX_PULL_WAIT_MS)
         result = await self._core.pull(workers.run, read, wait_ms / 1000)
         if result.status == PullStatus.OFFSET_ILLEGAL:

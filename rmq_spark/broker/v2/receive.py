@@ -131,7 +131,7 @@ class PopService:
             if room > 0 and not (args.fifo and again):
                 read = Read(
                     args.topic, queue_id, state.next, room, MAX_RECEIVE_BYTES, args.tag_codes,
-                    args.selector,
+                    args.selector, args.group,
                 )  # fmt: skip
                 result = self._core.read(read)
                 if result.status == PullStatus.FOUND:

@@ -64,6 +64,10 @@ class Command:
     #: the first header field whose text is not valid Unicode (invalid UTF-8, or a lone
     #: surrogate written as a JSON escape), or None; such a request is refused naming it
     bad_text: str | None = None
+    #: bookkeeping, never on the wire: when the request was taken up (``perf_counter``), and
+    #: in a response, the request's code and that time (so its answer can be timed)
+    received_s: float = 0.0
+    request_code: int = 0
 
     @property
     def is_response(self) -> bool:
@@ -79,7 +83,7 @@ class Command:
 
         return Command(
             code=code, ext=ext, opaque=self.opaque, flag=FLAG_RESPONSE, remark=remark,
-            version=OUR_VERSION,
+            version=OUR_VERSION, received_s=self.received_s, request_code=self.code,
         )  # fmt: skip
 
 

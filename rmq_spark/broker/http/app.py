@@ -1,0 +1,150 @@
+"""What the HTTP port answers: health (``/healthz``, ``/readyz``), metrics (``/metrics``)
+and whatever is mounted under a path prefix (the web console).
+
+The port is bound before the store is opened, so it answers during recovery: alive, not
+ready, no metrics yet (503). With ACL on, every path but the two health checks asks for
+HTTP Basic credentials: a user's access key and secret key from the ACL file (send them
+over TLS). What a user is shown is what its policies allow.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from rmq_spark.auth.acl import Action, Resource, User
+from rmq_spark.auth.interceptor import Authorizer, NotAuthenticated, enabled_user, peer_ip
+from rmq_spark.broker.core.broker import Broker
+from rmq_spark.broker.http import metrics
+from rmq_spark.broker.http.health import Phase, readiness
+from rmq_spark.broker.http.server import HttpRequest, HttpResponse
+
+__all__ = ["HttpApp", "Mounted", "Viewer"]
+
+Run = Callable[..., Awaitable[Any]]
+
+
+class Viewer:
+    """Who asks (None without ACL: anyone, who may see and do everything), and what of the
+    broker that lets them see."""
+
+    def __init__(self, user: User | None, authorizer: Authorizer | None, peer: str) -> None:
+        self.user = user
+        self._authorizer = authorizer
+        self._ip = peer_ip(peer)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.user is None or self.user.is_super
+
+    def sees(self, topic: str, group: str | None = None) -> bool:
+        """Whether the user may see ``topic``'s series (any right on it) and ``group``'s
+        (any right on the group); an empty topic asks about the group alone."""
+        if self.is_admin:
+            return True
+        assert self.user is not None and self._authorizer is not None
+        access = self._authorizer.acl()
+        wanted = (Action.PUB, Action.SUB)
+        if (
+            topic
+            and not access.authorize(self.user, Resource.topic(topic), wanted, self._ip).allowed
+        ):
+            return False
+        if group is not None:
+            found = access.authorize(self.user, Resource.group(group), (Action.SUB,), self._ip)
+            return found.allowed
+        return True
+
+
+#: a handler mounted under a path prefix: it gets the broker (serving), the request, the
+#: viewer, and a way to run blocking work on the broker's workers
+Mounted = Callable[[Broker, HttpRequest, Viewer, Run], Awaitable[HttpResponse]]
+
+
+class HttpApp:
+    """The HTTP port's answers. ``phase`` and ``broker`` are set by the broker's start-up
+    as it opens the store and begins to serve."""
+
+    def __init__(self, authorizer: Authorizer | None) -> None:
+        self.authorizer = authorizer
+        self.phase = Phase.OPENING
+        self.broker: Broker | None = None
+        self.run: Run | None = None
+        #: open connections per protocol, read at each scrape
+        self.connections: Callable[[], dict[str, int]] = dict
+        #: set by the gRPC health service's owner when readiness changes
+        self.on_readiness: Callable[[bool], None] = lambda ready: None
+        self._mounted: list[tuple[str, Mounted]] = []
+
+    def mount(self, prefix: str, handler: Mounted) -> None:
+        """Serve every path equal to ``prefix`` or under ``prefix/`` with ``handler``."""
+        self._mounted.append((prefix.rstrip("/"), handler))
+
+    def serving(self, broker: Broker, run: Run) -> None:
+        """The store is open: answer everything."""
+        self.broker, self.run, self.phase = broker, run, Phase.SERVING
+
+    def stopping(self) -> None:
+        self.phase = Phase.STOPPING
+
+    def readiness(self) -> tuple[bool, str]:
+        broker = self.broker
+        if broker is None or self.phase is not Phase.SERVING:
+            state = readiness(self.phase)
+        else:
+            storage = broker.messaging.storage()
+            state = readiness(
+                self.phase,
+                failure=storage.failure,
+                disk_full=storage.disk_full,
+                free_bytes=storage.disk_free_bytes,
+            )
+        return state.ready, state.reason
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method not in ("GET", "HEAD", "POST"):
+            return HttpResponse.text(405, f"method {request.method} is not served here")
+        path = request.path
+        if path == "/healthz":
+            return HttpResponse.text(200, f"alive ({self.phase.value})")
+        if path == "/readyz":
+            ready, reason = self.readiness()
+            return HttpResponse.text(200 if ready else 503, reason)
+        try:
+            viewer = self._viewer(request)
+        except NotAuthenticated as exc:
+            return HttpResponse(
+                401,
+                f"{exc}: send an ACL user's access key and secret key as HTTP Basic "
+                "credentials\n".encode(),
+                headers=[("www-authenticate", 'Basic realm="rocketlite", charset="UTF-8"')],
+            )
+        broker, run = self.broker, self.run
+        if broker is None or run is None:
+            _, reason = self.readiness()
+            return HttpResponse.text(503, f"not serving yet: {reason}")
+        if path == "/metrics":
+            if request.method == "POST":
+                return HttpResponse.text(405, "/metrics is read with GET")
+            connections = self.connections()
+            body = await run(metrics.render, broker, connections, viewer.sees)
+            return HttpResponse(200, body, metrics.CONTENT_TYPE)
+        for prefix, handler in self._mounted:
+            if path == prefix or path.startswith(prefix + "/") or (prefix == "" and path == "/"):
+                return await handler(broker, request, viewer, run)
+        return HttpResponse.text(404, f"nothing is served at {path!r}")
+
+    def _viewer(self, request: HttpRequest) -> Viewer:
+        authorizer = self.authorizer
+        if authorizer is None:
+            return Viewer(None, None, request.peer)
+        if request.credentials is None:
+            raise NotAuthenticated("access control is on")
+        name, secret = request.credentials
+        access = authorizer.acl()
+        known = access.secret_of(name)
+        # compared in constant time whether or not the user exists
+        if not hmac.compare_digest((known or "\0").encode(), secret.encode()) or known is None:
+            raise NotAuthenticated("invalid access key or secret key")
+        return Viewer(enabled_user(access, name), authorizer, request.peer)
