@@ -322,6 +322,8 @@ class BrokerServer:
         self._http = http
         #: the gRPC health service (answers once started)
         self._health = health or HealthService()
+        #: the task sampling the broker's totals for rates (once started)
+        self._sampler: asyncio.Task[None] | None = None
         #: the short-circuit read socket's server, or None when it is off
         self.short_circuit = short_circuit
         #: the ACL file in force, or None
@@ -371,6 +373,7 @@ class BrokerServer:
                 self._http[1].serving(self.broker, self._workers.run)
                 self._http[1].connections = self._connections
             self._loop_thread.call(self._health.start(self._ready))
+            self._sampler = self._loop_thread.call(_start_sampling(self.broker))
         config = self.broker.config
         log.info(
             "broker %s listening on %s, %s (store %s, flush %s)",
@@ -411,6 +414,8 @@ class BrokerServer:
             if self._http is not None:
                 self._http[1].stopping()
             self._loop_thread.call(self._health.stop())
+            if self._sampler is not None:
+                self._loop_thread.loop.call_soon_threadsafe(self._sampler.cancel)
             if self.v2 is not None:
                 self._loop_thread.call(self.v2.stop())
             if self._remoting is not None:
@@ -579,6 +584,18 @@ def _short_circuit(
         return None
     broker.short_circuit_socket = str(path)
     return server
+
+
+async def _start_sampling(broker: Broker) -> asyncio.Task[None]:
+    """Sample the broker's totals now and every ``broker.rates.step_s`` (rates of the
+    console, RocketMQ's stats calls)."""
+
+    async def sample() -> None:
+        while True:
+            broker.rates.take(broker.stats.totals())
+            await asyncio.sleep(broker.rates.step_s)
+
+    return asyncio.get_running_loop().create_task(sample())
 
 
 def _bind_http(

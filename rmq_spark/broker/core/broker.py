@@ -18,7 +18,7 @@ from rmq_spark.broker.membership.groups import RECONNECT_GRACE_MS, ConsumerRegis
 from rmq_spark.broker.membership.locks import QueueLockManager
 from rmq_spark.broker.membership.subscription_groups import SubscriptionGroups
 from rmq_spark.broker.sink_transactions.service import SinkTransactions
-from rmq_spark.broker.stats import BrokerStats
+from rmq_spark.broker.stats import BrokerStats, RateHistory
 from rmq_spark.broker.transactions.checks import TransactionChecks
 from rmq_spark.broker.transactions.service import TransactionService
 from rmq_spark.broker.write_path import WritePath
@@ -46,6 +46,9 @@ class Broker:
         self.notifier = PullNotifier()
         #: what the broker counts as it serves (messages in and out, request latencies)
         self.stats = BrokerStats()
+        #: samples of its totals (rates over the last minutes, hour and day), taken by the
+        #: server every RateHistory.step_s
+        self.rates = RateHistory()
         #: the one write path (every service and front-end writes through it)
         self.writes = WritePath(config, self.store, self.notifier, self.store_host, self.stats)
         self.locks = QueueLockManager(config.queue_lock_lease_ms)
