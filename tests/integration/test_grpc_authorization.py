@@ -463,16 +463,19 @@ def test_malformed_requests_are_invalid_arguments_logged_once(broker):
     assert log.count(f"malformed request to {V2_TELEMETRY}") == 1
 
 
-def test_refusals_of_unknown_users_are_logged_by_kind_not_by_name(broker):
-    """An unauthenticated client naming a new access key in every call cannot write a log
-    line per name: refusals are rate-limited by their kind."""
+def test_refusals_of_unsigned_calls_are_logged_by_kind_not_by_their_text(broker):
+    """An unauthenticated client sending a new malformed date in every call cannot write a
+    log line per text it chose: refusals are rate-limited by their kind."""
     v1 = V1(broker.endpoint, "root")
     before = broker.log_text().count(f"refused {V1_SEND}")
     request = messaging_pb2.SendMessagesRequest(
         topic="TopicA", messages=[messaging_pb2.Message(body=b"x")]
     )
     for n in range(60):
-        metadata = signature.signed_metadata(f"nobody-{n:03d}", "secret")
+        metadata = [
+            (key, f"bad-date-{n:03d}" if key == signature.DATE_TIME_HEADER else value)
+            for key, value in signature.signed_metadata("nobody", "secret")
+        ]
         with pytest.raises(grpc.RpcError) as err:
             v1.messaging.SendMessages(request, metadata=metadata, timeout=5)
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
