@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from rmq_spark.auth.permissions import PUB_OR_SUB, Need
 from rmq_spark.auth.remoting_rules import LOGIN, RemotingRule, topic_need
+from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.remoting.answers import Refusal
 from rmq_spark.broker.remoting.endpoint import Endpoint
@@ -75,6 +76,12 @@ def published_topics(broker: Broker) -> tuple[TopicEntry, ...]:
     return tuple(rows)
 
 
+def route_settings(config: BrokerConfig) -> tuple[int, bool, int]:
+    """The settings :func:`published_topics` depends on besides the topic table (a running
+    broker may change them)."""
+    return config.broker_perm, config.auto_create_topics, config.default_topic_queues
+
+
 class NameServerRole:
     def __init__(self, broker: Broker, address: str) -> None:
         self._broker = broker
@@ -84,6 +91,8 @@ class NameServerRole:
         #: used on the event loop only (every endpoint here is served there)
         self._table = RouteTable()
         self._local_version: int | None = None
+        self._local_settings: tuple[int, bool, int] | None = None
+        self._settings_changes = 0
         self._sync_local(now_ms())
 
     def endpoints(self) -> dict[int, Endpoint]:
@@ -122,11 +131,18 @@ class NameServerRole:
         return self._table
 
     def _sync_local(self, now: int) -> None:
-        """This port's own broker in the table, registered again when its topics changed."""
-        version = self._broker.messaging.topics.version
+        """This port's own broker in the table, registered again when its topics changed,
+        or a setting its routes depend on (the broker's permission, auto-creation and its
+        queue count, changed while running by updateBrokerConfig): a change of those moves
+        the data version too."""
+        config = self._broker.config
+        settings = route_settings(config)
+        if settings != self._local_settings:
+            self._local_settings = settings
+            self._settings_changes += 1
+        version = self._broker.messaging.topics.version + self._settings_changes
         if version == self._local_version:
             return
-        config = self._broker.config
         registration = Registration(
             config.cluster,
             config.name,

@@ -24,7 +24,7 @@ import logging
 import time
 
 from rmq_spark.broker.core.broker import Broker
-from rmq_spark.broker.remoting.namesrv import published_topics
+from rmq_spark.broker.remoting.namesrv import published_topics, route_settings
 from rmq_spark.broker.workers import Workers
 from rmq_spark.errors import RocketliteError, UnavailableError
 from rmq_spark.wire.remoting import bodies
@@ -156,6 +156,9 @@ class Registrar:
         self.address = address
         self._links = [NameServerLink(server) for server in name_servers]
         self._task: asyncio.Task[None] | None = None
+        #: changes of the settings routes depend on while running: each moves the data
+        #: version
+        self._settings_changes = 0
         config = broker.config
         self._header = {
             "brokerName": config.name,
@@ -172,24 +175,34 @@ class Registrar:
         self._task = asyncio.get_running_loop().create_task(self._keep_registered(version))
 
     async def _keep_registered(self, registered_version: int) -> None:
-        interval_s = self._broker.config.register_interval_ms / 1000
+        config = self._broker.config
+        interval_s = config.register_interval_ms / 1000
         last = time.monotonic()
+        registered_settings = route_settings(config)
         while True:
             await asyncio.sleep(CHANGE_CHECK_S)
             version = self._broker.messaging.topics.version
             now = time.monotonic()
+            # a setting the routes depend on, changed while running (updateBrokerConfig):
+            # the name servers are told at once, as RocketMQ's broker tells them (with a new
+            # data version: name servers take a broker's queues again only then)
+            settings_changed = route_settings(config) != registered_settings
+            if settings_changed:
+                self._settings_changes += 1
             # a name server that failed, or whose connection closed (it restarted, say, and
             # forgot this broker), is registered with again soon rather than in 30 s
             failing = any(link.healthy is False or not link.connected for link in self._links)
             if (
                 version != registered_version
+                or settings_changed
                 or now - last >= interval_s
                 or (failing and now - last >= RETRY_S)
             ):
                 last = now
                 registered_version = version
+                registered_settings = route_settings(config)
                 try:
-                    await self._register_all(version)
+                    await self._register_all(version + self._settings_changes)
                 except Exception as exc:  # a bug: logged, and the next round tries again
                     log.error("registering with the name servers failed: %r", exc)
 

@@ -3,7 +3,8 @@
 Runs on the broker's event loop beside gRPC. Each connection is an :class:`asyncio.Protocol`
 that splits frames out of what arrives, hands each request to the service (which answers on
 the loop or hands store work to the broker's workers) and matches responses to the requests
-the broker itself sent (none wait for an answer today: NOTIFY_CONSUMER_IDS_CHANGED is
+the broker itself sent and waits on (:meth:`Connection.request`: a consumer's running info,
+a message it is asked to consume; NOTIFY_CONSUMER_IDS_CHANGED and the other notices are
 oneway). A connection that sends a frame that cannot be read is closed, as RocketMQ does;
 the broker keeps serving everyone else.
 
@@ -15,6 +16,7 @@ files serves TLS only, as its gRPC port does, and closes plaintext connections.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import socket
 import ssl
@@ -40,6 +42,14 @@ TLS_HANDSHAKE = 0x16
 FIRST_BYTE_TIMEOUT_S = 30.0
 #: bytes a connection may have waiting to be sent before it stops reading requests
 WRITE_HIGH_WATER = 8 << 20
+#: the opaques of the requests the broker sends its clients (RocketMQ numbers them per
+#: process, as its clients do theirs: each side matches only its own)
+_opaques = itertools.count(1)
+
+
+def next_opaque() -> int:
+    """A new opaque for a request the broker sends (a positive int32)."""
+    return next(_opaques) & 0x7FFFFFFF
 
 
 class RequestHandler(Protocol):
@@ -81,6 +91,8 @@ class Connection(asyncio.Protocol):
         self.watches: dict[str, asyncio.Task] = {}
         #: producer groups this connection said it belongs to
         self.producer_groups: set[str] = set()
+        #: the broker's requests waiting for the client's answer, by opaque
+        self._waiting: dict[int, asyncio.Future[Command]] = {}
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -127,13 +139,22 @@ class Connection(asyncio.Protocol):
         if self._closed:
             return
         if command.is_response:
-            return  # the broker's own requests are all oneway: nothing waits for an answer
+            waiting = self._waiting.pop(command.opaque, None)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(command)
+            return  # an answer nothing waits for (any more) is dropped, as RocketMQ does
         self.service.dispatch(self, command)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         for task in list(self._tasks) + list(self.watches.values()):
             task.cancel()
+        for waiting in self._waiting.values():
+            if not waiting.done():
+                waiting.set_exception(
+                    UnavailableError(f"the client at {self.peer} closed its connection")
+                )
+        self._waiting.clear()
         self.service.connection_closed(self)
 
     def pause_writing(self) -> None:
@@ -174,6 +195,21 @@ class Connection(asyncio.Protocol):
         outgoing, self._outgoing = self._outgoing, []
         if not self._closed and self.transport is not None:
             self.transport.writelines(outgoing)
+
+    async def request(self, command: Command, timeout_s: float) -> Command:
+        """Send ``command`` (a request of the broker's, given an opaque here) to the client
+        and wait for its answer: TimeoutError after ``timeout_s``, UnavailableError when
+        the connection closes first."""
+        if self._closed:
+            raise UnavailableError(f"the client at {self.peer} closed its connection")
+        command.opaque = next_opaque()
+        answer: asyncio.Future[Command] = asyncio.get_running_loop().create_future()
+        self._waiting[command.opaque] = answer
+        try:
+            self.send(command)
+            return await asyncio.wait_for(answer, timeout_s)
+        finally:
+            self._waiting.pop(command.opaque, None)
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``coroutine`` as a task that ends with this connection."""

@@ -7,7 +7,9 @@ decoded once into the values the broker acts on, authorized over those values, t
 served by a coroutine on the broker's event loop (store work goes to the broker's workers).
 Endpoints live by job: the name-server role in :mod:`.namesrv`, sends in :mod:`.produce`,
 pulls and offsets in :mod:`.consume`, group membership and queue locks in
-:mod:`.membership`, ``mqadmin``'s calls in :mod:`.admin`. A request the table does not know
+:mod:`.membership`, ``mqadmin``'s calls in :mod:`.admin`, the broker's and groups' settings
+in :mod:`.configs`, and what ``mqadmin`` asks of a group's consumers through the broker in
+:mod:`.client_calls`. A request the table does not know
 gets REQUEST_CODE_NOT_SUPPORTED, as RocketMQ answers it.
 
 Client input never puts a traceback in the log: a refused or malformed request is logged
@@ -27,6 +29,8 @@ from rmq_spark.auth.remoting_check import authenticate, authorize
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.remoting.admin import Administration
 from rmq_spark.broker.remoting.answers import failure_reply
+from rmq_spark.broker.remoting.client_calls import ClientCalls
+from rmq_spark.broker.remoting.configs import Configs
 from rmq_spark.broker.remoting.consume import Consuming
 from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import Membership
@@ -75,6 +79,8 @@ class RemotingService:
             Consuming(broker, workers),
             self.membership,
             Administration(broker, workers, address, self.membership),
+            Configs(broker, workers, address),
+            ClientCalls(broker, workers, self.membership),
         )
         self._endpoints: dict[int, Endpoint] = {}
         self._log_limit = LogLimiter(log)
