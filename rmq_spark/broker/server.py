@@ -606,9 +606,11 @@ def _bind_http(
         return None
     # Imported only when configured: a broker without it loads none of it.
     from rmq_spark.broker.http.app import HttpApp
+    from rmq_spark.broker.http.console import mount_console
     from rmq_spark.broker.http.server import HttpListener
 
     app = HttpApp(authorizer)
+    mount_console(app)
     listener = loop_thread.call(
         HttpListener.bind(config.host, config.http_port, app, remoting_tls(config))
     )

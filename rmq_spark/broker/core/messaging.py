@@ -258,6 +258,17 @@ class MessagingCore:
             raise NotFoundError(f"no message starts at physical offset {physical}")
         return record
 
+    def record_at_offset(self, topic: str, queue_id: int, offset: int) -> bytes | None:
+        """The whole record at queue offset ``offset`` of the queue, None when the queue
+        holds none there (deleted, or not yet written). A look-up, not a consumer's read:
+        nothing is counted as handed out (blocking: call it on a worker thread)."""
+        if not self.min_offset(topic, queue_id) <= offset < self.max_offset(topic, queue_id):
+            return None
+        result = self._store.get_messages(topic, queue_id, offset, 1, 1)
+        if result.status != PullStatus.FOUND or result.sizes is None or not len(result.sizes):
+            return None
+        return result.data[: int(result.sizes[0])]
+
     def range_size(
         self, topic: str, queue_id: int, start: int, end: int | None, budget: int | None
     ) -> RangeSize:

@@ -20,7 +20,7 @@ from rmq_spark.broker.http import metrics
 from rmq_spark.broker.http.health import Phase, readiness
 from rmq_spark.broker.http.server import HttpRequest, HttpResponse
 
-__all__ = ["HttpApp", "Mounted", "Viewer"]
+__all__ = ["NO_CHALLENGE_HEADER", "HttpApp", "Mounted", "Public", "Viewer"]
 
 Run = Callable[..., Awaitable[Any]]
 
@@ -60,6 +60,12 @@ class Viewer:
 #: a handler mounted under a path prefix: it gets the broker (serving), the request, the
 #: viewer, and a way to run blocking work on the broker's workers
 Mounted = Callable[[Broker, HttpRequest, Viewer, Run], Awaitable[HttpResponse]]
+#: what a mount serves to anyone, before credentials are asked and during recovery too
+#: (the console's page and scripts, which hold no data): a response, or None for the rest
+Public = Callable[[HttpRequest], HttpResponse | None]
+#: a request carrying this header is not answered 401 with a Basic challenge (the console
+#: asks for credentials in its own form, not in the browser's dialog)
+NO_CHALLENGE_HEADER = "x-rocketlite-console"
 
 
 class HttpApp:
@@ -75,11 +81,12 @@ class HttpApp:
         self.connections: Callable[[], dict[str, int]] = dict
         #: set by the gRPC health service's owner when readiness changes
         self.on_readiness: Callable[[bool], None] = lambda ready: None
-        self._mounted: list[tuple[str, Mounted]] = []
+        self._mounted: list[tuple[str, Mounted, Public | None]] = []
 
-    def mount(self, prefix: str, handler: Mounted) -> None:
-        """Serve every path equal to ``prefix`` or under ``prefix/`` with ``handler``."""
-        self._mounted.append((prefix.rstrip("/"), handler))
+    def mount(self, prefix: str, handler: Mounted, public: Public | None = None) -> None:
+        """Serve every path equal to ``prefix`` or under ``prefix/`` with ``handler``; what
+        ``public`` answers is served first, to anyone."""
+        self._mounted.append((prefix.rstrip("/"), handler, public))
 
     def serving(self, broker: Broker, run: Run) -> None:
         """The store is open: answer everything."""
@@ -111,14 +118,20 @@ class HttpApp:
         if path == "/readyz":
             ready, reason = self.readiness()
             return HttpResponse.text(200 if ready else 503, reason)
+        mounted = self._mount_of(path)
+        if mounted is not None and mounted[1] is not None:
+            answer = mounted[1](request)
+            if answer is not None:
+                return answer
         try:
             viewer = self._viewer(request)
         except NotAuthenticated as exc:
+            challenge = [("www-authenticate", 'Basic realm="rocketlite", charset="UTF-8"')]
             return HttpResponse(
                 401,
                 f"{exc}: send an ACL user's access key and secret key as HTTP Basic "
                 "credentials\n".encode(),
-                headers=[("www-authenticate", 'Basic realm="rocketlite", charset="UTF-8"')],
+                headers=[] if NO_CHALLENGE_HEADER in request.headers else challenge,
             )
         broker, run = self.broker, self.run
         if broker is None or run is None:
@@ -130,10 +143,15 @@ class HttpApp:
             connections = self.connections()
             body = await run(metrics.render, broker, connections, viewer.sees)
             return HttpResponse(200, body, metrics.CONTENT_TYPE)
-        for prefix, handler in self._mounted:
-            if path == prefix or path.startswith(prefix + "/") or (prefix == "" and path == "/"):
-                return await handler(broker, request, viewer, run)
+        if mounted is not None:
+            return await mounted[0](broker, request, viewer, run)
         return HttpResponse.text(404, f"nothing is served at {path!r}")
+
+    def _mount_of(self, path: str) -> tuple[Mounted, Public | None] | None:
+        for prefix, handler, public in self._mounted:
+            if path == prefix or path.startswith(prefix + "/") or (prefix == "" and path == "/"):
+                return handler, public
+        return None
 
     def _viewer(self, request: HttpRequest) -> Viewer:
         authorizer = self.authorizer

@@ -50,6 +50,7 @@ from prometheus_client.core import (
 
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.http.health import Phase, readiness
+from rmq_spark.broker.http.lag import group_lags
 from rmq_spark.histogram import HistogramSnapshot
 
 __all__ = ["CONTENT_TYPE", "Visible", "render"]
@@ -193,24 +194,13 @@ def _lag(
         "Messages stored and not yet handed to the group, per queue",
         labels=labels,
     )
-    core = broker.messaging
     now_ms = int(time.time() * 1000)
-    for (topic, group), queues in sorted(core.offsets.snapshot().items()):
-        if not visible(topic, group):
-            continue
-        for queue_id, committed in sorted(queues.items()):
-            newest = core.max_offset(topic, queue_id)
-            behind = max(0, newest - committed)
-            age = 0
-            if behind:
-                stored = core.queue_store_timestamp(topic, queue_id, committed)
-                age = 0 if stored is None else max(0, now_ms - stored)
-            handed = max(committed, min(read_to.get((group, topic, queue_id), committed), newest))
-            values = [topic, group, str(queue_id)]
-            lag.add_metric(values, behind)
-            lag_ms.add_metric(values, age)
-            inflight.add_metric(values, handed - committed)
-            ready.add_metric(values, max(0, newest - handed))
+    for row in group_lags(broker.messaging, read_to, now_ms, visible):
+        values = [row.topic, row.group, str(row.queue_id)]
+        lag.add_metric(values, row.lag)
+        lag_ms.add_metric(values, row.lag_ms)
+        inflight.add_metric(values, row.inflight)
+        ready.add_metric(values, row.ready)
     yield from (lag, lag_ms, inflight, ready)
 
 
