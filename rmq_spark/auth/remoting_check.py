@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rmq_spark.auth.acl import User
-from rmq_spark.auth.interceptor import Authorizer, NotAuthenticated, enabled_user
+from rmq_spark.auth.interceptor import AccessDenied, Authorizer, NotAuthenticated, enabled_user
 from rmq_spark.auth.remoting_rules import RemotingRule
 from rmq_spark.auth.remoting_signature import Buffer, verify_request
 from rmq_spark.auth.signature import AuthenticationError
@@ -35,6 +35,8 @@ def authorize(
     does under ``rule``. ``peer`` is the client's ``host:port`` (for policies with source
     addresses)."""
     grpc_peer = f"ipv6:{peer}" if peer.startswith("[") else f"ipv4:{peer}"
+    if rule.super_only_if is not None and rule.super_only_if(value) and not user.is_super:
+        raise AccessDenied(f"user {user.name} is not a super user")
     needs = rule.needs(value) if rule.needs is not None else ()
     authorizer.authorize(user, rule, needs, grpc_peer)
     if rule.client_ids is not None:

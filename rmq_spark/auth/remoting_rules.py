@@ -27,6 +27,9 @@ class RemotingRule:
     needs: Callable[[Any], Iterable[Need]] | None = None
     #: client ids the decoded request names, bound to the caller
     client_ids: Callable[[Any], Iterable[str]] | None = None
+    #: whether the decoded request reveals broker-wide state (super users only), when that
+    #: depends on what it asks for
+    super_only_if: Callable[[Any], bool] | None = None
 
 
 #: anyone who is logged in

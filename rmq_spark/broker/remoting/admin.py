@@ -1,7 +1,7 @@
 """What ``mqadmin`` and the dashboard call on a broker: topics (17, 215, 351, 21), broker
-runtime info (28), topic and consumer statistics (202, 208, 43, 201), consumer connections
-(203), a topic's consumer groups (300), a message by offset id (33) and messages by key or
-unique key (12).
+runtime info (28), topic and consumer statistics (202, 208, 43, 201), the broker's rates
+(315: ``statsAll``, the exporter), consumer connections (203), a topic's consumer groups
+(300), a message by offset id (33) and messages by key or unique key (12).
 
 Statistics keyed by message queue use fastjson's object keys (see
 :func:`rmq_spark.wire.remoting.bodies.mq_keyed`): ``mqadmin`` reads them only in that form.
@@ -26,6 +26,7 @@ from rmq_spark.broker.remoting.endpoint import Endpoint
 from rmq_spark.broker.remoting.membership import Membership
 from rmq_spark.broker.remoting.namesrv import required
 from rmq_spark.broker.remoting.server import Connection
+from rmq_spark.broker.stats import RateHistory, Totals
 from rmq_spark.broker.workers import Workers
 from rmq_spark.clock import now_ms
 from rmq_spark.codec.record import decode_record
@@ -69,6 +70,11 @@ class Administration:
             code.GET_TOPIC_CONFIG: Endpoint(self.topic_config, on_topic, decode=_field("topic")),
             code.GET_ALL_TOPIC_CONFIG: Endpoint(self.all_topic_configs),
             code.GET_BROKER_RUNTIME_INFO: Endpoint(self.runtime_info),
+            code.VIEW_BROKER_STATS_DATA: Endpoint(
+                self.stats_data,
+                RemotingRule(needs=_stats_needs, super_only_if=_broker_wide),
+                decode=_stats_item,
+            ),
             code.GET_TOPIC_STATS_INFO: Endpoint(
                 self.topic_stats, reads_topic, decode=_field("topic", _any_topic)
             ),
@@ -147,13 +153,19 @@ class Administration:
     async def runtime_info(self, connection: Connection, request: Command, _: None) -> Command:
         broker = self._broker
         stats = broker.messaging.stats()
+        now = broker.stats.totals()
+        # RocketMQ's "over the last 10 s, minute, 10 minutes"
+        puts, gets = (
+            " ".join(f"{broker.rates.window(s, now, out=out).tps:.1f}" for s in (10, 60, 600))
+            for out in (False, True)
+        )
         table = {
             "brokerVersionDesc": VERSION_DESC,
             "brokerVersion": str(OUR_VERSION),
             "brokerActive": "true",
-            "putTps": "0.0 0.0 0.0",
-            "getTransferredTps": "0.0 0.0 0.0",
-            "getTransferedTps": "0.0 0.0 0.0",  # the spelling of RocketMQ 4.x
+            "putTps": puts,
+            "getTransferredTps": gets,
+            "getTransferedTps": gets,  # the spelling of RocketMQ 4.x
             "sendThreadPoolQueueSize": "0",
             "pullThreadPoolQueueSize": "0",
             "sendThreadPoolQueueHeadWaitTimeMills": "0",
@@ -161,8 +173,8 @@ class Administration:
             "pageCacheLockTimeMills": "0",
             "earliestMessageTimeStamp": str(broker.start_ms),
             "commitLogDiskRatio": f"{_disk_ratio(broker):.4f}",
-            "msgPutTotalTodayNow": "0",
-            "msgGetTotalTodayNow": str(broker.messages_pulled),
+            "msgPutTotalTodayNow": str(now.all_in()[0]),
+            "msgGetTotalTodayNow": str(now.all_out()[0]),
             "commitLogMinOffset": str(stats.get("commitlog_min_offset", 0)),
             "commitLogMaxOffset": str(stats.get("commitlog_max_offset", 0)),
             "bootTimestamp": str(broker.start_ms),
@@ -170,6 +182,18 @@ class Administration:
         }
         response = request.reply()
         response.body = bodies.dumps({"table": table}).encode()
+        return response
+
+    async def stats_data(
+        self, connection: Connection, request: Command, item: tuple[str, str]
+    ) -> Command:
+        broker = self._broker
+        name, key = item
+        found = stats_item(name, key, broker.rates, broker.stats.totals(), broker.config.cluster)
+        if found is None:  # RocketMQ's answer for a name or key it keeps nothing under
+            raise Refusal(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        response = request.reply()
+        response.body = bodies.dumps(found).encode()
         return response
 
     async def topic_stats(self, connection: Connection, request: Command, topic: str) -> Command:
@@ -187,7 +211,8 @@ class Administration:
                     "maxOffset": store.max_offset(topic, queue_id),
                     "minOffset": store.min_offset(topic, queue_id),
                 }
-            return bodies.mq_keyed(table, topicPutTps=0.0)
+            minute = self._broker.rates.window(60, self._broker.stats.totals(), topic)
+            return bodies.mq_keyed(table, topicPutTps=round(minute.tps, 2))
 
         response = request.reply()
         response.body = (await self._workers.run(stats)).encode()
@@ -217,7 +242,9 @@ class Administration:
                         "lastTimestamp": last,
                         "pullOffset": consumer,
                     }
-            return bodies.mq_keyed(table, consumeTps=0.0)
+            now = broker.stats.totals()
+            tps = sum(broker.rates.window(60, now, (group, topic)).tps for topic in topics)
+            return bodies.mq_keyed(table, consumeTps=round(tps, 2))
 
         response = request.reply()
         response.body = (await self._workers.run(stats)).encode()
@@ -467,3 +494,83 @@ def _uptime(start_ms: int) -> str:
     seconds = max(0, (now_ms() - start_ms) // 1000)
     days, hours = seconds // 86400, seconds // 3600 % 24
     return f"[ {days} days, {hours} hours, {seconds // 60 % 60} minutes, {seconds % 60} seconds ]"
+
+
+# -- the broker's rates (VIEW_BROKER_STATS_DATA) --------------------------------------------
+
+#: RocketMQ's stats names this broker keeps: (counted per "topic" / "topic@group" / the
+#: cluster's name, messages or bytes)
+STATS_NAMES = {
+    "TOPIC_PUT_NUMS": ("topic", 0),
+    "TOPIC_PUT_SIZE": ("topic", 1),
+    "GROUP_GET_NUMS": ("topic@group", 0),
+    "GROUP_GET_SIZE": ("topic@group", 1),
+    "BROKER_PUT_NUMS": ("cluster", 0),
+    "BROKER_GET_NUMS": ("cluster", 0),
+}
+#: BrokerStatsData's windows, in seconds
+_WINDOWS = (("statsMinute", 60), ("statsHour", 3600), ("statsDay", 86400))
+
+
+def stats_item(
+    name: str, key: str, rates: RateHistory, now: Totals, cluster: str
+) -> dict[str, dict[str, float]] | None:
+    """RocketMQ's BrokerStatsData of stats ``name`` under ``key`` (sum and per-second rate
+    over the last minute, hour and day; ``avgpt`` is not kept and is 0), or None when
+    nothing is counted under them.
+
+    >>> from rmq_spark.broker.stats import Totals
+    >>> history = RateHistory()
+    >>> history.take(Totals(0.0, {"t": (10, 1000)}, {}))
+    >>> item = stats_item("TOPIC_PUT_NUMS", "t", history, Totals(60.0, {"t": (70, 7000)}, {}), "c")
+    >>> item["statsMinute"]
+    {'sum': 60, 'tps': 1.0, 'avgpt': 0.0}
+    >>> stats_item("TOPIC_PUT_NUMS", "other", history, Totals(60.0, {}, {}), "c") is None
+    True
+    """
+    kind = STATS_NAMES.get(name)
+    if kind is None:
+        return None
+    keyed, column = kind
+    if keyed == "topic":
+        if key not in now.messages_in:
+            return None
+        picked: str | tuple[str, str] | None = key
+        out = False
+    elif keyed == "topic@group":
+        topic, at, group = key.partition("@")
+        if not at or (group, topic) not in now.messages_out:
+            return None
+        picked, out = (group, topic), True
+    else:
+        if key != cluster:
+            return None
+        picked, out = None, name == "BROKER_GET_NUMS"
+    data = {}
+    for field, seconds in _WINDOWS:
+        window = rates.window(seconds, now, picked, out=out)
+        total = window.size if column else window.messages
+        tps = total / window.seconds if window.seconds > 0 else 0.0
+        data[field] = {"sum": total, "tps": round(tps, 2), "avgpt": 0.0}
+    return data
+
+
+def _stats_item(request: Command) -> tuple[str, str]:
+    return required(request, "statsName"), required(request, "statsKey")
+
+
+def _broker_wide(item: tuple[str, str]) -> bool:
+    """The broker's totals, and names it does not keep, are for super users."""
+    return STATS_NAMES.get(item[0], ("cluster", 0))[0] == "cluster"
+
+
+def _stats_needs(item: tuple[str, str]) -> list[Need]:
+    """A topic's rates need a right on it; a group's on a topic, its topic and group too."""
+    name, key = item
+    keyed = STATS_NAMES.get(name, ("cluster", 0))[0]
+    if keyed == "topic":
+        return topic_need(key, PUB_OR_SUB)
+    if keyed == "topic@group":
+        topic, _, group = key.partition("@")
+        return [*topic_need(topic, SUB), *group_need(group)]
+    return []
