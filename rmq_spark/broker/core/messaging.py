@@ -70,6 +70,8 @@ __all__ = [
 
 #: the smallest record: empty body, topic and properties, IPv4 hosts
 MIN_RECORD_BYTES = FIXED_WITHOUT_HOSTS + 2 * IPV4_HOST
+#: how many store times of messages by queue offset are kept (then they are forgotten)
+STORE_TIMES_KEPT = 100_000
 #: read answers that move a group's reads along (and count what they hand out)
 _COUNTED = frozenset({PullStatus.FOUND, PullStatus.NO_MATCHED_MSG})
 #: hands blocking store work to the broker's worker threads (``Workers.run``)
@@ -127,6 +129,8 @@ class MessagingCore:
         self._notifier = notifier
         self._delays = delays
         self._subscription_groups = subscription_groups
+        #: store times of messages looked up by queue offset (see queue_store_timestamp)
+        self._store_times: dict[tuple[str, int, int], int] = {}
         #: the broker's counters (messages out are counted by :meth:`read`)
         self.counters = writes.stats
 
@@ -298,8 +302,18 @@ class MessagingCore:
         return max(self._store.min_offset(topic, queue_id), after - 1)
 
     def queue_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int | None:
-        """When the message at ``offset`` was stored (ms), None when there is none."""
-        return self._store.queue_store_timestamp(topic, queue_id, offset)
+        """When the message at ``offset`` was stored (ms), None when there is none. A stored
+        message's time never changes, so the answers are kept (lag in time is asked for
+        the same committed offsets at every scrape)."""
+        key = (topic, queue_id, offset)
+        found = self._store_times.get(key)
+        if found is None:
+            found = self._store.queue_store_timestamp(topic, queue_id, offset)
+            if found is not None:
+                if len(self._store_times) >= STORE_TIMES_KEPT:
+                    self._store_times.clear()
+                self._store_times[key] = found
+        return found
 
     def commit_offsets(
         self,
