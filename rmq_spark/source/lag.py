@@ -11,6 +11,21 @@ from one source's progress; :class:`LagListener` does it for every batch of ever
     spark.streams.addListener(lag)
     ...
     lag.latest(query.id)                 # Lag(min=0, max=1200, avg=310.5, queues={...})
+
+With ``prometheus_port`` (or a prometheus-client ``registry`` of your own), the listener
+also exports each running query's lag as Prometheus gauges from the driver, so a dashboard
+shows it beside the brokers' own ``rocketmq_consumer_lag_messages``::
+
+    lag = LagListener(prometheus_port=9108)   # http://driver:9108/metrics
+
+========================================= ==========================================
+``rocketlite_query_lag_messages``         per query and queue: ``query_id``,
+                                          ``query_name``, ``topic``, ``broker_name``,
+                                          ``queue_id``
+``rocketlite_query_max_lag_messages``     per query: the largest of its queues'
+========================================= ==========================================
+
+A query's series go when it terminates.
 """
 
 from __future__ import annotations
@@ -78,25 +93,72 @@ def _as_dict(value: str | Mapping[str, Any]) -> dict[str, Any]:
 
 class LagListener(StreamingQueryListener):
     """Computes every rocketlite source's lag at each batch; ``latest(query_id)`` answers
-    the last one, and ``on_lag(query_id, lag)`` (optional) is called with each."""
+    the last one, and ``on_lag(query_id, lag)`` (optional) is called with each.
 
-    def __init__(self, on_lag: Callable[[str, Lag], None] | None = None) -> None:
+    ``prometheus_port``: serve the running queries' lag as Prometheus gauges at
+    ``http://<prometheus_host>:<port>/metrics`` from the driver (0 picks a free port:
+    ``self.prometheus_port`` says which). ``registry``: add the gauges to this
+    prometheus-client registry instead (an application that serves its own)."""
+
+    def __init__(
+        self,
+        on_lag: Callable[[str, Lag], None] | None = None,
+        *,
+        prometheus_port: int | None = None,
+        prometheus_host: str = "127.0.0.1",
+        registry: Any | None = None,
+    ) -> None:
         self._on_lag = on_lag
         self._lock = threading.Lock()
         self._latest: dict[str, Lag] = {}
+        #: the running queries' names (their lag is exported), by query id
+        self._running: dict[str, str] = {}
+        #: the port the gauges are served on, None when they are not
+        self.prometheus_port: int | None = None
+        self._server: Any = None
+        if prometheus_port is not None or registry is not None:
+            self._export(prometheus_port, prometheus_host, registry)
+
+    def _export(self, port: int | None, host: str, registry: Any | None) -> None:
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        if port is not None and not 0 <= port <= 65535:
+            raise ValueError(f"prometheus_port {port!r} must be 0..65535 (0 picks a free one)")
+        target = registry if registry is not None else CollectorRegistry(auto_describe=False)
+        target.register(_LagCollector(self._snapshot))
+        if port is not None:
+            self._server, _ = start_http_server(port, addr=host, registry=target)
+            self.prometheus_port = self._server.server_address[1]
+
+    def close(self) -> None:
+        """Stop serving the gauges (the listener goes on computing lag)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def _snapshot(self) -> list[tuple[str, str, Lag]]:
+        with self._lock:
+            return [
+                (qid, name, self._latest[qid])
+                for qid, name in self._running.items()
+                if qid in self._latest
+            ]
 
     def latest(self, query_id: object) -> Lag | None:
         with self._lock:
             return self._latest.get(str(query_id))
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
-        pass
+        with self._lock:
+            self._running[str(event.id)] = event.name or ""
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
-        pass
+        with self._lock:  # its series end (latest() still answers)
+            self._running.pop(str(event.id), None)
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
@@ -112,5 +174,37 @@ class LagListener(StreamingQueryListener):
             query_id = str(progress.id)
             with self._lock:
                 self._latest[query_id] = lag
+                self._running[query_id] = progress.name or ""
             if self._on_lag is not None:
                 self._on_lag(query_id, lag)
+
+
+class _LagCollector:
+    """The running queries' lag as gauges, read at each scrape."""
+
+    def __init__(self, snapshot: Callable[[], list[tuple[str, str, Lag]]]) -> None:
+        self._snapshot = snapshot
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        per_queue = GaugeMetricFamily(
+            "rocketlite_query_lag_messages",
+            "Messages a streaming query is behind the brokers after its last batch, per queue",
+            labels=["query_id", "query_name", "topic", "broker_name", "queue_id"],
+        )
+        worst = GaugeMetricFamily(
+            "rocketlite_query_max_lag_messages",
+            "The largest lag of a streaming query's queues after its last batch",
+            labels=["query_id", "query_name"],
+        )
+        for query_id, name, lag in sorted(self._snapshot()):
+            for mq, behind in lag.queues.items():
+                labels = [query_id, name, mq.topic, mq.broker_name, str(mq.queue_id)]
+                per_queue.add_metric(labels, behind)
+            worst.add_metric([query_id, name], lag.max)
+        yield per_queue
+        yield worst

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from datetime import datetime
 
 import pytest
@@ -297,8 +298,14 @@ def test_lag_listener_reports_how_far_behind_each_batch_is(spark, broker, topic,
 
     create_topic(broker.endpoint, topic, queues=2)
     produce(broker.endpoint, topic, {0: 30, 1: 10})
-    seen = []
-    listener = LagListener(lambda query_id, lag: seen.append(lag))
+    seen, scraped = [], []
+
+    def on_lag(query_id, lag):  # the driver's gauges, scraped as Prometheus would
+        seen.append(lag)
+        with urllib.request.urlopen(f"http://127.0.0.1:{listener.prometheus_port}/metrics") as r:
+            scraped.append(r.read().decode())
+
+    listener = LagListener(on_lag, prometheus_port=0)
     spark.streams.addListener(listener)
     try:
         df = stream(
@@ -318,3 +325,25 @@ def test_lag_listener_reports_how_far_behind_each_batch_is(spark, broker, topic,
     assert sorted(first.queues.values()) == [7, 23]
     assert (first.min, first.max, first.avg) == (7, 23, 15.0)
     assert last.max == 0 and last.metrics()["avgOffsetsBehindLatest"] == 0
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def gauges(text):
+        return {
+            (s.name, s.labels.get("queue_id")): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.labels.get("topic", topic) == topic
+        }
+
+    first_scrape = gauges(scraped[0])
+    queue_lags = sorted(v for (n, q), v in first_scrape.items() if n.endswith("query_lag_messages"))
+    assert queue_lags == [7, 23]
+    assert first_scrape["rocketlite_query_max_lag_messages", None] == 23
+
+    # once the query has ended, its series are gone
+    def ended():
+        with urllib.request.urlopen(f"http://127.0.0.1:{listener.prometheus_port}/metrics") as r:
+            return "rocketlite_query_lag_messages{" not in r.read().decode()
+
+    eventually(ended, what="the ended query's series gone")
+    listener.close()
