@@ -318,3 +318,27 @@ def test_only_super_users_change_anything(acl_broker):
         assert status == 403, value
     assert "by-alice" not in {t["topic"] for t in ok(api(base, "/api/topics", "root"))["topics"]}
     assert ok(api(base, "/api/topics", "root", body={"topic": "by-root"}))["topic"] == "by-root"
+
+
+def test_the_lag_shown_is_the_lag_metrics_export(open_broker):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _, base, _ = open_broker
+    groups = ok(api(base, "/api/groups"))["groups"]
+    shown = {
+        (g["group"], q["topic"], str(q["queue"])): (q["lag"], q["inflight"], q["ready"])
+        for g in groups
+        for q in g["queues"]
+    }
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    exported: dict[tuple[str, str, str], list[float]] = {}
+    names = ["rocketmq_consumer_lag_messages", "rocketmq_consumer_inflight_messages"]
+    names.append("rocketmq_consumer_ready_messages")
+    for family in text_string_to_metric_families(text):
+        if family.name in names:
+            for sample in family.samples:
+                key = (sample.labels["consumer_group"], sample.labels["topic"])
+                row = exported.setdefault((*key, sample.labels["queue_id"]), [0, 0, 0])
+                row[names.index(family.name)] = int(sample.value)
+    assert {k: tuple(v) for k, v in exported.items()} == shown
