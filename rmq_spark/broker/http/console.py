@@ -207,11 +207,14 @@ class Console:
 
     async def rates(self, call: _Call) -> dict:
         minutes = int_value(call.request.param("minutes", "15"), "minutes", 1, MAX_RATE_MINUTES)
-        viewer = call.viewer
-        samples = list(call.broker.rates.recent)
-        since = time.time() - minutes * 60 - call.broker.rates.step_s
-        points = rate_series(samples, since, lambda t: viewer.sees(t), viewer.sees)
-        return {"step_s": call.broker.rates.step_s, "points": points}
+        rates = call.broker.rates
+        samples = list(rates.recent)
+        since = time.time() - minutes * 60 - rates.step_s
+        # each name is asked about once, not once a sample
+        topic_shown = cache(lambda topic: call.viewer.sees(topic))
+        group_shown = cache(lambda group, topic: call.viewer.sees(topic, group))
+        points = await call.run(rate_series, samples, since, topic_shown, group_shown)
+        return {"step_s": rates.step_s, "points": points}
 
     async def message(self, call: _Call) -> dict:
         request, viewer, core = call.request, call.viewer, call.broker.messaging
