@@ -24,6 +24,7 @@ from rmq_spark.wire.remoting.codes import RequestCode as C
 from rmq_spark.wire.remoting.codes import ResponseCode as R
 from rmq_spark.wire.remoting.frame import Command, encode
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
+from tests.support.eventually import eventually
 from tests.support.remoting_wire import Remoting, Wire
 
 BROKER = "broker-adm"
@@ -529,3 +530,29 @@ def test_only_a_super_user_changes_or_reaches_into_what_these_calls_touch(tmp_pa
             assert answer.code == R.SUCCESS, answer.remark
     finally:
         process.clean_up()
+
+
+def test_a_permission_change_reaches_the_name_servers_the_broker_registers_with(broker, tmp_path):
+    """A broker registered with another's name server (--namesrv-addr): the name server's
+    route for its topic says read-only soon after the change, and read-write after the
+    change back (each change moves the broker's data version, or a name server would keep
+    the queues it has)."""
+    flags = [*TEST_STORE_FLAGS, "--remoting-port", "0", "--namesrv-addr", broker.address]
+    other = BrokerProcess("broker-reg", tmp_path / "store", tmp_path / "log", flags).start()
+    try:
+        with Wire(other.remoting_address) as own, broker.wire() as name_server:
+            create_topic(own, "AdmRegistered", 1)
+
+            def announced() -> int | None:
+                answer = name_server.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "AdmRegistered"})
+                if answer.code != R.SUCCESS:
+                    return None
+                return json.loads(answer.body)["queueDatas"][0]["perm"]
+
+            eventually(lambda: announced() == 6, what="the topic registered read-write")
+            assert update_config(own, "brokerPermission=4").code == R.SUCCESS
+            eventually(lambda: announced() == 4, what="the name server told: read-only")
+            assert update_config(own, "brokerPermission=6").code == R.SUCCESS
+            eventually(lambda: announced() == 6, what="the name server told: read-write")
+    finally:
+        other.clean_up()

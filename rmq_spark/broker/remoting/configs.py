@@ -12,6 +12,7 @@ are a super user's with ACL on (the endpoints' default rule).
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,8 @@ from rmq_spark.names import validate_group
 from rmq_spark.wire.remoting import bodies, config_text, headers
 from rmq_spark.wire.remoting.codes import RequestCode
 from rmq_spark.wire.remoting.frame import Command
+
+log = logging.getLogger("rmq_spark.broker.remoting")
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,18 @@ class Configs:
     ) -> Command:
         """Every setting named is changed, or none (the refusal names the first setting
         refused and why)."""
-        settings.update(self._broker.config, self._broker.messaging.store_config, changes)
+        applied = settings.update(self._broker.config, self._broker.messaging.store_config, changes)
         self._version = next(self._changes)
+        log.info("broker settings changed by %s: %s", connection.peer, applied)
         return request.reply()
 
     async def update_group(
         self, connection: Connection, request: Command, entry: dict[str, Any]
     ) -> Command:
-        await self._workers.run(self._broker.subscription_groups.update, entry)
+        stored = await self._workers.run(self._broker.subscription_groups.update, entry)
+        log.info(
+            "subscription group %s set by %s: %s", stored["groupName"], connection.peer, stored
+        )
         return request.reply()
 
     async def delete_group(
@@ -101,6 +108,12 @@ class Configs:
                 broker.messaging.offsets.remove_group(deletion.group)
 
         await self._workers.run(delete)
+        log.info(
+            "subscription group %s deleted by %s%s",
+            deletion.group,
+            connection.peer,
+            " with its offsets" if deletion.remove_offsets else "",
+        )
         return request.reply()
 
 
