@@ -197,3 +197,28 @@ def test_consume_message_reads_a_topics_messages(broker, java):
     assert "Exception" not in shown, shown
     for i in range(4):
         assert f"body-{i}" in shown, shown
+
+
+def test_reset_offset_by_time_with_no_consumer_online(broker, java):
+    """The broker answers CONSUMER_NOT_ONLINE and changes nothing; mqadmin then sets the
+    offsets itself (its old way: consume stats, offsets by time, offset commits)."""
+    ns, admin = broker.remoting_address, java.mqadmin
+    topic, group = "MqaResetOffline", "g-mqa-offline"
+    java("produce", ns, topic, "4", "sync")
+    with Wire(ns) as wire:
+        for queue in range(4):
+            ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue)}
+            answer = wire.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**ext, "commitOffset": "1"})
+            assert answer.code == 0, answer.remark
+    done = admin("resetOffsetByTime", "-n", ns, "-g", group, "-t", topic, "-s", "0")
+    assert "Exception" not in done, done
+    # brokerName queueId brokerOffset consumerOffset timestampOffset rollbackOffset
+    rows = re.findall(r"^broker-a\s+(\d)\s+1\s+1\s+0\s+0\s*$", done, re.M)
+    assert sorted(rows) == ["0", "1", "2", "3"], done
+    with Wire(ns) as wire:
+        for queue in range(4):
+            ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue)}
+            answer = wire.call(
+                RequestCode.QUERY_CONSUMER_OFFSET, {**ext, "setZeroIfNotFound": "false"}
+            )
+            assert (answer.code, answer.ext.get("offset")) == (0, "0"), (queue, done)
