@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
     from rmq_spark.auth.acl_file import AclFile
     from rmq_spark.auth.interceptor import Authorizer
-    from rmq_spark.broker.http.app import HttpApp
+    from rmq_spark.broker.http.app import HttpApp, Member
     from rmq_spark.broker.http.server import HttpListener
     from rmq_spark.broker.remoting.server import RemotingListener
     from rmq_spark.broker.remoting.service import RemotingService
@@ -372,6 +372,7 @@ class BrokerServer:
             if self._http is not None:
                 self._http[1].serving(self.broker, self._workers.run)
                 self._http[1].connections = self._connections
+                self._http[1].members = self._rocketmq5_members
             self._loop_thread.call(self._health.start(self._ready))
             self._sampler = self._loop_thread.call(_start_sampling(self.broker))
         config = self.broker.config
@@ -405,6 +406,17 @@ class BrokerServer:
         if self._remoting is None:
             return {}
         return {"remoting": len(self._remoting[1].connections)}
+
+    def _rocketmq5_members(self) -> list[Member]:
+        """The live RocketMQ 5 consumers, as the HTTP port shows group members."""
+        from rmq_spark.broker.http.app import Member
+
+        if self.v2 is None:
+            return []
+        return [
+            Member(group, client_id, "RocketMQ 5", kind, subscriptions)
+            for group, client_id, kind, subscriptions in self.v2.clients.consumers()
+        ]
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop serving (in-flight calls get ``grace_s``), then close the store cleanly."""

@@ -12,6 +12,7 @@ import urllib.request
 
 import grpc
 import pytest
+from rocketmq import FilterExpression, SimpleConsumer
 
 from rmq_spark.client.groups import HeartbeatInfo, Subscription
 from rmq_spark.wire.proto_gen.rocketlite.v1 import groups_pb2_grpc
@@ -23,7 +24,9 @@ from tests.support.console_broker import (
     seed,
     start_console_broker,
 )
+from tests.support.eventually import eventually
 from tests.support.remoting_member import RemotingMember
+from tests.support.rocketmq5_harness import config, running
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,7 +41,16 @@ def open_broker(tmp_path_factory):
     with grpc.insecure_channel(broker.endpoint) as channel:
         info = HeartbeatInfo("v1-member", "billing", (Subscription("orders", "paid"),))
         groups_pb2_grpc.GroupServiceStub(channel).Heartbeat(info.to_pb(), timeout=10)
-    yield broker, http_base(broker), seeded
+    # and a RocketMQ 5 simple consumer (its settings come over Telemetry)
+    simple = SimpleConsumer(
+        config(broker.endpoint), "billing", {"orders": FilterExpression("paid || created")}
+    )
+    with running(simple):
+        eventually(
+            lambda: api(http_base(broker), "/api/status")[2]["members"] == 3,
+            what="the RocketMQ 5 consumer's settings",
+        )
+        yield broker, http_base(broker), seeded
     member.close()
     broker.clean_up()
 
@@ -79,11 +91,17 @@ def test_groups_show_members_of_every_protocol_and_lag_per_queue(open_broker):
     groups = {g["group"]: g for g in ok(api(base, "/api/groups"))["groups"]}
     billing = groups["billing"]
     members = {m["client_id"]: m for m in billing["members"]}
-    assert set(members) == {"remoting-member", "v1-member"}
+    (rocketmq5,) = set(members) - {"remoting-member", "v1-member"}
+    assert {"remoting-member", "v1-member"} < set(members)
     assert members["v1-member"]["subscriptions"] == [
         {"topic": "orders", "expression": "paid", "type": "TAG"}
     ]
     assert members["remoting-member"]["subscriptions"][0]["topic"] == "orders"
+    assert members[rocketmq5]["protocol"] == "RocketMQ 5"
+    assert members[rocketmq5]["consume_type"] == "SIMPLE_CONSUMER"
+    assert members[rocketmq5]["subscriptions"] == [
+        {"topic": "orders", "expression": "paid || created", "type": "TAG"}
+    ]
     rows = {q["queue"]: q for q in billing["queues"] if q["topic"] == "orders"}
     assert {q: r["committed"] for q, r in rows.items()} == seeded.committed
     for queue_id, row in rows.items():
@@ -144,7 +162,7 @@ def test_status_shows_readiness_disk_flush_and_connections(open_broker):
     assert status["commitlog_bytes"] > 0
     assert status["flush"]["mode"] == "ASYNC" and status["flush"]["behind_bytes"] >= 0
     assert status["connections"]["remoting"] >= 1  # the remoting member's
-    assert status["members"] == 2
+    assert status["members"] == 3
     assert status["in_per_s"] >= 0 and status["out_per_s"] >= 0
     session = ok(api(base, "/api/session"))
     assert session == {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rmq_spark.auth.acl import Action, Resource, User
@@ -20,7 +21,7 @@ from rmq_spark.broker.http import metrics
 from rmq_spark.broker.http.health import Phase, readiness
 from rmq_spark.broker.http.server import HttpRequest, HttpResponse
 
-__all__ = ["NO_CHALLENGE_HEADER", "HttpApp", "Mounted", "Public", "Viewer"]
+__all__ = ["NO_CHALLENGE_HEADER", "HttpApp", "Member", "Mounted", "Public", "Viewer"]
 
 Run = Callable[..., Awaitable[Any]]
 
@@ -57,6 +58,19 @@ class Viewer:
         return True
 
 
+@dataclass(frozen=True)
+class Member:
+    """A live member of a consumer group known to a front-end rather than to the broker's
+    group registry (RocketMQ 5 clients: their settings come over Telemetry)."""
+
+    group: str
+    client_id: str
+    protocol: str
+    consume_type: str
+    #: (topic, expression, expression type) per subscription
+    subscriptions: tuple[tuple[str, str, str], ...]
+
+
 #: a handler mounted under a path prefix: it gets the broker (serving), the request, the
 #: viewer, and a way to run blocking work on the broker's workers
 Mounted = Callable[[Broker, HttpRequest, Viewer, Run], Awaitable[HttpResponse]]
@@ -79,6 +93,8 @@ class HttpApp:
         self.run: Run | None = None
         #: open connections per protocol, read at each scrape
         self.connections: Callable[[], dict[str, int]] = dict
+        #: group members the broker's group registry does not hold (RocketMQ 5 clients)
+        self.members: Callable[[], list[Member]] = list
         #: set by the gRPC health service's owner when readiness changes
         self.on_readiness: Callable[[bool], None] = lambda ready: None
         self._mounted: list[tuple[str, Mounted, Public | None]] = []

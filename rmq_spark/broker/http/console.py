@@ -37,7 +37,7 @@ from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.errors import codes_of
 from rmq_spark.broker.core.key_query import NO_END_MS
-from rmq_spark.broker.http.app import NO_CHALLENGE_HEADER, HttpApp, Run, Viewer
+from rmq_spark.broker.http.app import NO_CHALLENGE_HEADER, HttpApp, Member, Run, Viewer
 from rmq_spark.broker.http.console_data import (
     BadInput,
     body_preview,
@@ -190,7 +190,8 @@ class Console:
                 len(broker.consumers.members(g))
                 for g in broker.consumers.groups()
                 if viewer.sees("", g)
-            ),
+            )
+            + sum(1 for m in self._app.members() if viewer.sees("", m.group)),
         }
         if viewer.is_admin:
             totals = broker.stats.totals()
@@ -203,7 +204,8 @@ class Console:
         return {"topics": await call.run(_topics, call.broker, call.viewer)}
 
     async def groups(self, call: _Call) -> dict:
-        return {"groups": await call.run(_groups, call.broker, call.viewer)}
+        others = self._app.members()
+        return {"groups": await call.run(_groups, call.broker, call.viewer, others)}
 
     async def rates(self, call: _Call) -> dict:
         minutes = int_value(call.request.param("minutes", "15"), "minutes", 1, MAX_RATE_MINUTES)
@@ -374,10 +376,10 @@ def _topics(broker: Broker, viewer: Viewer) -> list[dict]:
     return rows
 
 
-def _groups(broker: Broker, viewer: Viewer) -> list[dict]:
+def _groups(broker: Broker, viewer: Viewer, others: list[Member]) -> list[dict]:
     core, consumers = broker.messaging, broker.consumers
     with_offsets = {group for _, group in core.offsets.snapshot()}
-    names = sorted({*consumers.groups(), *with_offsets})
+    names = sorted({*consumers.groups(), *with_offsets, *(m.group for m in others)})
     names = [g for g in names if viewer.sees("", g)]
     shown = set(names)
     lags: dict[str, list[dict]] = {g: [] for g in names}
@@ -409,12 +411,28 @@ def _groups(broker: Broker, viewer: Viewer) -> list[dict]:
             members.append(
                 {
                     "client_id": client_id,
+                    "protocol": "",
                     "consume_type": info.consume_type,
                     "message_model": info.message_model,
-                    "consume_from_where": info.consume_from_where,
                     "subscriptions": [
                         {"topic": t, "expression": e, "type": info.expression_type(t)}
                         for t, e in info.subscriptions
+                        if viewer.sees(t)
+                    ],
+                }
+            )
+        for member in others:
+            if member.group != group:
+                continue
+            members.append(
+                {
+                    "client_id": member.client_id,
+                    "protocol": member.protocol,
+                    "consume_type": member.consume_type,
+                    "message_model": "CLUSTERING",
+                    "subscriptions": [
+                        {"topic": t, "expression": e, "type": kind}
+                        for t, e, kind in member.subscriptions
                         if viewer.sees(t)
                     ],
                 }

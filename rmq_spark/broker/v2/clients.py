@@ -142,6 +142,27 @@ class ClientRegistry:
                 for outbox in info.outboxes
             ]
 
+    def consumers(self) -> list[tuple[str, str, str, tuple[tuple[str, str, str], ...]]]:
+        """The live consumers (simple and push), by group and client id: (group, client
+        id, client type such as ``SIMPLE_CONSUMER``, (topic, expression, filter type such
+        as ``TAG``) per subscription)."""
+        with self._lock:
+            found = [
+                (info.client_id, info.settings)
+                for info in self._clients.values()
+                if info.settings.HasField("subscription") and self._alive(info)
+            ]
+        rows = []
+        for client_id, settings in found:
+            subscription = settings.subscription
+            entries = tuple(
+                (e.topic.name, e.expression.expression, pb.FilterType.Name(e.expression.type))
+                for e in subscription.subscriptions
+            )
+            kind = pb.ClientType.Name(settings.client_type)
+            rows.append((subscription.group.name, client_id, kind, entries))
+        return sorted(rows)
+
     def remove(self, client_id: str) -> None:
         with self._lock:
             self._clients.pop(client_id, None)

@@ -287,7 +287,8 @@
       el("thead", {}, el("tr", {}, el("th", {}, "Client"), el("th", {}, "Type"), el("th", {}, "Model"),
         el("th", {}, "Subscriptions"))),
       el("tbody", {}, g.members.map((m) => el("tr", {},
-        el("td", {}, m.client_id), el("td", {}, m.consume_type), el("td", {}, m.message_model),
+        el("td", {}, m.client_id), el("td", {}, m.protocol ? `${m.consume_type} (${m.protocol})` : m.consume_type),
+        el("td", {}, m.message_model),
         el("td", {}, m.subscriptions.map((s) => `${s.topic}: ${s.expression}${s.type !== "TAG" ? ` (${s.type})` : ""}`).join("; ")))))));
     parts.push(el("h3", {class: "small"}, "Lag per queue"));
     if (!g.queues.length) parts.push(el("p", {class: "muted"}, "No committed offsets."));
