@@ -176,6 +176,14 @@ def test_a_super_user_sees_topics_lag_look_ups_and_admin_actions(console, chromi
 def test_a_user_without_rights_sees_its_topic_and_no_admin_actions(console, chromium):
     base, seeded = console
     driver = chromium
+    driver.get(base + "/")
+    wait_for(driver, "#login-form")
+    driver.find_element("id", "access-key").send_keys("alice")
+    driver.find_element("id", "secret-key").send_keys("not-her-secret")
+    driver.find_element("css selector", "#login-form button[type=submit]").click()
+    wait_text(driver, "#login-error", "invalid access key or secret key")
+    assert not driver.find_element("id", "console").is_displayed()
+    assert driver.execute_script("return sessionStorage.length") == 0
     sign_in(driver, base, "alice")
     wait_text(driver, '[data-lag="billing"]', f"{seeded.lag:,}")
     assert driver.find_element("id", "who").text == "alice"

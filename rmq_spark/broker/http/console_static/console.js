@@ -79,6 +79,7 @@
       };
       $("confirm-yes").onclick = () => done(true);
       $("confirm-no").onclick = () => done(false);
+      $("confirm-no").focus();   // Enter cancels; Escape too (below)
     });
   }
 
@@ -150,6 +151,10 @@
     sessionStorage.setItem(KEYS, basic($("access-key").value, $("secret-key").value));
     $("secret-key").value = "";
     start();
+  });
+
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && !$("confirm").hidden) $("confirm-no").click();
   });
 
   $("sign-out").addEventListener("click", () => {
