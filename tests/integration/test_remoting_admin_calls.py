@@ -267,7 +267,9 @@ def test_bad_subscription_groups_are_refused_naming_the_field(broker):
 class Consumer:
     """A remoting member of ``group`` that answers the broker's requests by hand."""
 
-    def __init__(self, remoting: Remoting, group: str, topic: str, client_id: str) -> None:
+    def __init__(
+        self, remoting: Remoting, group: str, topic: str, client_id: str, language: str = "JAVA"
+    ) -> None:
         self.wire = remoting.wire()
         self.client_id = client_id
         heartbeat = {
@@ -281,7 +283,8 @@ class Consumer:
                 }
             ],
         }
-        answer = self.wire.call(C.HEART_BEAT, body=json.dumps(heartbeat).encode())
+        body = json.dumps(heartbeat).encode()
+        answer = self.wire.call(C.HEART_BEAT, body=body, language=language)
         assert answer.code == R.SUCCESS, answer.remark
 
     def next_request(self, code: int, timeout_s: float = 5.0) -> Command:
@@ -427,6 +430,7 @@ def test_a_reset_by_time_commits_the_offsets_and_tells_the_groups_consumers(brok
         assert committed(wire, group, topic) == 6
 
         consumer = Consumer(broker, group, topic, "10.0.0.9@reset-1")
+        cpp = Consumer(broker, group, topic, "10.0.0.9@reset-cpp", language="CPP")
         try:
             answer = reset(wire, group, topic, between)
             assert answer.code == R.SUCCESS, answer.remark
@@ -438,6 +442,11 @@ def test_a_reset_by_time_commits_the_offsets_and_tells_the_groups_consumers(brok
             assert told.ext["timestamp"] == str(between) and told.ext["isForce"] == "true"
             assert offset_table(told.body) == {0: 3}
             assert f'"brokerName":"{BROKER}"' in bytes(told.body).decode()
+            # the C++ client reads the offsets as a list (RocketMQ's ResetOffsetBodyForC)
+            told_cpp = cpp.next_request(C.RESET_CONSUMER_CLIENT_OFFSET)
+            assert json.loads(bytes(told_cpp.body)) == {
+                "offsetTable": [{"brokerName": BROKER, "offset": 3, "queueId": 0, "topic": topic}]
+            }
 
             # without force a group already further back stays there
             commit["commitOffset"] = "1"
@@ -449,6 +458,7 @@ def test_a_reset_by_time_commits_the_offsets_and_tells_the_groups_consumers(brok
             assert offset_table(answer.body) == {0: 6} and committed(wire, group, topic) == 6
         finally:
             consumer.close()
+            cpp.close()
 
 
 def test_a_reset_of_something_that_is_not_there_is_refused(broker):

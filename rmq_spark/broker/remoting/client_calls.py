@@ -15,7 +15,8 @@ A reset finds each queue's offset by time in the broker core
 (:mod:`rmq_spark.broker.core.offset_reset`), commits it for the group, and sends
 RESET_CONSUMER_CLIENT_OFFSET (220, oneway) with the offset table to every member of the
 group connected here over remoting: a Java push consumer drops its queues of the topic and
-restarts them from the new offsets. It answers the table, as ``mqadmin`` prints it. A group
+restarts them from the new offsets (a client that said it is C++ gets the list form its
+client reads, ResetOffsetBodyForC). It answers the table, as ``mqadmin`` prints it. A group
 with no live member at all is answered CONSUMER_NOT_ONLINE (206) and nothing is committed:
 ``mqadmin`` then sets the offsets itself (its ``resetOffsetByTimeOld`` path).
 
@@ -188,6 +189,7 @@ class ClientCalls:
         await self._workers.run(commit)
         table = {MessageQueue(reset.topic, broker.name, q): offset for q, offset in found.items()}
         body = offset_table_body(table)
+        body_for_c = offset_list_body(table)
         told = 0
         for client_id in members:
             client = self._membership.connections.get(client_id)
@@ -202,7 +204,7 @@ class ClientCalls:
                         "timestamp": str(reset.timestamp_ms),
                         "isForce": "true" if reset.force else "false",
                     },
-                    body,
+                    body_for_c if client.language == "CPP" else body,
                     opaque=next_opaque(),
                     flag=FLAG_ONEWAY,
                     version=OUR_VERSION,
@@ -233,6 +235,16 @@ def offset_table_body(table: Mapping[MessageQueue, int]) -> bytes:
         for mq, offset in sorted(table.items())
     )
     return ('{"offsetTable":{' + entries + "}}").encode()
+
+
+def offset_list_body(table: Mapping[MessageQueue, int]) -> bytes:
+    """RocketMQ's ResetOffsetBodyForC, the form its C++ client reads: ``{"offsetTable":
+    [{"brokerName", "offset", "queueId", "topic"}]}``."""
+    rows = [
+        {"brokerName": mq.broker_name, "offset": offset, "queueId": mq.queue_id, "topic": mq.topic}
+        for mq, offset in sorted(table.items())
+    ]
+    return bodies.dumps({"offsetTable": rows}).encode()
 
 
 def _client_id(request: Command) -> str:
