@@ -15,10 +15,13 @@ from __future__ import annotations
 import json
 import time
 
+import grpc
 import pytest
 
 from rmq_spark.auth.remoting_signature import sign_request
+from rmq_spark.client.groups import HeartbeatInfo, Subscription
 from rmq_spark.codec.record import decode_record
+from rmq_spark.wire.proto_gen.rocketlite.v1 import groups_pb2_grpc
 from rmq_spark.wire.remoting import config_text, headers
 from rmq_spark.wire.remoting.codes import RequestCode as C
 from rmq_spark.wire.remoting.codes import ResponseCode as R
@@ -389,8 +392,24 @@ def test_a_client_that_is_not_there_or_does_not_answer(broker):
             consumer.next_request(C.GET_CONSUMER_RUNNING_INFO)
             consumer.close()
             refused(admin.response(opaque), R.SYSTEM_ERROR, "closed its connection")
+            # and after: not online (it leaves the group a moment after its connection)
+            refused(admin.call(C.GET_CONSUMER_RUNNING_INFO, ext), R.SYSTEM_ERROR, "not online")
     finally:
         consumer.close()
+
+
+def test_a_member_over_grpc_cannot_be_asked(broker):
+    info = HeartbeatInfo("10.0.0.9@grpc-1", "g-grpc", (Subscription("AdmT", "*"),))
+    with grpc.insecure_channel(broker.process.endpoint) as channel:
+        groups_pb2_grpc.GroupServiceStub(channel).Heartbeat(info.to_pb(), timeout=10)
+    with broker.wire() as admin:
+        ext = {"consumerGroup": "g-grpc", "clientId": "10.0.0.9@grpc-1"}
+        refused(
+            admin.call(C.GET_CONSUMER_RUNNING_INFO, ext),
+            R.SYSTEM_ERROR,
+            "member over rocketlite.v1 or RocketMQ 5",
+            "its running info",
+        )
 
 
 # -- offsets reset by time ------------------------------------------------------------------------

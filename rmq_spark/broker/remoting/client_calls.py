@@ -119,7 +119,14 @@ class ClientCalls:
                 ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
             )
         connection = self._membership.connections.get(client_id)
-        if connection is None or connection.closed:
+        gone = client_id in self._membership.closed_clients
+        if (connection is None and gone) or (connection is not None and connection.closed):
+            raise Refusal(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer <{group}> <{client_id}> not online: its connection closed "
+                "(it leaves the group in a moment)",
+            )
+        if connection is None:
             raise Refusal(
                 ResponseCode.SYSTEM_ERROR,
                 f"The Consumer <{group}> <{client_id}> is a member over rocketlite.v1 or "

@@ -27,6 +27,7 @@ import functools
 import itertools
 import logging
 import random
+from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
@@ -67,6 +68,8 @@ INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 PRODUCER_GROUP = "PGROUP"
 #: queue ids a lock request may name (RocketMQ's queue ids are ints)
 MAX_QUEUES = 1 << 31
+#: how many client ids of closed connections are remembered
+CLOSED_REMEMBERED = 4096
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,9 @@ class Membership:
         self._opaques = itertools.count()
         #: live connections by client id (for consumer connection lists)
         self.connections: dict[str, Connection] = {}
+        #: client ids whose remoting connection closed (the newest CLOSED_REMEMBERED), told
+        #: from gRPC members by the calls relayed to a client while they still linger
+        self.closed_clients: OrderedDict[str, None] = OrderedDict()
         broker.transaction_checks.add_asker(self.ask_about_transaction)
 
     def endpoints(self) -> dict[int, Endpoint]:
@@ -166,6 +172,7 @@ class Membership:
         connection.language = request.language
         connection.version = request.version
         self.connections[client_id] = connection
+        self.closed_clients.pop(client_id, None)
         connection.producer_groups.update(hb.producer_groups)
         if connection.producer_groups - {INNER_PRODUCER_GROUP}:
             # a producer that may have transactions to be asked about
@@ -377,6 +384,10 @@ class Membership:
         """The connection closed: its watches end with it (and its members leave)."""
         if connection.client_id and self.connections.get(connection.client_id) is connection:
             del self.connections[connection.client_id]
+            self.closed_clients[connection.client_id] = None
+            self.closed_clients.move_to_end(connection.client_id)
+            if len(self.closed_clients) > CLOSED_REMEMBERED:
+                self.closed_clients.popitem(last=False)
 
 
 def _enum(data: dict, name: str, names: Collection[str]) -> str:
