@@ -23,6 +23,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -394,3 +395,120 @@ def append_spread(
             stored_properties(tag, size, start),
             tags=tags[:size],
         )
+
+
+# -- single remoting sends to brokers that differ in one setting ----------------------------
+
+
+def remoting_broker(work: Path, name: str, *flags: str) -> ServerProcess:
+    """A started broker named ``name`` with its remoting port on, and ``flags``."""
+    broker = broker_process(work / name, work / f"{name}.log")
+    broker.name = name
+    broker.argv += ["--name", name, "--remoting-port", "0", *flags]
+    return broker.start()
+
+
+def ready_address(broker: ServerProcess, key: str) -> str:
+    """The ``key=HOST:PORT`` address of the broker's ready line (``remoting``, ``http``)."""
+    found = re.search(rf" {key}=(\S+:\d+)", broker.ready_line)
+    if found is None:
+        raise SystemExit(f"{broker.name} serves no {key} port: {broker.ready_line}")
+    return found[1]
+
+
+@dataclass
+class SendRounds:
+    """Per broker: sends/s and the broker's CPU µs per send, one value per round."""
+
+    rates: list[float] = field(default_factory=list)
+    cpu_us: list[float] = field(default_factory=list)
+
+
+SEND_THREADS = 8
+SEND_QUEUES = 4
+
+
+def remoting_sends(client, topic: str, broker_name: str, seconds: float, size: int = 100) -> float:
+    """Messages/s of SEND_THREADS threads of one RemotingClient, each sending one message
+    a call (SEND_MESSAGE_V2, as Java's DefaultMQProducer.send) for ``seconds``."""
+    from rmq_spark.structs import MessageQueue
+
+    body = b"x" * size
+    counts = [0] * SEND_THREADS
+    errors: list[BaseException] = []
+    begin = time.perf_counter()
+
+    def sender(k: int) -> None:
+        mq = MessageQueue(topic, broker_name, k % SEND_QUEUES)
+        try:
+            while time.perf_counter() - begin < seconds:
+                client.send(mq, [body], [{}])
+                counts[k] += 1
+        except BaseException as exc:  # re-raised below, in the bench's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sender, args=(k,)) for k in range(SEND_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return sum(counts) / (time.perf_counter() - begin)
+
+
+def compare_sends(brokers: list[ServerProcess], timing: Timing) -> dict[str, SendRounds]:
+    """Single remoting sends to each broker in turn, ``timing.rounds`` interleaved rounds
+    (the order reversed every other round), after ``timing.warmup_s`` each."""
+    from rmq_spark.client import Admin
+    from rmq_spark.client.remoting import RemotingClient
+
+    clients = {}
+    try:
+        for broker in brokers:
+            with Admin(broker.endpoint) as admin:
+                admin.create_topic("Sends", queues=SEND_QUEUES)
+            client = RemotingClient(ready_address(broker, "remoting"))
+            client.route("Sends")
+            clients[broker.name] = client
+        if timing.warmup_s:
+            for broker in brokers:
+                remoting_sends(clients[broker.name], "Sends", broker.name, timing.warmup_s)
+        rounds = {broker.name: SendRounds() for broker in brokers}
+        for round_no in range(timing.rounds):
+            for broker in brokers if round_no % 2 == 0 else brokers[::-1]:
+                used = process_cpu_seconds(broker.pid)
+                rate = remoting_sends(clients[broker.name], "Sends", broker.name, timing.round_s)
+                used = process_cpu_seconds(broker.pid) - used
+                rounds[broker.name].rates.append(rate)
+                rounds[broker.name].cpu_us.append(used / (rate * timing.round_s) * 1e6)
+            print(
+                f"  round {round_no + 1}/{timing.rounds}: "
+                + ", ".join(f"{n} {fmt_int(r.rates[-1])}/s" for n, r in rounds.items()),
+                flush=True,
+            )
+        return rounds
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def report_sends(rounds: dict[str, SendRounds], labels: dict[str, str], target: float) -> None:
+    """A table of the brokers' sends, and the ratio of the second to the first (the
+    baseline), the median of per-round ratios, against ``target``."""
+    print("| broker | sends/s (median, min..max) | broker CPU µs per send (median) |")
+    print("|---|---|---|")
+    for name, found in rounds.items():
+        print(
+            f"| {labels[name]} | {fmt_int(statistics.median(found.rates))} "
+            f"({fmt_int(min(found.rates))}..{fmt_int(max(found.rates))}) | "
+            f"{statistics.median(found.cpu_us):.0f} |"
+        )
+    (base_name, base), (other_name, other) = rounds.items()
+    ratios = [a / b for a, b in zip(other.rates, base.rates, strict=True)]
+    ratio = statistics.median(ratios)
+    verdict = "met" if ratio >= target else "MISSED"
+    print(
+        f"{labels[other_name]} / {labels[base_name]}: {ratio:.3f}x "
+        f"(rounds {min(ratios):.3f}..{max(ratios):.3f}); target >= {target}x: {verdict}"
+    )

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
-import re
 import shutil
 import statistics
 import sys
@@ -39,12 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import (
-    ServerProcess,
+    SEND_THREADS,
     Timing,
     add_timing_args,
-    broker_process,
-    fmt_int,
-    process_cpu_seconds,
+    compare_sends,
+    ready_address,
+    remoting_broker,
+    report_sends,
     timing_from_args,
 )
 
@@ -59,20 +59,6 @@ QUEUES = 4
 SIZE = 100
 TARGET_SENDS = 0.97
 TARGET_SCRAPE_MS = 100.0
-
-
-def start(work: Path, name: str, *flags: str) -> ServerProcess:
-    broker = broker_process(work / name, work / f"{name}.log")
-    broker.name = name
-    broker.argv += ["--name", name, "--remoting-port", "0", *flags]
-    return broker.start()
-
-
-def address(broker: ServerProcess, key: str) -> str:
-    found = re.search(rf" {key}=(\S+:\d+)", broker.ready_line)
-    if found is None:
-        raise SystemExit(f"{broker.name} serves no {key} port: {broker.ready_line}")
-    return found[1]
 
 
 class Scraper:
@@ -107,90 +93,20 @@ def fetch(conn: http.client.HTTPConnection, path: str) -> bytes:
     return body
 
 
-def sends(client: RemotingClient, topic: str, broker_name: str, seconds: float) -> float:
-    """Messages/s of THREADS threads sending one message a call for ``seconds``."""
-    body = b"x" * SIZE
-    counts = [0] * THREADS
-    errors: list[BaseException] = []
-    begin = time.perf_counter()
-
-    def sender(k: int) -> None:
-        mq = MessageQueue(topic, broker_name, k % QUEUES)
-        try:
-            while time.perf_counter() - begin < seconds:
-                client.send(mq, [body], [{}])
-                counts[k] += 1
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=sender, args=(k,)) for k in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return sum(counts) / (time.perf_counter() - begin)
-
-
 def bench_sends(work: Path, timing: Timing, scrape_every_s: float) -> None:
-    on = start(work, "metrics-on", "--http-port", "0")
-    off = start(work, "metrics-off")
+    off = remoting_broker(work, "metrics-off")
+    on = remoting_broker(work, "metrics-on", "--http-port", "0")
     scraper = None
     try:
-        clients = {}
-        for broker in (on, off):
-            with Admin(broker.endpoint) as admin:
-                admin.create_topic("Sends", queues=QUEUES)
-            client = RemotingClient(address(broker, "remoting"))
-            client.route("Sends")
-            clients[broker.name] = client
-        scraper = Scraper(address(on, "http"), scrape_every_s)
-        if timing.warmup_s:
-            for broker in (on, off):
-                sends(clients[broker.name], "Sends", broker.name, timing.warmup_s)
-        rates: dict[str, list[float]] = {"metrics-on": [], "metrics-off": []}
-        cpu: dict[str, list[float]] = {"metrics-on": [], "metrics-off": []}
-        for round_no in range(timing.rounds):
-            order = (on, off) if round_no % 2 == 0 else (off, on)
-            for broker in order:
-                used = process_cpu_seconds(broker.pid)
-                rate = sends(clients[broker.name], "Sends", broker.name, timing.round_s)
-                used = process_cpu_seconds(broker.pid) - used
-                rates[broker.name].append(rate)
-                cpu[broker.name].append(used / (rate * timing.round_s) * 1e6)
-            print(
-                f"  round {round_no + 1}/{timing.rounds}: on {fmt_int(rates['metrics-on'][-1])}"
-                f"/s, off {fmt_int(rates['metrics-off'][-1])}/s",
-                flush=True,
-            )
-        ratios = [a / b for a, b in zip(rates["metrics-on"], rates["metrics-off"], strict=True)]
-        ratio = statistics.median(ratios)
+        scraper = Scraper(ready_address(on, "http"), scrape_every_s)
+        rounds = compare_sends([off, on], timing)
         print(
-            f"\nsingle sends over remoting, {THREADS} threads, {SIZE} B, {timing.rounds} "
+            f"\nsingle sends over remoting, {SEND_THREADS} threads, 100 B, {timing.rounds} "
             f"interleaved round(s) of {timing.round_s:g} s; /metrics scraped every "
             f"{scrape_every_s:g} s on the metrics broker ({scraper.scrapes} scrapes)"
         )
-        print("| broker | sends/s (median, min..max) | broker CPU µs per send (median) |")
-        print("|---|---|---|")
-        labels = (
-            ("metrics-off", "no HTTP port (baseline)"),
-            ("metrics-on", "--http-port, scraped"),
-        )
-        for name, label in labels:
-            values = rates[name]
-            print(
-                f"| {label} | {fmt_int(statistics.median(values))} "
-                f"({fmt_int(min(values))}..{fmt_int(max(values))}) | "
-                f"{statistics.median(cpu[name]):.0f} |"
-            )
-        verdict = "met" if ratio >= TARGET_SENDS else "MISSED"
-        print(
-            f"on / off: {ratio:.3f}x (rounds {min(ratios):.3f}..{max(ratios):.3f}); "
-            f"target >= {TARGET_SENDS}x: {verdict}"
-        )
-        for client in clients.values():
-            client.close()
+        labels = {"metrics-off": "no HTTP port (baseline)", "metrics-on": "--http-port, scraped"}
+        report_sends(rounds, labels, TARGET_SENDS)
     finally:
         if scraper is not None:
             scraper.stop()
@@ -199,14 +115,14 @@ def bench_sends(work: Path, timing: Timing, scrape_every_s: float) -> None:
 
 
 def bench_scrape(work: Path, topics: int, groups: int, per_group: int) -> None:
-    broker = start(work, "big", "--http-port", "0")
+    broker = remoting_broker(work, "big", "--http-port", "0")
     try:
         began = time.perf_counter()
         names = [f"T{n:05d}" for n in range(topics)]
         with Admin(broker.endpoint) as admin:
             for name in names:
                 admin.create_topic(name, queues=8)
-        with RemotingClient(address(broker, "remoting")) as client:
+        with RemotingClient(ready_address(broker, "remoting")) as client:
             for name in names:
                 client.route(name)
                 for queue_id in range(8):
@@ -222,7 +138,7 @@ def bench_scrape(work: Path, topics: int, groups: int, per_group: int) -> None:
             f"{groups} groups each committed on {per_group} topics "
             f"(set up in {time.perf_counter() - began:.0f} s)"
         )
-        host, port = address(broker, "http").rsplit(":", 1)
+        host, port = ready_address(broker, "http").rsplit(":", 1)
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
         body = fetch(conn, "/metrics")  # untimed
         scrape, ready = [], []

@@ -28,6 +28,10 @@ start to end over gRPC (8,192 messages a pull), once unfiltered and once with th
 matches), in interleaved rounds, with the broker process's CPU time (user + system, from
 /proc) read around each pass.
 
+Last, sends with the filter on (the default) beside a broker started with
+``--no-property-filter``: single remoting sends (8 threads of one RemotingClient, one
+100-byte message a call) to each in interleaved rounds; target: not slower (>= 0.97x).
+
 Run: ``.venv/bin/python bench/spark_sql_filter.py [--quick] [--messages N] [--rounds R]``.
 """
 
@@ -46,7 +50,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import broker_process, process_cpu_seconds
+from _common import (
+    SEND_THREADS,
+    SendRounds,
+    Timing,
+    broker_process,
+    compare_sends,
+    process_cpu_seconds,
+    remoting_broker,
+    report_sends,
+)
 
 TOPIC = "orders"
 QUEUES = 8
@@ -54,6 +67,8 @@ BODY = 100
 SELECTOR = "region = 'eu'"
 #: one message in this many matches
 EVERY = 100
+#: sends with the filter on, against --no-property-filter
+SENDS_TARGET = 0.97
 TARGET = 0.2
 PATHS = ("short-circuit", "pull", "storePath")
 REGIONS = (b"us", b"apac", b"latam", b"emea-north", b"africa")
@@ -198,8 +213,28 @@ def main() -> None:
         scans = broker_scans(args, broker)
     finally:
         broker.stop()
+    try:
+        sends = sends_with_filter(work, args)
+    finally:
         shutil.rmtree(work, ignore_errors=True)
     report(cases, scans, args)
+    print(
+        f"\nsends: single remoting sends, {SEND_THREADS} threads, 100 B, {args.rounds} "
+        "interleaved rounds of 5 s"
+    )
+    labels = {"no-filter": "--no-property-filter (baseline)", "filter": "filter on (default)"}
+    report_sends(sends, labels, SENDS_TARGET)
+
+
+def sends_with_filter(work: Path, args) -> dict[str, SendRounds]:
+    off = remoting_broker(work, "no-filter", "--no-property-filter")
+    on = remoting_broker(work, "filter")
+    try:
+        timing = Timing(warmup_s=0.0 if args.quick else 2.0, round_s=5.0, rounds=args.rounds)
+        return compare_sends([off, on], timing)
+    finally:
+        on.stop()
+        off.stop()
 
 
 def spark_cases(args, broker, store: Path) -> list[Case]:
