@@ -84,6 +84,12 @@ def test_topics_show_their_queues_offsets_and_counts(open_broker):
     assert topics["audit"]["messages"] == 1
     assert orders["in_per_s"] >= 0
     assert topics["SCHEDULE_TOPIC_XXXX"]["system"] is True
+    # the queues of some topics only (the page asks for those shown open)
+    some = {t["topic"]: t for t in ok(api(base, "/api/topics?queues=audit"))["topics"]}
+    assert [q["queue"] for q in some["audit"]["queues"]] == [0, 1]
+    assert some["orders"]["queues"] is None
+    assert some["orders"]["messages"] == orders["messages"]
+    assert all(t["queues"] is None for t in ok(api(base, "/api/topics?queues="))["topics"])
 
 
 def test_groups_show_members_of_every_protocol_and_lag_per_queue(open_broker):

@@ -119,6 +119,10 @@ def test_a_super_user_sees_topics_lag_look_ups_and_admin_actions(console, chromi
         seeded.sent["orders"]
     )
     assert driver.find_elements("css selector", 'tr[data-topic="audit"]')
+    row.click()  # its queues, fetched when opened
+    cells = wait_for(driver, '[data-queue="orders/2"]').find_elements("css selector", "td")
+    high = str(seeded.max_offsets[2])
+    assert [c.text for c in cells] == ["2", "0", high, high]  # queue, min, max, messages
     wait_text(driver, '[data-lag="billing"]', f"{seeded.lag:,}")
     assert driver.find_element("id", "who").text == "root (admin)"
     wait_text(driver, "#ready", "ready")

@@ -5,6 +5,7 @@
 ``GET /api/session``                who asks: user, whether an admin, whether ACL is on
 ``GET /api/status``                 readiness, disk, flush, connections per protocol
 ``GET /api/topics``                 topics, their queues (min and max offsets), rates
+                                    (``?queues=a,b``: only those topics' queues)
 ``GET /api/groups``                 consumer groups: members (every protocol), lag per queue
 ``GET /api/rates?minutes=N``        messages in and out per second, every 10 s sample
 ``GET /api/message?...``            a look-up: ``id`` (offset message id), ``topic`` and
@@ -201,7 +202,12 @@ class Console:
         return status
 
     async def topics(self, call: _Call) -> dict:
-        return {"topics": await call.run(_topics, call.broker, call.viewer)}
+        # ?queues=a,b: only those topics' queues are listed (the page asks for the rows it
+        # shows open); without it, every topic's
+        wanted = None
+        if "queues" in call.request.query:
+            wanted = {name for name in call.request.param("queues").split(",") if name}
+        return {"topics": await call.run(_topics, call.broker, call.viewer, wanted)}
 
     async def groups(self, call: _Call) -> dict:
         others = self._app.members()
@@ -347,7 +353,7 @@ def _status_of(exc: RocketliteError) -> int:
     return codes_of(exc).v2 // 100
 
 
-def _topics(broker: Broker, viewer: Viewer) -> list[dict]:
+def _topics(broker: Broker, viewer: Viewer, wanted: set[str] | None) -> list[dict]:
     core = broker.messaging
     totals = broker.stats.totals()
     rows = []
@@ -370,7 +376,7 @@ def _topics(broker: Broker, viewer: Viewer) -> list[dict]:
                 "messages": sum(q["max"] - q["min"] for q in queues),
                 "in_total": totals.messages_in.get(config.name, (0, 0))[0],
                 "in_per_s": round(rate.tps, 3),
-                "queues": queues,
+                "queues": queues if wanted is None or config.name in wanted else None,
             }
         )
     return rows

@@ -166,8 +166,11 @@
 
   async function refresh() {
     try {
+      // the queues of the topics shown open only (a broker may hold many thousands)
+      const open = [...state.expanded].filter((k) => k.startsWith("topic:")).map((k) => k.slice(6));
       const [status, topics, groups, rates] = await Promise.all([
-        api("/api/status"), api("/api/topics"), api("/api/groups"), api("/api/rates?minutes=15"),
+        api("/api/status"), api(`/api/topics?queues=${encodeURIComponent(open.join(","))}`),
+        api("/api/groups"), api("/api/rates?minutes=15"),
       ]);
       drawStatus(status);
       drawTables(topics.topics, groups.groups, false);
@@ -222,7 +225,8 @@
   function toggle(key) {
     if (state.expanded.has(key)) state.expanded.delete(key);
     else state.expanded.add(key);
-    if (state.last) drawTables(state.last.topics, state.last.groups, true);
+    if (key.startsWith("topic:") && state.expanded.has(key)) refresh();   // fetch its queues
+    else if (state.last) drawTables(state.last.topics, state.last.groups, true);
   }
 
   // not while the user is busy with a form in a table, or answering a confirmation
@@ -250,7 +254,7 @@
         el("td", {class: "num", "data-messages": t.topic}, num(t.messages)),
         el("td", {class: "num"}, rate(t.in_per_s)),
         el("td", {class: "num"}, num(t.in_total))));
-      if (open) {
+      if (open && t.queues) {
         rows.push(el("tr", {class: "detail"}, el("td", {colspan: 7},
           el("table", {class: "grid queues"},
             el("thead", {}, el("tr", {}, el("th", {}, "Queue"), el("th", {class: "num"}, "Min offset"),
