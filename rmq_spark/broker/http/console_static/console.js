@@ -123,12 +123,20 @@
       state.session = await api("/api/session");
     } catch (error) {
       if (error.status === 401) return showLogin(sessionStorage.getItem(KEYS) ? error.message : "");
+      // not serving yet (recovering its store), or unreachable: say so and ask again
       $("login").hidden = true;
-      document.body.append(el("p", {class: "card error"}, `The broker did not answer: ${error.message}`));
+      let note = $("not-serving");
+      if (!note) {
+        note = el("p", {id: "not-serving", class: "card error"});
+        document.body.append(note);
+      }
+      note.textContent = `The broker does not answer yet: ${error.message}. Trying again…`;
+      setTimeout(start, 3000);
       return;
     }
     $("login").hidden = true;
     $("console").hidden = false;
+    if ($("not-serving")) $("not-serving").remove();
     const s = state.session;
     $("broker-name").textContent = `${s.broker} · ${s.version}`;
     $("who").textContent = s.acl ? `${s.user}${s.admin ? " (admin)" : ""}` : "";
