@@ -51,11 +51,11 @@ class StoreConfig:
     #: None: the sizes recorded for the store, else RocketMQ's (5,000,000 and 20,000,000)
     index_hash_slots: int | None = None
     index_max_entries: int | None = None
-    #: how many of the store's files (commit-log segments, consume-queue files) may hold
-    #: an open descriptor and map at once (two descriptors each); the least recently used
-    #: close when more are needed. None: derived from the process's file limit when the
-    #: store opens (see rmq_spark.store.mapped_file.open_files_limit)
-    max_open_files: int | None = None
+    #: how many descriptors the store's files (commit-log segments, consume-queue files)
+    #: may hold at once (one or two each: see rmq_spark.store.mapped_file); the least
+    #: recently used close when more are needed. None: derived from the process's file
+    #: limit when the store opens (see rmq_spark.store.mapped_file.open_files_limit)
+    max_open_descriptors: int | None = None
 
     def __post_init__(self) -> None:
         self.store_dir = Path(self.store_dir)
@@ -75,9 +75,9 @@ class StoreConfig:
             "offsets_persist_interval_ms": 1,
             "index_hash_slots": 1,
             "index_max_entries": 2,
-            "max_open_files": 4,
+            "max_open_descriptors": 4,
         }
-        optional = ("index_hash_slots", "index_max_entries", "max_open_files")
+        optional = ("index_hash_slots", "index_max_entries", "max_open_descriptors")
         for name, minimum in minimums.items():
             value = getattr(self, name)
             if value is None and name in optional:

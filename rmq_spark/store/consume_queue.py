@@ -203,7 +203,9 @@ class ConsumeQueue:
             seg = files[i]
             rel = pos - seg.start_offset
             take = min(stop - pos, seg.size - rel)
-            parts.append(decode_entries(seg.view(rel, rel + take)))
+            # pread, not the map: the entries are copied as they are decoded anyway, and a
+            # file read this way holds one descriptor even while it is written
+            parts.append(decode_entries(seg.read_copy(rel, rel + take)))
             pos += take
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 

@@ -1,4 +1,4 @@
-"""A fixed-size file: written with ``pwrite``, read through ``mmap``.
+"""A fixed-size file: written with ``pwrite``, read through ``mmap`` or with ``pread``.
 
 Commit-log segments and consume-queue files are both MappedFiles. A file is named by the
 global byte offset of its first byte (20 digits), so its name says where it belongs.
@@ -6,16 +6,28 @@ global byte offset of its first byte (20 digits), so its name says where it belo
 A ``preallocate``d file (commit-log segments) has all its blocks allocated when it is made
 (``posix_fallocate``): a full disk then fails the creation, not a later write, and the file
 has no holes, whose reading through the map kills the process with SIGBUS on a full tmpfs.
-Other files are sparse: blocks are allocated as they are written.
+Other files are sparse: blocks are allocated as they are written. Nothing is ever written
+through a map.
 
-Descriptors do not grow with the store. A file holds an open descriptor and map (two
-descriptors: Python's map keeps a duplicate of its own) only while it is in use: every use
-goes through :class:`OpenFiles`, one per store, which keeps at most ``limit`` files open
-and closes the least recently used one when another must open. A file in the middle of a
-write or a flush is pinned and never closed under it; a reader's view keeps its map alive
-by itself (the map is released when the last view of it goes). Closing and opening again
-loses nothing: writes go to the file with ``pwrite`` and a later ``fdatasync`` on a new
-descriptor flushes them.
+Descriptors do not grow with the store. A file holds its descriptor and its map apart, each
+only while in use, and each opened for what an operation needs:
+
+* :meth:`MappedFile.view` needs the map alone. It is made from a descriptor opened for the
+  purpose and closed as soon as ``mmap()`` returns, so a file only viewed holds one
+  descriptor: the duplicate Python's map keeps of its own (3.11 has no way to avoid it).
+* ``pwrite``, ``pread``, ``fdatasync``, ``ftruncate`` and ``SEEK_DATA`` need the descriptor
+  alone: a file only written or read with ``pread`` holds one.
+* A file both written and viewed holds both, two descriptors. That is the commit-log
+  segment being written while consumers read it; a segment gives its descriptor back once
+  it is sealed and flushed. Consume-queue files are read with ``pread`` (their entries are
+  decoded into a copy anyway), so each of them holds one descriptor at most.
+
+Every use goes through :class:`OpenFiles`, one per store, which counts the descriptors its
+files hold and keeps them within ``limit``: to make room it closes the least recently used
+files (map and descriptor). A file in the middle of a write or a flush is pinned and never
+closed under it; a reader's view keeps its map alive by itself (the map, and the descriptor
+it keeps, go when the last view of it goes). Closing and opening again loses nothing: writes
+go to the file with ``pwrite`` and a later ``fdatasync`` on a new descriptor flushes them.
 """
 
 from __future__ import annotations
@@ -27,13 +39,16 @@ import os
 import resource
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from rmq_spark.errors import ResourceExhaustedError
 
 log = logging.getLogger("rmq_spark.store")
+
+_T = TypeVar("_T")
 
 
 def file_name(start_offset: int) -> str:
@@ -49,14 +64,15 @@ def fsync_dir(path: Path) -> None:
 
 
 def open_files_limit(soft_limit: int, reserve: int = 256, floor: int = 16) -> int:
-    """How many store files may be open at once under a process file limit of
-    ``soft_limit`` descriptors: each open file takes two, and ``reserve`` are left for
-    connections, the store's own few files and everything else.
+    """How many descriptors the store's files may hold at once under a process file limit
+    of ``soft_limit`` descriptors: all of it but ``reserve``, left for connections, the
+    store's own few files and everything else. A file holds one or two of them (see the
+    module's docstring).
 
     >>> open_files_limit(1024), open_files_limit(1_048_576), open_files_limit(256)
-    (384, 524160, 16)
+    (768, 1048320, 16)
     """
-    return max(floor, (soft_limit - reserve) // 2)
+    return max(floor, soft_limit - reserve)
 
 
 def raise_file_limit() -> int:
@@ -73,57 +89,77 @@ def raise_file_limit() -> int:
     return soft
 
 
+class Resident(Protocol):
+    """A file :class:`OpenFiles` can close to make room."""
+
+    @property
+    def pinned(self) -> bool:
+        """In use right now: not to be closed."""
+
+    def release(self) -> None:
+        """Close whatever it holds (it opens again at its next use)."""
+
+
 class OpenFiles:
-    """The files of one store that hold a descriptor and a map right now, least recently
-    used first, at most ``limit`` of them (``None``: no limit). Thread-safe: readers on the
-    broker's workers and the writer share it."""
+    """The files of one store that hold descriptors right now, least recently used first,
+    and how many descriptors they hold, at most ``limit`` (``None``: no limit). A file
+    tells it what it opens and closes (:meth:`opened`, :meth:`closed`, with the lock
+    held). Thread-safe: readers on the broker's workers and the writer share it."""
 
     def __init__(self, limit: int | None = None) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit {limit} must be >= 1")
         self.limit = limit
         self.lock = threading.RLock()
-        self._open: OrderedDict[int, MappedFile] = OrderedDict()
-        #: files opened since the store opened (a churn figure for status and benchmarks)
+        self._open: OrderedDict[int, Resident] = OrderedDict()
+        #: descriptors the files hold now (a map's counts as one)
+        self.held = 0
+        #: descriptors and maps opened since the store opened (a churn figure)
         self.opens = 0
 
     def __len__(self) -> int:
+        """How many files hold a descriptor or a map."""
         return len(self._open)
 
-    def used(self, file: MappedFile) -> None:
-        """``file`` was just used (call with the lock held): most recent now."""
+    def opened(self, file: Resident) -> None:
+        """``file`` opened a descriptor or made a map (lock held): most recent now."""
+        self.held += 1
+        self.opens += 1
+        self.used(file)
+
+    def closed(self, file: Resident, still_held: int) -> None:
+        """``file`` closed a descriptor or its map, and holds ``still_held`` (lock held)."""
+        self.held -= 1
+        if not still_held:
+            self._open.pop(id(file), None)
+
+    def used(self, file: Resident) -> None:
+        """``file`` was just used (lock held): most recent now."""
         self._open[id(file)] = file
         self._open.move_to_end(id(file))
 
-    def make_room(self, keep: int = 1) -> None:
-        """Close least recently used files until one more fits (lock held); pinned ones
-        stay open. ``keep`` files' worth of room is made."""
-        if self.limit is None:
+    def make_room(self, need: int = 1) -> None:
+        """Close least recently used files until ``need`` more descriptors fit (lock held);
+        pinned ones stay open, so the limit may be passed while they are in use."""
+        if self.limit is None or self.held + need <= self.limit:
             return
-        excess = len(self._open) + keep - self.limit
-        if excess <= 0:
-            return
-        victims: list[int] = []  # from the least used end: the work is what is closed
-        for key, file in self._open.items():
-            if len(victims) == excess:
+        for file in list(self._open.values()):  # from the least used end
+            if self.held + need <= self.limit:
                 break
             if not file.pinned:
-                victims.append(key)
-        for key in victims:
-            self._open.pop(key).release()
+                file.release()
 
     def shed(self) -> int:
         """Close every unpinned file (lock held): the process ran out of descriptors.
         How many were closed."""
         closed = 0
-        for key, file in list(self._open.items()):
+        for file in list(self._open.values()):
             if not file.pinned:
-                del self._open[key]
                 file.release()
                 closed += 1
         return closed
 
-    def forget(self, file: MappedFile) -> None:
+    def forget(self, file: Resident) -> None:
         self._open.pop(id(file), None)
 
 
@@ -132,7 +168,12 @@ UNBOUNDED = OpenFiles()
 
 
 class MappedFile:
-    """One segment. ``write_pos`` and ``flushed_pos`` are relative to the file start."""
+    """One segment. ``write_pos`` and ``flushed_pos`` are relative to the file start.
+
+    Its descriptor (for ``pwrite``, ``pread``, ``fdatasync``) and its map (for
+    :meth:`view`) open apart, each at the first use that needs it: :attr:`held` is 0, 1 or
+    2 descriptors, 2 only for a file both written and viewed (see the module's docstring).
+    """
 
     def __init__(
         self,
@@ -151,7 +192,7 @@ class MappedFile:
         :meth:`zero_from`. With ``preallocate`` a created file gets its blocks now (ENOSPC:
         the file is removed again), and an existing one with ``grow`` (the one written
         next) gets its missing blocks if the disk has room (older versions made sparse
-        files)."""
+        files). A file created or grown keeps its descriptor open (it is written next)."""
         self.path = path
         self.start_offset = start_offset
         self.size = size
@@ -181,24 +222,26 @@ class MappedFile:
                     path.unlink(missing_ok=True)
                 raise
             self._fd = fd
-            self._mmap = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-            files.opens += 1
-            files.used(self)
+            files.opened(self)
 
-    def _open_fd(self, flags: int) -> int:
-        """os.open, closing other files of the store first when the process is out of
-        descriptors; ResourceExhaustedError when none can be closed."""
+    def _retrying(self, what: str, opening: Callable[[], _T]) -> _T:
+        """``opening()`` (an os.open or an mmap, whose descriptor Python duplicates),
+        closing the store's other files first when the process is out of descriptors;
+        ResourceExhaustedError when none can be closed. Lock held."""
         try:
-            return os.open(self.path, flags, 0o644)
+            return opening()
         except OSError as exc:
             if exc.errno not in (errno.EMFILE, errno.ENFILE):
                 raise
             if not self._files.shed():
                 raise ResourceExhaustedError(
-                    f"cannot open {self.path}: the process has no file descriptor left "
+                    f"cannot {what} {self.path}: the process has no file descriptor left "
                     f"({exc.strerror}); raise the file limit (ulimit -n) or close connections"
                 ) from None
-            return os.open(self.path, flags, 0o644)
+            return opening()
+
+    def _open_fd(self, flags: int) -> int:
+        return self._retrying("open", lambda: os.open(self.path, flags, 0o644))
 
     def _check_size(self, fd: int, size: int, *, create: bool, grow: bool) -> None:
         if create:
@@ -233,7 +276,7 @@ class MappedFile:
                     raise
         os.ftruncate(fd, size)  # sparse: blocks are allocated as they are written
 
-    # -- the descriptor and map, open while in use -------------------------------------------
+    # -- the descriptor and the map, each open while in use ----------------------------------
 
     @property
     def pinned(self) -> bool:
@@ -241,52 +284,103 @@ class MappedFile:
 
     @property
     def is_open(self) -> bool:
-        return self._fd >= 0
+        """It holds a descriptor or a map."""
+        return self._fd >= 0 or self._mmap is not None
+
+    @property
+    def held(self) -> int:
+        """Descriptors it holds now: its own, and its map's."""
+        return (self._fd >= 0) + (self._mmap is not None)
 
     @contextmanager
-    def _use(self) -> Iterator[tuple[int, mmap.mmap]]:
-        """The open descriptor and map, pinned (never closed for room) while in use."""
+    def _pinned(self) -> Iterator[None]:
+        """Never closed for room inside the block (lock held on entry)."""
+        if self.closed:
+            raise ValueError(f"{self.path} is closed")
+        self._pins += 1
+        try:
+            yield
+        finally:
+            self._pins -= 1
+
+    @contextmanager
+    def _descriptor(self) -> Iterator[int]:
+        """The open descriptor, pinned (never closed for room) while in use."""
         files = self._files
         with files.lock:
             if self.closed:
                 raise ValueError(f"{self.path} is closed")
-            if self._fd < 0:
-                files.make_room()
-                fd = self._open_fd(os.O_RDWR)
-                try:
-                    self._mmap = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
-                except BaseException:
-                    os.close(fd)
-                    raise
-                self._fd = fd
-                files.opens += 1
-            files.used(self)
             self._pins += 1
+            try:
+                if self._fd < 0:
+                    files.make_room()
+                    self._fd = self._open_fd(os.O_RDWR)
+                    files.opened(self)
+                else:
+                    files.used(self)
+            except BaseException:
+                self._pins -= 1
+                raise
         try:
-            assert self._mmap is not None
-            yield self._fd, self._mmap
+            yield self._fd
         finally:
             with files.lock:
                 self._pins -= 1
 
+    def _map(self) -> mmap.mmap:
+        """The map, made if it is not (lock held, the file pinned). From the descriptor
+        when it is open, else from one opened for it and closed at once: the map keeps a
+        duplicate of its own."""
+        files = self._files
+        if self._mmap is not None:
+            files.used(self)
+            return self._mmap
+        files.make_room()
+        if self._fd >= 0:
+            fd = self._fd
+            mapped = self._retrying(
+                "map", lambda: mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+            )
+        else:
+            fd = self._retrying("open", lambda: os.open(self.path, os.O_RDONLY))
+            try:
+                mapped = self._retrying(
+                    "map", lambda: mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+                )
+            finally:
+                os.close(fd)
+        self._mmap = mapped
+        files.opened(self)
+        return mapped
+
     def open(self) -> None:
-        """Open the descriptor and map now if they are not (the most recently used file)."""
-        with self._use():
+        """Open the descriptor now if it is not (the most recently used file)."""
+        with self._descriptor():
             pass
 
     def release(self) -> None:
-        """Close the descriptor and the map (it opens again at the next use). A map a
+        """Close the map and the descriptor (each opens again at its next use). A map a
         reader still has a view of is released when the last view goes."""
-        if self._fd < 0:
-            return
-        fd, self._fd = self._fd, -1
+        with self._files.lock:
+            self._unmap()
+            self._close_fd()
+
+    def _unmap(self) -> None:
         mapped, self._mmap = self._mmap, None
-        if mapped is not None:
-            try:
-                mapped.close()
-            except BufferError:
-                pass  # views still point into it: it closes when they are gone
+        if mapped is None:
+            return
+        try:
+            mapped.close()
+        except BufferError:
+            pass  # views still point into it: it closes when they are gone
+        self._files.closed(self, self.held)
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd < 0:
+            return
         os.close(fd)
+        self._files.closed(self, self.held)
 
     # -- positions and I/O ------------------------------------------------------------------
 
@@ -299,20 +393,22 @@ class MappedFile:
         return self.size - self.write_pos
 
     def view(self, start: int = 0, end: int | None = None) -> memoryview:
-        """A zero-copy view of bytes [start, end) of this file (relative positions)."""
-        with self._use() as (_, mapped):
-            return memoryview(mapped)[start : self.size if end is None else end]
+        """A zero-copy view of bytes [start, end) of this file (relative positions). It
+        needs the map only: a file only viewed holds one descriptor, the map's."""
+        with self._files.lock, self._pinned():
+            return memoryview(self._map())[start : self.size if end is None else end]
 
     def read_copy(self, start: int, end: int) -> bytes:
         """Bytes [start, end) read with ``pread``: safe on holes, unlike the map, whose
-        reading of a hole needs a free page on tmpfs (SIGBUS when there is none)."""
-        with self._use() as (fd, _):
+        reading of a hole needs a free page on tmpfs (SIGBUS when there is none). It needs
+        the descriptor only."""
+        with self._descriptor() as fd:
             return os.pread(fd, end - start, start)
 
     def data_end(self) -> int:
         """Where the file's last written block ends: its size when the file system cannot
         tell holes apart (then the tail may still be zeros), 0 when nothing was written."""
-        with self._use() as (fd, _):
+        with self._descriptor() as fd:
             return data_end(fd, self.size)
 
     def write_at(self, pos: int, *chunks: bytes | memoryview) -> None:
@@ -320,7 +416,7 @@ class MappedFile:
         total = sum(len(c) for c in chunks)
         if pos < 0 or pos + total > self.size:
             raise ValueError(f"write of {total} bytes at {pos} overflows {self.path}")
-        with self._use() as (fd, _):
+        with self._descriptor() as fd:
             written = os.pwritev(fd, chunks, pos)
             while written < total:  # a short write only happens under signals or disk errors
                 rest = b"".join(bytes(c) for c in chunks)[written:]
@@ -333,19 +429,24 @@ class MappedFile:
         return pos
 
     def flush(self) -> int:
-        """fdatasync if anything was written since the last flush; returns flushed_pos."""
+        """fdatasync if anything was written since the last flush; returns flushed_pos.
+        A file then sealed (written to its end) and mapped gives its descriptor back: it
+        is only read from now on, through the map."""
         target = self.write_pos
         if target > self.flushed_pos and not self.closed:
-            with self._use() as (fd, _):
+            with self._descriptor() as fd:
                 os.fdatasync(fd)
             self.flushed_pos = target
+            with self._files.lock:
+                if self.flushed_pos >= self.size and self._mmap is not None and not self.pinned:
+                    self._close_fd()
         return self.flushed_pos
 
     def zero_from(self, pos: int) -> None:
         """Erase everything from ``pos`` to the end (recovery of a torn tail)."""
         if pos < self.size:
             # Punching a hole would be faster but is not portable; rewriting keeps it simple.
-            with self._use() as (fd, _):
+            with self._descriptor() as fd:
                 os.ftruncate(fd, pos)
                 if self.preallocate:
                     try:  # the blocks just freed: no hole is left behind
@@ -361,8 +462,8 @@ class MappedFile:
             if self.closed:
                 return
             self.closed = True
-            self._files.forget(self)
             self.release()
+            self._files.forget(self)
 
     def destroy(self) -> None:
         self.close()

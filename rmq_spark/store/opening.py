@@ -112,23 +112,24 @@ def open_recovered(
 
 
 def open_files_budget(cfg: StoreConfig) -> int:
-    """How many store files may be open at once: the configured number, or what the
-    process's soft file limit leaves (see :func:`open_files_limit`)."""
-    if cfg.max_open_files is not None:
-        return cfg.max_open_files
+    """How many descriptors the store's files may hold at once: the configured number, or
+    what the process's soft file limit leaves (see :func:`open_files_limit`)."""
+    if cfg.max_open_descriptors is not None:
+        return cfg.max_open_descriptors
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return open_files_limit(soft if soft != resource.RLIM_INFINITY else 1 << 20)
 
 
 def note_open_files(files: OpenFiles, commitlog: CommitLog, queues: list[ConsumeQueue]) -> None:
-    """Say when the store has more files than may be open at once: it works, but files
-    close and open again as reads and writes move between them."""
+    """Say when the store has more files than its descriptor budget may keep open at once:
+    it works, but files close and open again as reads and writes move between them."""
     count = len(commitlog.segments) + sum(len(cq.files) for cq in queues)
     if files.limit is not None and count > files.limit:
         log.info(
-            "the store has %d files; at most %d are kept open (2 descriptors each, under a "
-            "file limit of %d): the least recently used close and open again on demand. "
-            "Raise the limit (ulimit -n) to keep them all open.",
+            "the store has %d files; at most %d descriptors are kept open for them (one "
+            "for most files, two for one being both written and read, under a file limit "
+            "of %d): the least recently used close and open again on demand. Raise the "
+            "limit (ulimit -n) to keep them all open.",
             count,
             files.limit,
             resource.getrlimit(resource.RLIMIT_NOFILE)[0],

@@ -1,7 +1,7 @@
 """Scale in queues and files: a broker whose process may hold 1,024 descriptors (a common
 default limit) starts on a store of 2,000 queues and serves every one of them (a pull of
 each, a send to one queue of each topic), holding fewer descriptors than its limit, and
-says in its log how many files the store has against how many it keeps open."""
+says in its log how many files the store has against the descriptors it keeps open."""
 
 from __future__ import annotations
 
@@ -50,6 +50,6 @@ def test_a_broker_under_a_1024_file_limit_serves_2000_queues(tmp_path):
         assert len(os.listdir(f"/proc/{broker.process.pid}/fd")) < FILE_LIMIT
         # a limit it cannot raise: it says what the store has against what it may keep open
         assert "the store has 2" in broker.log_text()
-        assert "at most 384 are kept open" in broker.log_text(), broker.log_tail()
+        assert "at most 768 descriptors are kept open" in broker.log_text(), broker.log_tail()
     finally:
         broker.clean_up()

@@ -1,6 +1,7 @@
-"""Descriptors that do not grow with the store: at most ``limit`` files hold a descriptor
-and a map at once, the least recently used close when another opens, and closing loses
-nothing. Real files in a temporary directory, real processes where a file limit is set."""
+"""Descriptors that do not grow with the store: a file holds a descriptor for what it
+writes or preads and a map for what it views (one descriptor each), the store's files hold
+at most ``limit`` descriptors, the least recently used close to make room, and closing
+loses nothing. Real files in a temporary directory, real processes where a file limit is set."""
 
 from __future__ import annotations
 
@@ -15,43 +16,134 @@ import pytest
 from rmq_spark.codec.consume_queue import ENTRY_SIZE, encode_entries
 from rmq_spark.store import MessageStore, StoreConfig
 from rmq_spark.store.consume_queue import ConsumeQueue
-from rmq_spark.store.mapped_file import MappedFile, OpenFiles, open_files_limit
+from rmq_spark.store.mapped_file import UNBOUNDED, MappedFile, OpenFiles, open_files_limit
 
 
 def own_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_at_most_limit_files_are_open_and_closed_ones_keep_their_data(tmp_path):
-    files = OpenFiles(limit=3)
-    before = own_descriptors()
-    made = [
-        MappedFile(tmp_path / f"{i:020d}", i * 4096, 4096, create=True, files=files)
-        for i in range(8)
+def make(tmp_path, files, n, size=4096):
+    return [
+        MappedFile(tmp_path / f"{i:020d}", i * size, size, create=True, files=files)
+        for i in range(n)
     ]
+
+
+def cold(files: OpenFiles, made: list[MappedFile]) -> None:
+    """Close every file's descriptor and map, as a store reopened finds them."""
+    with files.lock:
+        for f in made:
+            f.release()
+
+
+@pytest.mark.parametrize(
+    ("uses", "held"),
+    [
+        ((), 0),
+        (("view",), 1),  # the map's own descriptor: the one it was made from is closed
+        (("view", "view"), 1),
+        (("write",), 1),
+        (("read_copy",), 1),
+        (("data_end",), 1),
+        (("write", "flush", "read_copy"), 1),
+        (("view", "write"), 2),  # written and viewed: both
+        (("write", "view"), 2),  # the map is made from the open descriptor
+        (("write", "view", "release"), 0),
+    ],
+)
+def test_a_file_holds_the_descriptors_its_uses_need(tmp_path, uses, held):
+    """What each operation opens: a view the map, the rest the descriptor."""
+    files = OpenFiles(limit=100)
+    (f,) = make(tmp_path, files, 1)
+    cold(files, [f])
+    before = own_descriptors()
+    actions = {
+        "view": lambda: f.view(0, 8).release(),
+        "write": lambda: f.write_at(0, b"written!"),
+        "read_copy": lambda: f.read_copy(0, 8),
+        "data_end": f.data_end,
+        "flush": f.flush,
+        "release": lambda: cold(files, [f]),
+    }
+    for use in uses:
+        actions[use]()
+    assert (f.held, files.held, len(files)) == (held, held, int(held > 0))
+    assert own_descriptors() - before == held
+    f.close()
+    assert (files.held, len(files), own_descriptors()) == (0, 0, before)
+
+
+def test_the_budget_counts_descriptors_and_closes_the_least_recently_used(tmp_path):
+    """Within a budget of 5 descriptors: 5 files viewed, or read with pread, hold one
+    each; a file both written and viewed takes two, and the coldest go for it."""
+    files = OpenFiles(limit=5)
+    made = make(tmp_path, files, 8)
     for i, f in enumerate(made):
         f.write_at(0, f"file {i}".encode())
-        assert len(files) <= 3
-        assert own_descriptors() - before <= 2 * 3  # a descriptor and a map's copy each
-    assert sum(f.is_open for f in made) == 3
-    # a closed file opens again on its next use, with what was written
-    for i, f in enumerate(made):
-        assert bytes(f.view(0, 6)) == b"file {}"[:0] + f"file {i}".encode()[:6]
+        assert files.held <= 5
+    cold(files, made)
+    before = own_descriptors()
+    for f in made[:5]:
+        f.view(0, 4).release()
+    assert [f.held for f in made] == [1] * 5 + [0] * 3
+    assert own_descriptors() - before == files.held == 5
+    made[0].read_copy(0, 4)  # file 0 used again: file 1 is now the coldest
+    assert [f.held for f in made] == [2, 0, 1, 1, 1, 0, 0, 0]
+    made[5].write_at(8, b"more")  # one more: file 2 goes
+    assert [f.held for f in made] == [2, 0, 0, 1, 1, 1, 0, 0]
+    made[6].view(0, 4).release()
+    made[6].read_copy(0, 4)  # two more: files 3 and 4 go
+    assert [f.held for f in made] == [2, 0, 0, 0, 0, 1, 2, 0]
+    assert own_descriptors() - before == files.held == 5
+    for i, f in enumerate(made):  # closed ones open again with what was written
+        assert bytes(f.view(0, 6)) == f"file {i}".encode()[:6]
         assert f.read_copy(0, 6) == f"file {i}".encode()[:6]
         assert f.flush() == f.write_pos
-    assert files.opens > 8  # they did close and open again
+        assert files.held <= 5
+    for f in made:
+        f.close()
+    assert (files.held, len(files), own_descriptors()) == (0, 0, before)
+
+
+def test_viewing_cold_files_takes_one_descriptor_each(tmp_path):
+    """N files made, closed, then viewed: N descriptors more in /proc/self/fd, not 2N."""
+    count = 40
+    made = make(tmp_path, UNBOUNDED, count)
+    for f in made:
+        f.write_at(0, b"x")
+        f.flush()
+    cold(UNBOUNDED, made)
+    before = own_descriptors()
+    views = [f.view(0, 1) for f in made]
+    assert own_descriptors() - before == count
+    assert all(bytes(v) == b"x" for v in views)
+    for v in views:
+        v.release()
     for f in made:
         f.close()
     assert own_descriptors() == before
 
 
+def test_a_sealed_flushed_file_keeps_only_its_map(tmp_path):
+    """The commit-log segment written to its end and read: once flushed it gives its
+    descriptor back and is read through the map alone."""
+    files = OpenFiles(limit=10)
+    (f,) = make(tmp_path, files, 1)
+    f.view(0, 4).release()
+    f.write_at(0, b"\1" * 4096)
+    assert f.held == 2
+    f.flush()
+    assert f.held == files.held == 1
+    assert bytes(f.view(0, 2)) == b"\1\1"
+    f.close()
+
+
 def test_a_file_in_use_is_never_closed_for_room(tmp_path):
     files = OpenFiles(limit=2)
     busy = MappedFile(tmp_path / "busy", 0, 4096, create=True, files=files)
-    with busy._use() as (fd, _):  # a write or flush in progress
-        others = [
-            MappedFile(tmp_path / f"other{i}", 0, 4096, create=True, files=files) for i in range(5)
-        ]
+    with busy._descriptor() as fd:  # a write or flush in progress
+        others = make(tmp_path, files, 5)
         assert busy.is_open
         os.pwrite(fd, b"still mine", 0)  # the descriptor is still this file's
     assert busy.read_copy(0, 10) == b"still mine"
@@ -110,8 +202,8 @@ def test_a_fully_allocated_file_with_a_zero_tail_is_read_backwards(tmp_path):
 
 
 def test_the_budget_comes_from_the_file_limit():
-    assert open_files_limit(1024) == 384  # 768 descriptors, 256 left for the rest
-    assert open_files_limit(20_000) == 9_872
+    assert open_files_limit(1024) == 768  # descriptors; 256 left for the rest
+    assert open_files_limit(20_000) == 19_744
 
 
 def test_the_soft_file_limit_is_raised_to_the_hard_one():
@@ -131,15 +223,15 @@ def test_the_soft_file_limit_is_raised_to_the_hard_one():
 
 
 def test_a_store_with_more_queues_than_its_budget_works_and_reopens(tmp_path):
-    config = StoreConfig(tmp_path / "s", consumequeue_entries_per_file=64, max_open_files=8)
+    config = StoreConfig(tmp_path / "s", consumequeue_entries_per_file=64, max_open_descriptors=8)
     store = MessageStore.open(config)
     before = own_descriptors()
     for t in range(6):
         store.topics.create(f"T{t}", 4)
         for q in range(4):
             store.append(f"T{t}", q, [f"{t}/{q}".encode()], tags=["x"])
-    assert len(store.open_files) <= 8
-    assert own_descriptors() - before <= 2 * 8 + 2
+    assert store.open_files.held <= 8
+    assert own_descriptors() - before <= 8 + 2
     for t in range(6):
         for q in range(4):
             assert store.get_messages(f"T{t}", q, 0, 10).count == 1
