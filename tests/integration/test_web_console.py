@@ -269,6 +269,9 @@ def test_unknown_things_are_404_not_errors(open_broker):
     assert api(base, "/api/nothing")[0] == 404
     assert api(base, "/nothing.js")[0] == 404
     missing = api(base, "/api/groups/reset", body={"group": "g", "topic": "nope", "to": "latest"})
+    assert missing[0] == 404 and "nope" in missing[2]["error"]
+    earliest = {"group": "g", "topic": "nope", "to": "earliest"}
+    missing = api(base, "/api/groups/reset", body=earliest)
     assert missing[0] == 404 and "'nope' does not exist" in missing[2]["error"]
 
 

@@ -14,7 +14,7 @@ from rmq_spark.broker.http.console_data import (
     int_value,
     json_object,
     rate_series,
-    reset_offsets,
+    reset_target,
     text_value,
 )
 from rmq_spark.broker.stats import Totals
@@ -124,14 +124,15 @@ def test_rates_count_only_what_is_shown_and_never_go_negative():
     assert rate_series([a], 0.0, lambda t: True, lambda g, t: True) == []
 
 
-def test_reset_targets_stay_inside_each_queue():
-    ranges = {0: (5, 20), 1: (0, 0), 2: (3, 9)}
-    assert reset_offsets("earliest", ranges) == {0: 5, 1: 0, 2: 3}
-    assert reset_offsets("latest", ranges) == {0: 20, 1: 0, 2: 9}
-    assert reset_offsets("time", ranges, {0: 2, 1: 0, 2: 7}) == {0: 5, 1: 0, 2: 7}
-    assert reset_offsets("time", ranges, {}) == {0: 20, 1: 0, 2: 9}
-    with pytest.raises(BadInput, match="to must be one of earliest, latest, time, not 'now'"):
-        reset_offsets("now", ranges)
+def test_a_reset_goes_to_one_of_three_places():
+    assert [reset_target(t) for t in ("earliest", "latest", "time")] == [
+        "earliest",
+        "latest",
+        "time",
+    ]
+    for bad in ("now", None, 3, ["latest"]):
+        with pytest.raises(BadInput, match="to must be one of earliest, latest, time, not "):
+            reset_target(bad)
 
 
 @pytest.mark.parametrize(

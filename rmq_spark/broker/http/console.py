@@ -38,6 +38,7 @@ from rmq_spark.broker.core import checks
 from rmq_spark.broker.core.broker import Broker
 from rmq_spark.broker.core.errors import codes_of
 from rmq_spark.broker.core.key_query import NO_END_MS
+from rmq_spark.broker.core.offset_reset import NOW, offsets_at_time
 from rmq_spark.broker.http.app import NO_CHALLENGE_HEADER, HttpApp, Member, Run, Viewer
 from rmq_spark.broker.http.console_data import (
     BadInput,
@@ -45,7 +46,7 @@ from rmq_spark.broker.http.console_data import (
     int_value,
     json_object,
     rate_series,
-    reset_offsets,
+    reset_target,
     text_value,
 )
 from rmq_spark.broker.http.lag import group_lags
@@ -287,13 +288,11 @@ class Console:
         body = json_object(call.request.body)
         group = text_value(body.get("group"), "group", max_chars=255)
         topic = _topic_name(text_value(body.get("topic"), "topic", max_chars=127))
-        target = body.get("to")
+        target = reset_target(body.get("to"))
         timestamp_ms = None
         if target == "time":
             timestamp_ms = int_value(body.get("timestamp_ms"), "timestamp_ms", 0, _LONG)
-        elif target not in ("earliest", "latest"):
-            reset_offsets(str(target), {})  # refused, naming the choices
-        table = await call.run(_reset, call.broker, group, topic, str(target), timestamp_ms)
+        table = await call.run(_reset, call.broker, group, topic, target, timestamp_ms)
         log.info(
             "console: user %s reset group %s on topic %s to %s: %s",
             _user(call.viewer),
@@ -463,13 +462,16 @@ def _groups(broker: Broker, viewer: Viewer, others: list[Member]) -> list[dict]:
 def _reset(
     broker: Broker, group: str, topic: str, target: str, timestamp_ms: int | None
 ) -> dict[int, int]:
+    """Commit the offsets each readable queue of ``topic`` restarts at for ``group``: its
+    min, or (as ``mqadmin resetOffsetByTime`` with force) its max or the first message
+    stored at or after a time."""
     core = broker.messaging
-    config = core.topics.get(topic)  # NotFoundError (404) naming it
-    ranges = {q: core.queue_range(topic, q) for q in range(config.read_queue_nums)}
-    at_time = None
-    if timestamp_ms is not None:
-        at_time = {q: core.offset_at(topic, q, timestamp_ms) for q in ranges}
-    table = reset_offsets(target, ranges, at_time)
+    if target == "earliest":
+        config = core.topics.get(topic)  # NotFoundError (404) naming it
+        table = {q: core.min_offset(topic, q) for q in range(config.read_queue_nums)}
+    else:
+        when = NOW if target == "latest" or timestamp_ms is None else timestamp_ms
+        table = offsets_at_time(core, group, topic, when, force=True)
     core.commit_offsets(group, topic, table, increase_only=False)
     return table
 

@@ -1,6 +1,6 @@
 """The web console's pure decisions: what a request's values mean (each bad one refused
-naming it), how a message body is shown, the rates the chart draws, and where a group's
-offsets go when they are reset. No broker here: values in, values out."""
+naming it), how a message body is shown, and the rates the chart draws. No broker here:
+values in, values out."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ __all__ = [
     "int_value",
     "json_object",
     "rate_series",
-    "reset_offsets",
+    "reset_target",
     "text_value",
 ]
 
@@ -156,30 +156,11 @@ def _moved(
     return total
 
 
-def reset_offsets(
-    target: str, ranges: Mapping[int, tuple[int, int]], at_time: Mapping[int, int] | None = None
-) -> dict[int, int]:
-    """The offset each queue of a topic restarts at: its min (``earliest``), its max
-    (``latest``), or the first offset stored at or after a time (``time``, found per queue
-    in ``at_time``), kept inside the queue's [min, max].
-
-    >>> reset_offsets("earliest", {0: (3, 9), 1: (0, 4)})
-    {0: 3, 1: 0}
-    >>> reset_offsets("time", {0: (3, 9)}, {0: 5})
-    {0: 5}
-    """
-    if target not in RESET_TARGETS:
-        raise BadInput(f"to must be one of {', '.join(RESET_TARGETS)}, not {_shown(target)}")
-    table = {}
-    for queue_id, (low, high) in sorted(ranges.items()):
-        if target == "earliest":
-            table[queue_id] = low
-        elif target == "latest":
-            table[queue_id] = high
-        else:
-            found = (at_time or {}).get(queue_id, high)
-            table[queue_id] = min(max(found, low), high)
-    return table
+def reset_target(value: object) -> str:
+    """Where a reset moves a group's offsets: one of :data:`RESET_TARGETS`."""
+    if value not in RESET_TARGETS:
+        raise BadInput(f"to must be one of {', '.join(RESET_TARGETS)}, not {_shown(value)}")
+    return str(value)
 
 
 def _shown(value: object) -> str:
