@@ -224,3 +224,31 @@ def test_reset_offset_by_time_with_no_consumer_online(broker, java):
                 RequestCode.QUERY_CONSUMER_OFFSET, {**ext, "setZeroIfNotFound": "false"}
             )
             assert (answer.code, answer.ext.get("offset")) == (0, "0"), (queue, done)
+
+
+def test_stats_all_and_broker_status_show_what_was_sent_and_consumed(broker, java):
+    """``statsAll`` reads each topic's and group's rates (VIEW_BROKER_STATS_DATA) and
+    ``brokerStatus`` the broker's runtime info: both show the sends and the consumption."""
+    ns, admin = broker.remoting_address, java.mqadmin
+    topic, group = "MqaStats", "g-mqa-stats"
+    assert len(sent(java("produce", ns, topic, "6", "sync"))) == 6
+    consumer = JavaConsumer(java, ns, topic, group)
+    try:
+        eventually(lambda: len(consumer.received()) == 6, timeout=60, what="6 messages")
+    finally:
+        consumer.stop()
+    rows = [
+        line.split()
+        for line in admin("statsAll", "-n", ns, "-t", topic).splitlines()
+        if line.startswith(topic)
+    ]
+    # topic, group, accumulation, in TPS, out TPS, in today, out today
+    assert len(rows) == 1, rows
+    _, shown_group, _, in_tps, out_tps, in_today, out_today = rows[0]
+    assert (shown_group, int(in_today), int(out_today)) == (group, 6, 6), rows
+    assert float(in_tps) > 0 and float(out_tps) > 0, rows
+    status = admin("brokerStatus", "-n", ns, "-b", ns)
+    fields = dict(re.findall(r"^(\w+)\s*:\s*(.*)$", status, re.M))
+    assert int(fields["msgPutTotalTodayNow"]) >= 6, status
+    assert int(fields["msgGetTotalTodayNow"]) >= 6, status
+    assert float(fields["putTps"].split()[1]) > 0, status  # over the last minute
