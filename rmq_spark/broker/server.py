@@ -9,6 +9,7 @@ runs on a bounded pool of worker threads (``BrokerConfig.worker_threads``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import signal
@@ -373,6 +374,9 @@ class BrokerServer:
                 self._http[1].serving(self.broker, self._workers.run)
                 self._http[1].connections = self._connections
                 self._http[1].members = self._rocketmq5_members
+                if self._remoting is not None:
+                    calls = self._remoting[1].client_calls
+                    self._http[1].tell_reset = functools.partial(calls.tell_reset, force=True)
             self._loop_thread.call(self._health.start(self._ready))
             self._sampler = self._loop_thread.call(_start_sampling(self.broker))
         config = self.broker.config

@@ -28,7 +28,7 @@ from rmq_spark.wire.remoting.codes import ResponseCode as R
 from rmq_spark.wire.remoting.frame import Command, encode
 from tests.support.broker_harness import TEST_STORE_FLAGS, BrokerProcess
 from tests.support.eventually import eventually
-from tests.support.remoting_wire import Remoting, Wire
+from tests.support.remoting_wire import Remoting, Wire, offset_table
 
 BROKER = "broker-adm"
 MAX_BATCH = 8
@@ -418,18 +418,6 @@ def test_a_member_over_grpc_cannot_be_asked(broker):
 def reset(wire: Wire, group: str, topic: str, timestamp: int | str, force: str = "true") -> Command:
     ext = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": force}
     return wire.call(C.INVOKE_BROKER_TO_RESET_OFFSET, ext)
-
-
-def offset_table(body) -> dict[int, int]:
-    """{queueId: offset} of a ResetOffsetBody (fastjson's object keys, read by hand)."""
-    text = bytes(body).decode()
-    table = {}
-    for key_end in [i for i, c in enumerate(text) if c == "}" and text[i + 1 : i + 2] == ":"]:
-        key_start = text.rindex("{", 0, key_end)
-        queue = json.loads(text[key_start : key_end + 1])
-        value = text[key_end + 2 :].split(",", 1)[0].split("}", 1)[0]
-        table[queue["queueId"]] = int(value)
-    return table
 
 
 def test_a_reset_by_time_commits_the_offsets_and_tells_the_groups_consumers(broker):

@@ -16,6 +16,7 @@ from rocketmq import FilterExpression, SimpleConsumer
 
 from rmq_spark.client.groups import HeartbeatInfo, Subscription
 from rmq_spark.wire.proto_gen.rocketlite.v1 import groups_pb2_grpc
+from rmq_spark.wire.remoting.codes import RequestCode
 from tests.support.console_broker import (
     BINARY_BODY,
     MARKUP_BODY,
@@ -26,6 +27,7 @@ from tests.support.console_broker import (
 )
 from tests.support.eventually import eventually
 from tests.support.remoting_member import RemotingMember
+from tests.support.remoting_wire import offset_table
 from tests.support.rocketmq5_harness import config, running
 
 pytestmark = pytest.mark.timeout(120)
@@ -190,6 +192,25 @@ def test_rates_are_points_of_in_and_out_per_second(open_broker):
 
 
 # -- changes -----------------------------------------------------------------------------
+
+
+def test_a_reset_tells_the_groups_running_remoting_members(open_broker):
+    """A running remoting consumer is sent RESET_CONSUMER_CLIENT_OFFSET with the new
+    offsets, as after mqadmin's reset, so it does not commit its old position over them."""
+    broker, base, _seeded = open_broker
+    member = RemotingMember(broker.remoting_address, "resetters", "reset-member", broker.name)
+    try:
+        member.heartbeat("orders")
+        body = {"group": "resetters", "topic": "orders", "to": "earliest"}
+        answer = ok(api(base, "/api/groups/reset", body=body))
+        assert answer["members_told"] == 1
+        told = member.wait_request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, timeout_s=10)
+        assert told is not None and told.is_oneway
+        assert (told.ext["group"], told.ext["topic"]) == ("resetters", "orders")
+        assert told.ext["isForce"] == "true"
+        assert offset_table(told.body) == {int(q): o for q, o in answer["offsets"].items()}
+    finally:
+        member.close()
 
 
 def test_an_admin_creates_a_topic_and_resets_a_groups_offsets(open_broker):

@@ -36,14 +36,31 @@ class RemotingMember:
         self.broker_name = broker_name
         #: monotonic times of the NOTIFY_CONSUMER_IDS_CHANGED requests received
         self.notified: list[float] = []
+        #: the broker's other requests received, in order
+        self.requests: list[Command] = []
         self._seen = threading.Condition()
         self._connection = RemotingConnection(address, on_request=self._on_request)
 
     def _on_request(self, command: Command) -> None:
-        if command.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
-            with self._seen:
+        with self._seen:
+            if command.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
                 self.notified.append(time.monotonic())
-                self._seen.notify_all()
+            else:
+                self.requests.append(command)
+            self._seen.notify_all()
+
+    def wait_request(self, code: int, timeout_s: float) -> Command | None:
+        """The first request of the broker's with ``code`` received, or None."""
+        deadline = time.monotonic() + timeout_s
+        with self._seen:
+            while True:
+                found = [c for c in self.requests if c.code == code]
+                if found:
+                    return found[0]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._seen.wait(left)
 
     def wait_notified(self, after: float, timeout_s: float) -> float | None:
         """The time of the first notification received after ``after``, or None."""

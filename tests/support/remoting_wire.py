@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import struct
@@ -144,3 +145,15 @@ class Remoting:
                 "the broker logged a Python traceback (an error that should have been a "
                 "deliberate answer or a closed connection):\n" + "\n".join(shown[-20:])
             )
+
+
+def offset_table(body) -> dict[int, int]:
+    """{queueId: offset} of a ResetOffsetBody (fastjson's object keys, read by hand)."""
+    text = bytes(body).decode()
+    table = {}
+    for key_end in [i for i, c in enumerate(text) if c == "}" and text[i + 1 : i + 2] == ":"]:
+        key_start = text.rindex("{", 0, key_end)
+        queue = json.loads(text[key_start : key_end + 1])
+        value = text[key_end + 2 :].split(",", 1)[0].split("}", 1)[0]
+        table[queue["queueId"]] = int(value)
+    return table

@@ -95,8 +95,10 @@ class HttpApp:
         self.connections: Callable[[], dict[str, int]] = dict
         #: group members the broker's group registry does not hold (RocketMQ 5 clients)
         self.members: Callable[[], list[Member]] = list
-        #: set by the gRPC health service's owner when readiness changes
-        self.on_readiness: Callable[[bool], None] = lambda ready: None
+        #: tells a group's live remoting members the offsets just committed for a topic
+        #: (group, topic, offsets by queue, the time reset to, in ms), on the event loop;
+        #: how many were told. Set when the remoting port is on.
+        self.tell_reset: Callable[[str, str, dict[int, int], int], int] = lambda *_: 0
         self._mounted: list[tuple[str, Mounted, Public | None]] = []
 
     def mount(self, prefix: str, handler: Mounted, public: Public | None = None) -> None:

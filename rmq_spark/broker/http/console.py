@@ -51,6 +51,7 @@ from rmq_spark.broker.http.console_data import (
 )
 from rmq_spark.broker.http.lag import group_lags
 from rmq_spark.broker.http.server import HttpRequest, HttpResponse
+from rmq_spark.clock import now_ms
 from rmq_spark.codec.properties import KEYS, TAGS, UNIQ_KEY, decode_properties
 from rmq_spark.codec.record import Record, decode_record, offset_msg_id, parse_offset_msg_id
 from rmq_spark.errors import RocketliteError
@@ -293,15 +294,24 @@ class Console:
         if target == "time":
             timestamp_ms = int_value(body.get("timestamp_ms"), "timestamp_ms", 0, _LONG)
         table = await call.run(_reset, call.broker, group, topic, target, timestamp_ms)
+        # running remoting consumers move to the new offsets (else they would commit their
+        # old positions over them), as after mqadmin's reset
+        told = self._app.tell_reset(group, topic, table, timestamp_ms or now_ms())
         log.info(
-            "console: user %s reset group %s on topic %s to %s: %s",
+            "console: user %s reset group %s on topic %s to %s: %s; %d members told",
             _user(call.viewer),
             group,
             topic,
             target if timestamp_ms is None else f"time {timestamp_ms}",
             table,
+            told,
         )
-        return {"group": group, "topic": topic, "offsets": {str(q): o for q, o in table.items()}}
+        return {
+            "group": group,
+            "topic": topic,
+            "offsets": {str(q): o for q, o in table.items()},
+            "members_told": told,
+        }
 
 
 _ROUTES = {

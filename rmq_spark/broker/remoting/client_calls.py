@@ -194,30 +194,7 @@ class ClientCalls:
             broker.messaging.commit_offsets, reset.group, reset.topic, found, increase_only=False
         )
         await self._workers.run(commit)
-        table = {MessageQueue(reset.topic, broker.name, q): offset for q, offset in found.items()}
-        body = offset_table_body(table)
-        body_for_c = offset_list_body(table)
-        told = 0
-        for client_id in members:
-            client = self._membership.connections.get(client_id)
-            if client is None or client.closed:
-                continue  # a gRPC member: it reads the committed offsets
-            client.send(
-                Command(
-                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-                    {
-                        "topic": reset.topic,
-                        "group": reset.group,
-                        "timestamp": str(reset.timestamp_ms),
-                        "isForce": "true" if reset.force else "false",
-                    },
-                    body_for_c if client.language == "CPP" else body,
-                    opaque=next_opaque(),
-                    flag=FLAG_ONEWAY,
-                    version=OUR_VERSION,
-                )
-            )
-            told += 1
+        told = self.tell_reset(reset.group, reset.topic, found, reset.timestamp_ms, reset.force)
         log.info(
             "reset the offsets of group %s on topic %s to time %d: %s; %d of %d members told "
             "over remoting",
@@ -229,8 +206,41 @@ class ClientCalls:
             len(members),
         )
         response = request.reply()
-        response.body = body
+        table = {MessageQueue(reset.topic, broker.name, q): offset for q, offset in found.items()}
+        response.body = offset_table_body(table)
         return response
+
+    def tell_reset(
+        self, group: str, topic: str, offsets: Mapping[int, int], timestamp_ms: int, force: bool
+    ) -> int:
+        """Send the group's live remoting members RESET_CONSUMER_CLIENT_OFFSET with the
+        offsets just committed (a C++ member the list its client reads), as RocketMQ's
+        broker does, so running consumers move to them; how many were told (on the event
+        loop). gRPC members read the committed offsets themselves."""
+        table = {MessageQueue(topic, self._broker.name, q): o for q, o in offsets.items()}
+        body, body_for_c = offset_table_body(table), offset_list_body(table)
+        told = 0
+        for client_id in self._broker.consumers.members(group):
+            client = self._membership.connections.get(client_id)
+            if client is None or client.closed:
+                continue
+            client.send(
+                Command(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    {
+                        "topic": topic,
+                        "group": group,
+                        "timestamp": str(timestamp_ms),
+                        "isForce": "true" if force else "false",
+                    },
+                    body_for_c if client.language == "CPP" else body,
+                    opaque=next_opaque(),
+                    flag=FLAG_ONEWAY,
+                    version=OUR_VERSION,
+                )
+            )
+            told += 1
+        return told
 
 
 def offset_table_body(table: Mapping[MessageQueue, int]) -> bytes:

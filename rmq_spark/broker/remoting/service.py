@@ -73,6 +73,8 @@ class RemotingService:
             if broker.config.namesrv_addrs
             else None
         )
+        #: the calls the broker makes to a group's clients (resets reach them through it)
+        self.client_calls = ClientCalls(broker, workers, self.membership)
         parts = (
             self.name_server,
             Producing(broker, workers),
@@ -80,7 +82,7 @@ class RemotingService:
             self.membership,
             Administration(broker, workers, address, self.membership),
             Configs(broker, workers, address),
-            ClientCalls(broker, workers, self.membership),
+            self.client_calls,
         )
         self._endpoints: dict[int, Endpoint] = {}
         self._log_limit = LogLimiter(log)
