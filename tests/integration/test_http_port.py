@@ -125,6 +125,13 @@ def test_metrics_say_what_was_sent_consumed_and_committed_on_every_protocol(brok
             for message in consumer.receive(16, 15):
                 got.append(message)
                 consumer.ack(message)
+        # a RocketMQ 5 member counts as a member of its group (its settings came over Telemetry)
+        eventually(
+            lambda: (
+                value(scrape(broker), "rocketmq_consumer_connections", consumer_group="G5") == 1
+            ),
+            what="G5's member in /metrics",
+        )
     assert len(got) == 4
 
     def counted():  # acks commit the group's offset as they come in

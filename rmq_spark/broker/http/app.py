@@ -10,6 +10,7 @@ over TLS). What a user is shown is what its policies allow.
 from __future__ import annotations
 
 import hmac
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -159,7 +160,8 @@ class HttpApp:
             if request.method == "POST":
                 return HttpResponse.text(405, "/metrics is read with GET")
             connections = self.connections()
-            body = await run(metrics.render, broker, connections, viewer.sees)
+            others = Counter(member.group for member in self.members())
+            body = await run(metrics.render, broker, connections, viewer.sees, others)
             return HttpResponse(200, body, metrics.CONTENT_TYPE)
         if mounted is not None:
             return await mounted[0](broker, request, viewer, run)

@@ -38,7 +38,7 @@ rocketmq_consumer_group_number
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -61,18 +61,32 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 Visible = Callable[[str, str | None], bool]
 
 
-def render(broker: Broker, connections: dict[str, int], visible: Visible | None = None) -> bytes:
-    """One scrape, in Prometheus' text format (blocking: store reads; call on a worker)."""
+def render(
+    broker: Broker,
+    connections: dict[str, int],
+    visible: Visible | None = None,
+    other_members: Mapping[str, int] | None = None,
+) -> bytes:
+    """One scrape, in Prometheus' text format (blocking: store reads; call on a worker).
+    ``other_members``: per group, its live members the broker's group registry does not
+    hold (RocketMQ 5 clients)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(broker, connections, visible))
+    registry.register(_Collector(broker, connections, visible, other_members or {}))
     return generate_latest(registry)
 
 
 class _Collector:
-    def __init__(self, broker: Broker, connections: dict[str, int], visible: Visible | None):
+    def __init__(
+        self,
+        broker: Broker,
+        connections: dict[str, int],
+        visible: Visible | None,
+        other_members: Mapping[str, int],
+    ) -> None:
         self._broker = broker
         self._connections = connections
         self._visible = visible or (lambda topic, group: True)
+        self._other_members = other_members
 
     def describe(self) -> list[Metric]:
         return []
@@ -102,10 +116,11 @@ class _Collector:
             "Live members of each consumer group, whatever protocol they speak",
             labels=["consumer_group"],
         )
-        groups = broker.consumers.groups()
+        groups = set(broker.consumers.groups()) | set(self._other_members)
         for group in sorted(groups):
             if visible("", group):
-                members.add_metric([group], len(broker.consumers.members(group)))
+                count = len(broker.consumers.members(group)) + self._other_members.get(group, 0)
+                members.add_metric([group], count)
         yield members
         latency = HistogramMetricFamily(
             "rocketmq_rpc_latency",
