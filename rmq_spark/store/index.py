@@ -40,7 +40,7 @@ from rmq_spark.store.index_file import (
     index_key_hashes,
     time_matched,
 )
-from rmq_spark.store.mapped_file import fsync_dir
+from rmq_spark.store.mapped_file import UNBOUNDED, OpenFiles, fsync_dir
 
 log = logging.getLogger("rmq_spark.store")
 
@@ -187,8 +187,10 @@ class MessageIndex:
         max_entries: int,
         read_only: bool,
         clock: Callable[[], int],
+        open_files: OpenFiles = UNBOUNDED,
     ) -> None:
         self.directory = directory
+        self._open_files = open_files
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         self.read_only = read_only
@@ -205,11 +207,13 @@ class MessageIndex:
         *,
         read_only: bool = False,
         clock: Callable[[], int] = now_ms,
+        open_files: OpenFiles = UNBOUNDED,
     ) -> MessageIndex:
         """The index in ``directory`` (made with the first key when absent). ``read_only``
         maps the files read-only and never writes, creates or deletes anything: for readers
         of a store another process owns (files it makes later are not seen). ``clock``
-        gives the time in ms that new files are named by."""
+        gives the time in ms that new files are named by. The files are checked now and
+        opened on use, holding descriptors under ``open_files``' budget (a store's)."""
         directory = Path(directory)
         paths = (
             sorted(p for p in directory.iterdir() if _NAME.fullmatch(p.name) and p.is_file())
@@ -222,12 +226,16 @@ class MessageIndex:
                 if read_only and path.stat().st_size == 0:
                     log.warning("%s is empty (a crash as it was made): skipping it", path)
                     continue
-                files.append(IndexFile.open(path, hash_slots, max_entries, read_only=read_only))
+                files.append(
+                    IndexFile.open(
+                        path, hash_slots, max_entries, read_only=read_only, files=open_files
+                    )
+                )
         except BaseException:
             for f in files:
                 f.close()
             raise
-        return cls(directory, files, hash_slots, max_entries, read_only, clock)
+        return cls(directory, files, hash_slots, max_entries, read_only, clock, open_files)
 
     @property
     def files(self) -> tuple[IndexFile, ...]:
@@ -306,6 +314,8 @@ class MessageIndex:
         key_hash = index_key_hash(f"{topic}#{key}")
         found: list[int] = []
         for f in reversed(self._files):
+            if f.closed:  # deleted by retention while the query was on its way
+                continue
             header = f.header
             if time_matched(header, begin_ms, end_ms):
                 found += f.lookup(key_hash, begin_ms, end_ms, max_num - len(found))
@@ -384,6 +394,7 @@ class MessageIndex:
             self.max_entries,
             end_phy_offset=end_phy_offset,
             end_timestamp=end_timestamp,
+            files=self._open_files,
         )
         try:
             fsync_dir(self.directory)

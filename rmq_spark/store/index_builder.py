@@ -25,11 +25,13 @@ import pyarrow as pa
 from rmq_spark.codec import record as rec
 from rmq_spark.codec.arrow_decode import key_fields
 from rmq_spark.codec.properties import KEYS, UNIQ_KEY, decode_properties
+from rmq_spark.errors import ResourceExhaustedError
 from rmq_spark.store import geometry
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.index import MessageIndex
 from rmq_spark.store.index_file import DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES
+from rmq_spark.store.mapped_file import UNBOUNDED, OpenFiles
 from rmq_spark.store.recovery_scan import walk
 
 log = logging.getLogger("rmq_spark.store")
@@ -49,18 +51,24 @@ ROUND_INTERVAL_S = 0.2
 
 
 def open_index(
-    cfg: StoreConfig, commitlog: CommitLog, *, crash_index_ts: int | None, last_store_ts: int
+    cfg: StoreConfig,
+    commitlog: CommitLog,
+    *,
+    crash_index_ts: int | None,
+    last_store_ts: int,
+    files: OpenFiles = UNBOUNDED,
 ) -> IndexBuilder:
     """Open the store's ``index/`` (its file sizes: recorded, else given, else RocketMQ's)
     and a builder set where the index ends. After a crash (``crash_index_ts``: the
     checkpoint's index time) the files holding keys newer than it are deleted and built
-    again, as RocketMQ does, and so are keys pointing past the recovered end of the log."""
+    again, as RocketMQ does, and so are keys pointing past the recovered end of the log.
+    The index files hold descriptors under ``files``' budget, the store's."""
     slots, entries = geometry.resolve_index_sizes(
         cfg.config_dir,
         (cfg.index_hash_slots, cfg.index_max_entries),
         (DEFAULT_HASH_SLOTS, DEFAULT_MAX_ENTRIES),
     )
-    index = MessageIndex.open(Path(cfg.store_dir) / "index", slots, entries)
+    index = MessageIndex.open(Path(cfg.store_dir) / "index", slots, entries, open_files=files)
     try:
         if crash_index_ts is not None:
             index.truncate_after_crash(crash_index_ts)
@@ -160,6 +168,10 @@ class IndexBuilder:
                 elif waiting_for != wanted:  # once per full disk (or so), not every round
                     log.warning("the message index waits for %s (%s)", wanted, exc)
                     waiting_for = wanted
+            except ResourceExhaustedError as exc:  # no descriptor, even after closing files
+                if waiting_for != "a file descriptor":
+                    log.warning("the message index waits for a file descriptor (%s)", exc)
+                    waiting_for = "a file descriptor"
             except Exception:
                 log.exception("indexing from physical offset %d failed; retrying", self.position)
 

@@ -16,7 +16,8 @@ The codec (header, hashes, chain links, time differences) is pure functions over
 :class:`IndexFile` is the mmap adapter. Entries are written with ``pwrite``, so a full disk
 fails the call; the header and the slots go through the map, so their blocks are allocated
 when the file is made or opened for writing (20 MB of the 420 MB default file; the entry
-area stays sparse): a write through the map never meets a full disk (SIGBUS).
+area stays sparse): a write through the map never meets a full disk (SIGBUS). A file holds
+its map and descriptor only while in use, under the store's descriptor budget.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import errno
 import mmap
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 
@@ -33,6 +35,7 @@ import numpy as np
 
 from rmq_spark.codec.java_hash import java_string_hash, java_string_hashes
 from rmq_spark.errors import CorruptDataError, InvalidArgumentError, StoreError
+from rmq_spark.store.mapped_file import UNBOUNDED, OpenFiles, map_file, retrying
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = HEADER.size
@@ -173,19 +176,36 @@ def time_matched(header: IndexHeader, begin_ms: int, end_ms: int) -> bool:
 
 
 class IndexFile:
-    """One mapped index file. Make one with :meth:`create` or :meth:`open`.
+    """One index file. Make one with :meth:`create` or :meth:`open`.
 
-    One writer at a time; lookups may run beside it (they read the header afresh)."""
+    One writer at a time; lookups may run beside it (they read the header afresh).
 
-    def __init__(self, path: Path, fd: int, hash_slots: int, max_entries: int, read_only: bool):
+    Like a :class:`~rmq_spark.store.mapped_file.MappedFile` it is opened on use, under the
+    store's descriptor budget (``files``), and closed when it has gone cold: its map (the
+    header and the slots, and lookups) and its descriptor (``pwrite`` of entries, ``fsync``)
+    open apart, each when an operation needs it, and stay pinned while it runs. A file only
+    queried holds one descriptor (its map's); the file keys are added to holds two while it
+    is in use. Closing loses nothing: what was written through the map is in the page cache
+    once it is unmapped, and a later ``fsync`` on a new descriptor writes it out."""
+
+    def __init__(
+        self,
+        path: Path,
+        hash_slots: int,
+        max_entries: int,
+        read_only: bool,
+        files: OpenFiles = UNBOUNDED,
+    ) -> None:
         self.path = path
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         self.read_only = read_only
-        self._fd = fd
+        self._files = files
+        self._size = file_size(hash_slots, max_entries)
         self._entries_at = HEADER_SIZE + hash_slots * SLOT_SIZE
-        access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
-        self._map = mmap.mmap(fd, file_size(hash_slots, max_entries), access=access)
+        self._fd = -1
+        self._map: mmap.mmap | None = None
+        self._pins = 0
         self._dirty = False
         self.closed = False
         #: takes no more keys: its head could not be given blocks (see _allocate_head)
@@ -200,25 +220,35 @@ class IndexFile:
         *,
         end_phy_offset: int = 0,
         end_timestamp: int = 0,
+        files: OpenFiles = UNBOUNDED,
     ) -> IndexFile:
         """A new, empty (sparse) file continuing from a previous file's end offset and time."""
         size = file_size(hash_slots, max_entries)
+        index = cls(path, hash_slots, max_entries, read_only=False, files=files)
+        with files.lock:
+            files.make_room(2)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                raise StoreError(f"index file {path} already exists; not overwriting it") from None
+            try:
+                os.ftruncate(fd, size)
+                _allocate_head(fd, HEADER_SIZE + hash_slots * SLOT_SIZE)  # ENOSPC: no new file
+            except BaseException:
+                os.close(fd)
+                path.unlink(missing_ok=True)
+                raise
+            index._fd = fd
+            files.opened(index)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            raise StoreError(f"index file {path} already exists; not overwriting it") from None
-        try:
-            os.ftruncate(fd, size)
-            _allocate_head(fd, HEADER_SIZE + hash_slots * SLOT_SIZE)  # ENOSPC: no new file
-            index = cls(path, fd, hash_slots, max_entries, read_only=False)
+            # Like RocketMQ: only the inherited positions are written, the counts stay 0.
+            with index._using(descriptor=False, mapped=True) as mapped:
+                for at, value in ((16, end_phy_offset), (0, end_timestamp)):
+                    if value > 0:
+                        struct.pack_into(">qq", mapped, at, value, value)
         except BaseException:
-            os.close(fd)
-            path.unlink(missing_ok=True)
+            index.destroy()
             raise
-        # Like RocketMQ: only the inherited positions are written, the counts stay 0.
-        for at, value in ((16, end_phy_offset), (0, end_timestamp)):
-            if value > 0:
-                struct.pack_into(">qq", index._map, at, value, value)
         index._dirty = True
         return index
 
@@ -230,10 +260,12 @@ class IndexFile:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         *,
         read_only: bool = False,
+        files: OpenFiles = UNBOUNDED,
     ) -> IndexFile:
-        """An existing file. ``read_only`` maps it read-only and never writes it (for
-        readers of a store another process owns). CorruptDataError names a file whose size
-        does not fit the sizes given, or whose header is impossible."""
+        """An existing file, checked now and opened at its first use. ``read_only`` maps
+        it read-only and never writes it (for readers of a store another process owns).
+        CorruptDataError names a file whose size does not fit the sizes given, or whose
+        header is impossible."""
         size = file_size(hash_slots, max_entries)
         fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR)
         try:
@@ -248,23 +280,90 @@ class IndexFile:
                     "with (RocketMQ's maxHashSlotNum and maxIndexNum), or move it away"
                 )
             allocated = read_only or _try_allocate_head(fd, HEADER_SIZE + hash_slots * SLOT_SIZE)
-            index = cls(path, fd, hash_slots, max_entries, read_only)
-            index._closed_for_keys = not allocated
-        except BaseException:
+            count = decode_header(os.pread(fd, HEADER_SIZE, 0)).index_count
+        finally:
             os.close(fd)
-            raise
-        count = index.header.index_count
         if count > max_entries:
-            index.close()
             raise CorruptDataError(
                 f"index file {path} claims {count} entries, more than its {max_entries}: "
                 "its header is damaged or the file was made with other sizes"
             )
+        index = cls(path, hash_slots, max_entries, read_only, files)
+        index._closed_for_keys = not allocated
         return index
+
+    # -- the descriptor and the map, each open while in use ---------------------------------
+
+    @property
+    def pinned(self) -> bool:
+        return self._pins > 0
+
+    @property
+    def held(self) -> int:
+        """Descriptors it holds now: its own, and its map's."""
+        return (self._fd >= 0) + (self._map is not None)
+
+    @contextmanager
+    def _using(self, *, descriptor: bool, mapped: bool) -> Iterator[mmap.mmap]:
+        """Pinned (never closed for room) inside the block, with the descriptor and the
+        map asked for open; yields the map (None when not asked for). The descriptor is
+        opened first when both are wanted: the map is then made from it."""
+        files = self._files
+        with files.lock:
+            if self.closed:
+                raise StoreError(f"index file {self.path} was closed (deleted by retention?)")
+            self._pins += 1
+            try:
+                flags = os.O_RDONLY if self.read_only else os.O_RDWR
+                if descriptor and self._fd < 0:
+                    files.make_room()
+                    self._fd = retrying(
+                        files, f"open {self.path}", lambda: os.open(self.path, flags)
+                    )
+                    files.opened(self)
+                if mapped and self._map is None:
+                    files.make_room()
+                    access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
+                    if self._fd >= 0:
+                        self._map = map_file(files, self.path, self._fd, self._size, access)
+                    else:
+                        fd = retrying(files, f"open {self.path}", lambda: os.open(self.path, flags))
+                        try:
+                            self._map = map_file(files, self.path, fd, self._size, access)
+                        finally:
+                            os.close(fd)  # the map keeps a duplicate of its own
+                    files.opened(self)
+                files.used(self)
+            except BaseException:
+                self._pins -= 1
+                raise
+        try:
+            yield self._map  # type: ignore[misc]
+        finally:
+            with files.lock:
+                self._pins -= 1
+
+    def release(self) -> None:
+        """Close the map and the descriptor (each opens again at its next use)."""
+        with self._files.lock:
+            mapped, self._map = self._map, None
+            if mapped is not None:
+                try:
+                    mapped.close()
+                except BufferError:
+                    pass  # an array still points into it: it closes when that is gone
+                self._files.closed(self, self.held)
+            fd, self._fd = self._fd, -1
+            if fd >= 0:
+                os.close(fd)
+                self._files.closed(self, self.held)
+
+    # -- reading and writing ------------------------------------------------------------------
 
     @property
     def header(self) -> IndexHeader:
-        return decode_header(self._map)
+        with self._using(descriptor=False, mapped=True) as mapped:
+            return decode_header(mapped)
 
     @property
     def is_full(self) -> bool:
@@ -289,7 +388,17 @@ class IndexFile:
                 f"key hash {key_hashes.min()} is negative: pass index_key_hashes(), not "
                 "String.hashCode() values"
             )
-        header = self.header
+        with self._using(descriptor=True, mapped=True) as mapped:
+            return self._add(mapped, key_hashes, phys_offsets, store_timestamps)
+
+    def _add(
+        self,
+        mapped: mmap.mmap,
+        key_hashes: np.ndarray,
+        phys_offsets: np.ndarray,
+        store_timestamps: np.ndarray,
+    ) -> int:
+        header = decode_header(mapped)
         n = max(0, min(len(key_hashes), self.max_entries - header.index_count))
         if n == 0:
             return 0
@@ -297,7 +406,7 @@ class IndexFile:
         phys = np.asarray(phys_offsets[:n], dtype=np.int64)
         stamps = np.asarray(store_timestamps[:n], dtype=np.int64)
         slots = hashes % self.hash_slots
-        table = np.frombuffer(self._map, dtype=">i4", count=self.hash_slots, offset=HEADER_SIZE)
+        table = np.frombuffer(mapped, dtype=">i4", count=self.hash_slots, offset=HEADER_SIZE)
         try:
             first_in_file = header.index_count == 1
             prev, touched, newest = chain_links(slots, table[slots], header.index_count)
@@ -312,7 +421,7 @@ class IndexFile:
             del table  # a live view would keep the map from closing
         if first_in_file:
             header = replace(header, begin_timestamp=int(stamps[0]), begin_phy_offset=int(phys[0]))
-        self._map[:HEADER_SIZE] = encode_header(
+        mapped[:HEADER_SIZE] = encode_header(
             replace(
                 header,
                 end_timestamp=int(stamps[-1]),
@@ -333,18 +442,31 @@ class IndexFile:
         damaged file cannot loop). The records may carry another key with the same hash.
         """
         found: list[int] = []
-        if self.closed:  # deleted by retention while a query was on its way
-            return found
-        header = self.header
+        with self._files.lock:
+            if self.closed:  # deleted by retention while a query was on its way
+                return found
+            using = self._using(descriptor=False, mapped=True)
+            mapped = using.__enter__()  # pinned: retention waits for the lock, not for this
+        try:
+            self._lookup(mapped, key_hash, begin_ms, end_ms, limit, found)
+        finally:
+            using.__exit__(None, None, None)
+        return found
+
+    def _lookup(
+        self, mapped: mmap.mmap, key_hash: int, begin_ms: int, end_ms: int, limit: int,
+        found: list[int],
+    ) -> None:  # fmt: skip
+        header = decode_header(mapped)
         count = header.index_count
         at = self._entries_at
         try:
             slot_at = HEADER_SIZE + (key_hash % self.hash_slots) * SLOT_SIZE
-            (number,) = struct.unpack_from(">i", self._map, slot_at)
+            (number,) = struct.unpack_from(">i", mapped, slot_at)
             if not 0 < number < count or count > self.max_entries:
-                return found
+                return
             while len(found) < limit:
-                hash_read, phys, diff, prev = ENTRY.unpack_from(self._map, at + number * ENTRY_SIZE)
+                hash_read, phys, diff, prev = ENTRY.unpack_from(mapped, at + number * ENTRY_SIZE)
                 if diff < 0:
                     break
                 stored = header.begin_timestamp + diff * 1000
@@ -355,29 +477,31 @@ class IndexFile:
                 number = prev
         except (struct.error, ValueError) as exc:
             raise CorruptDataError(f"index file {self.path} cannot be read: {exc}") from None
-        return found
 
     def flush(self) -> None:
         """Write the header in full (RocketMQ's flush does), then msync and fsync."""
         if not self._dirty or self.read_only or self.closed:
             return
-        self._map[:HEADER_SIZE] = encode_header(self.header)
-        self._map.flush()
-        os.fsync(self._fd)
+        with self._using(descriptor=True, mapped=True) as mapped:
+            mapped[:HEADER_SIZE] = encode_header(decode_header(mapped))
+            mapped.flush()
+            os.fsync(self._fd)
         self._dirty = False
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self._map.close()
-        os.close(self._fd)
+        with self._files.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.release()
+            self._files.forget(self)
 
     def destroy(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
 
     def _pwrite(self, data: bytes, pos: int) -> None:
+        """Write at ``pos`` with the descriptor (the caller has it open and pinned)."""
         view = memoryview(data)
         while view:
             written = os.pwrite(self._fd, view, pos)

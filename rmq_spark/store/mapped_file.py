@@ -163,6 +163,29 @@ class OpenFiles:
         self._open.pop(id(file), None)
 
 
+def retrying(files: OpenFiles, what: str, opening: Callable[[], _T]) -> _T:
+    """``opening()`` (an os.open, or an mmap: Python duplicates its descriptor), closing
+    the unpinned files of ``files`` first when the process is out of descriptors (lock
+    held); ResourceExhaustedError saying it could not ``what`` when none can be closed."""
+    try:
+        return opening()
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        if not files.shed():
+            raise ResourceExhaustedError(
+                f"cannot {what}: the process has no file descriptor left "
+                f"({exc.strerror}); raise the file limit (ulimit -n) or close connections"
+            ) from None
+        return opening()
+
+
+def map_file(files: OpenFiles, path: Path, fd: int, size: int, access: int) -> mmap.mmap:
+    """``mmap`` of the file open as ``fd`` (see :func:`retrying`)."""
+    mapped: mmap.mmap = retrying(files, f"map {path}", lambda: mmap.mmap(fd, size, access=access))
+    return mapped
+
+
 #: for files opened outside a store (tools, tests): nothing is ever closed for room
 UNBOUNDED = OpenFiles()
 
@@ -224,24 +247,8 @@ class MappedFile:
             self._fd = fd
             files.opened(self)
 
-    def _retrying(self, what: str, opening: Callable[[], _T]) -> _T:
-        """``opening()`` (an os.open or an mmap, whose descriptor Python duplicates),
-        closing the store's other files first when the process is out of descriptors;
-        ResourceExhaustedError when none can be closed. Lock held."""
-        try:
-            return opening()
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
-                raise
-            if not self._files.shed():
-                raise ResourceExhaustedError(
-                    f"cannot {what} {self.path}: the process has no file descriptor left "
-                    f"({exc.strerror}); raise the file limit (ulimit -n) or close connections"
-                ) from None
-            return opening()
-
     def _open_fd(self, flags: int) -> int:
-        return self._retrying("open", lambda: os.open(self.path, flags, 0o644))
+        return retrying(self._files, f"open {self.path}", lambda: os.open(self.path, flags, 0o644))
 
     def _check_size(self, fd: int, size: int, *, create: bool, grow: bool) -> None:
         if create:
@@ -337,18 +344,13 @@ class MappedFile:
             return self._mmap
         files.make_room()
         if self._fd >= 0:
-            fd = self._fd
-            mapped = self._retrying(
-                "map", lambda: mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
-            )
+            mapped = map_file(files, self.path, self._fd, self.size, mmap.ACCESS_READ)
         else:
-            fd = self._retrying("open", lambda: os.open(self.path, os.O_RDONLY))
+            fd = retrying(files, f"open {self.path}", lambda: os.open(self.path, os.O_RDONLY))
             try:
-                mapped = self._retrying(
-                    "map", lambda: mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
-                )
+                mapped = map_file(files, self.path, fd, self.size, mmap.ACCESS_READ)
             finally:
-                os.close(fd)
+                os.close(fd)  # the map keeps a duplicate of its own
         self._mmap = mapped
         files.opened(self)
         return mapped

@@ -104,7 +104,12 @@ def open_recovered(
     last_store_ts = last_store_timestamp(last, rocketmq_last)
     with no_space_at_open(health, "opening the message index"):
         builder = open_message_index(
-            cfg, commitlog, rocketmq_last, abnormal=abnormal, last_store_ts=last_store_ts
+            cfg,
+            commitlog,
+            rocketmq_last,
+            abnormal=abnormal,
+            last_store_ts=last_store_ts,
+            files=files,
         )
     return OpenedStore(
         topics, offsets, commitlog, checkpoint, rocketmq_checkpoint, report, last_store_ts, builder
@@ -223,6 +228,7 @@ def open_message_index(
     *,
     abnormal: bool,
     last_store_ts: int,
+    files: OpenFiles,
 ) -> IndexBuilder | None:
     """The message index's builder (its ``index`` is the index), None when ``cfg`` keeps
     no index. After a crash (``abnormal``) the keys newer than RocketMQ's checkpoint
@@ -235,4 +241,5 @@ def open_message_index(
         commitlog,
         crash_index_ts=(rocketmq.index_msg_timestamp if rocketmq else 0) if abnormal else None,
         last_store_ts=last_store_ts,
+        files=files,
     )

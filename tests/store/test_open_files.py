@@ -303,3 +303,34 @@ def test_out_of_descriptors_a_write_is_refused_cleanly_and_nothing_is_lost(tmp_p
     assert "REFUSED append cannot open" in out.stdout, out.stdout
     assert out.stdout.count("no file descriptor left") == 2
     assert "AFTER 1 1 1" in out.stdout, out.stdout  # the refused append stored nothing
+
+
+def test_index_files_hold_descriptors_under_the_budget_and_keep_their_keys(tmp_path):
+    """The message index's files open on use and close when cold, like the queues' files:
+    a file queried holds one descriptor (its map's), the one keys are added to two while
+    in use; files closed with unflushed keys lose none (flushed on a new descriptor)."""
+    from rmq_spark.store.index import MessageIndex
+
+    t0 = 1_700_000_000_000
+    clock = iter(range(t0, t0 + 1000)).__next__
+    files = OpenFiles(limit=6)
+    before = own_descriptors()
+    directory = tmp_path / "index"
+    with MessageIndex.open(directory, 8, 3, clock=clock, open_files=files) as index:
+        for i in range(20):  # two keys per file: 20 files
+            index.add(["t", "t"], [None] * 2, [f"k{i}", "all"], [2 * i, 2 * i + 1], [t0] * 2)
+            assert files.held <= 6 and own_descriptors() - before <= 6 + 1
+        assert len(index.files) == 20
+        with files.lock:
+            files.shed()  # everything cold now, the keys of the newest file not flushed
+        assert own_descriptors() == before
+        assert index.query("t", "k3") == [6]  # its map, and those of the headers walked
+        assert all(f.held <= 1 for f in index.files)
+        assert index.query("t", "all", max_num=64) == list(range(39, 0, -2))
+        assert files.held <= 6 and own_descriptors() - before <= 6
+        index.flush()
+    assert own_descriptors() == before
+    with MessageIndex.open(directory, 8, 3, read_only=True) as index:
+        assert [f.held for f in index.files] == [0] * 20  # checked at open, not kept open
+        assert index.query("t", "k19") == [38]
+        assert index.query("t", "all", max_num=64) == list(range(39, 0, -2))
