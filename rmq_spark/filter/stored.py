@@ -3,16 +3,26 @@ decoding them: what the broker's selected pulls and a reading task's own filteri
 
 Most selectors name values a matching message must hold: ``region = 'eu'`` picks only
 records whose stored properties hold the bytes ``region\x01eu`` (:func:`needles`).
-:func:`select_stored` first looks for those bytes in the whole buffer (a ``memmem`` scan,
-no per-record work); only the records they occur in have their properties read and the
-selector applied, so a selector that picks 1% of a topic looks at little more than 1% of
-its records. Where the bytes are common, or the selector names none (``amount > 100``,
+:func:`select_stored` first looks for those bytes in the whole buffer, where it lies (a
+mapped file is not copied), with no per-record work: the C library's ``memmem`` (about
+twice as fast as ``bytes.find`` over records with binary bodies; ``find`` where it is not
+available). Only the records they occur in have their properties read and the selector
+applied, so a selector that picks 1% of a topic looks at little more than 1% of its
+records. Where the bytes are common, or the selector names none (``amount > 100``,
 ``NOT``...), every record's properties are read.
+
+Searching whole records beats searching only their properties sections for records of
+a few hundred bytes: finding where each record's properties are takes reads of every
+record's header and then its tail (numpy gathers, each paying the memory's latency), and
+the sections copied out back to back; measured on 300-byte records (100-byte bodies), that
+way cost 136 ns a record, ``memmem`` over the whole records 80 ns, ``find`` 193 ns.
 """
 
 from __future__ import annotations
 
+import ctypes
 import mmap
+from collections.abc import Callable
 
 import numpy as np
 
@@ -30,7 +40,7 @@ from rmq_spark.filter.sql92_parse import (
     Substring,
 )
 
-__all__ = ["candidates", "needles", "record_starts", "select_stored"]
+__all__ = ["candidates", "needles", "occurrences", "record_starts", "select_stored"]
 
 
 def select_stored(
@@ -77,24 +87,77 @@ def candidates(
     sets = needles(selector.tree)
     if not sets:
         return None
-    text, low, high = _searchable(data)
     chosen = sets[0]
     if len(sets) > 1:  # the rarest in a sample of the buffer
         sample = bytes(data[:_SAMPLE_BYTES])
         chosen = min(sets, key=lambda found: sum(sample.count(n) for n in found))
-    limit = int(len(starts) * _MOSTLY)
+    at = occurrences(data, chosen, int(len(starts) * _MOSTLY))
+    if at is None:
+        return None
+    if not at:
+        return np.zeros(0, np.int64)
+    records = np.searchsorted(starts, np.array(at, np.int64), side="right") - 1
+    return np.unique(records[records >= 0])
+
+
+def occurrences(
+    data: bytes | bytearray | memoryview, found: frozenset[bytes], limit: int
+) -> list[int] | None:
+    """Where each of ``found`` starts in ``data`` (unsorted), or None once more than
+    ``limit`` are found. ``memmem`` over the memory of ``data`` itself when it is one
+    contiguous block (a slice of a mapped file included), else ``find``."""
+    memory = _memory(data)
+    if _MEMMEM is None or memory is None:
+        return _found_by_find(data, found, limit)
+    base, size = memory.ctypes.data, len(memory)
     at: list[int] = []
-    for needle in chosen:
+    for needle in found:
+        where, end = base, base + size
+        while hit := _MEMMEM(where, end - where, needle, len(needle)):
+            at.append(hit - base)
+            if len(at) > limit:
+                return None
+            where = hit + 1
+    return at
+
+
+def _found_by_find(
+    data: bytes | bytearray | memoryview, found: frozenset[bytes], limit: int
+) -> list[int] | None:
+    text, low, high = _searchable(data)
+    at: list[int] = []
+    for needle in found:
         where = text.find(needle, low, high)
         while where >= 0:
             at.append(where - low)
             if len(at) > limit:
                 return None
             where = text.find(needle, where + 1, high)
-    if not at:
-        return np.zeros(0, np.int64)
-    records = np.searchsorted(starts, np.array(at, np.int64), side="right") - 1
-    return np.unique(records[records >= 0])
+    return at
+
+
+def _memory(data: bytes | bytearray | memoryview) -> np.ndarray | None:
+    """``data`` as uint8 sharing its memory (it keeps that memory alive while it lives), or
+    None when it is not one block of bytes."""
+    if isinstance(data, memoryview) and not (data.contiguous and data.itemsize == 1):
+        return None
+    memory = np.frombuffer(data, np.uint8)
+    return memory if len(memory) else None
+
+
+def _libc_memmem() -> Callable[[int, int, bytes, int], int | None] | None:
+    """The C library's ``memmem(haystack, length, needle, length)``, or None."""
+    try:
+        function = ctypes.CDLL(None).memmem
+    except (AttributeError, OSError, TypeError):
+        return None
+    function.restype = ctypes.c_void_p  # the address found, None when none is
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    return function  # type: ignore[no-any-return]
+
+
+#: None where the C library has no ``memmem`` (then ``bytes.find`` searches)
+_MEMMEM = _libc_memmem()
 
 
 def _searchable(

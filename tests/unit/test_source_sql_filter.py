@@ -246,3 +246,83 @@ def test_needles_are_searched_in_a_mapped_file_where_it_lies(tmp_path):
     assert picked.column("queueOffset").to_pylist() == list(range(0, 200, 10))
     del window, picked
     mapped.close()  # no buffer of it is left exported
+
+
+def test_memmem_and_find_pick_the_same_records_as_looking_at_every_one(tmp_path, monkeypatch):
+    """The C library's memmem searches where ``find`` did, and neither narrows what is
+    picked: the bytes in bodies, topics (a long one too: two-byte topic length) and other
+    properties, values that only start with them, IPv6 hosts (a longer header), in a buffer,
+    a view of part of one, records joined from two files, and a mapped file."""
+    import mmap
+
+    from rmq_spark.filter import stored
+
+    if stored._MEMMEM is None:
+        pytest.skip("this C library has no memmem")
+    traps = [  # (properties, body, topic, hosts)
+        ({"region": "eu"}, b"plain", "T", "127.0.0.1:1"),
+        ({"region": "us"}, b"region\x01eu in the body", "T", "127.0.0.1:1"),
+        ({"region": "europe"}, b"x", "T", "127.0.0.1:1"),
+        ({"subregion": "eu", "region": "us"}, b"x", "T", "127.0.0.1:1"),
+        ({"region": "us"}, b"x", "region\x01eu", "127.0.0.1:1"),
+        ({"region": "us"}, b"x", "t" * 200 + "region\x01eu", "127.0.0.1:1"),
+        ({"region": "eu"}, b"x", "t" * 200, "127.0.0.1:1"),
+        ({"note": "region"}, b"\x01eu", "T", "127.0.0.1:1"),
+        ({"region": "eu-west", "n": "region"}, b"\x01eu", "T", "127.0.0.1:1"),
+        ({"region": "eu"}, b"x", "T", "[::1]:10911"),
+        ({"region": "us"}, b"region\x01eu", "T", "[fe80::1]:1"),
+        ({"zz": "9", "region": "eu"}, b"", "T", "[::1]:1"),
+        ({}, b"x", "T", "127.0.0.1:1"),
+    ]
+    rows = [traps[i % len(traps)] for i in range(len(traps) * 3)] + [
+        ({"region": "us"}, b"x", "T", "127.0.0.1:1")
+    ] * 300  # so few hold the bytes that they are searched for
+    encoded = [
+        encode_record(
+            Record(
+                topic=topic, queue_id=0, queue_offset=i, body=body, born_host=host,
+                store_host=host, properties=encode_properties(props),
+            )
+        )
+        for i, (props, body, topic, host) in enumerate(rows)
+    ]  # fmt: skip
+    data, sizes = b"".join(encoded), np.array([len(e) for e in encoded], np.int64)
+    mapped_props = pa.array([list(p.items()) for p, *_ in rows], pa.map_(pa.string(), pa.string()))
+    path = tmp_path / "segment"
+    pad = b"region\x01eu"  # before the records: not looked at
+    path.write_bytes(pad + data)
+    half = int(sizes[: len(sizes) // 2].sum())
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    buffers = {
+        "bytes": data,
+        "a view of part of a buffer": memoryview(pad + data)[len(pad) :],
+        "joined from two files": b"".join([memoryview(data)[:half], memoryview(data)[half:]]),
+        "bytearray": bytearray(data),
+        "a mapped file": memoryview(mapped)[len(pad) :],
+    }
+    memmem = stored._MEMMEM
+    for text in ["region = 'eu'", "region IN ('eu', 'x')", "region STARTSWITH 'eu'"]:
+        selector = compile_selector(text)
+        wanted = np.flatnonzero(selector.select_map(mapped_props)).tolist()
+        assert wanted, text
+        for name, buffer in buffers.items():
+            for search in (memmem, None):
+                monkeypatch.setattr(stored, "_MEMMEM", search)
+                looked_at = stored.candidates(buffer, stored.record_starts(sizes), selector)
+                assert looked_at is not None and set(wanted) <= set(looked_at.tolist())
+                found, picked = decode_selected(buffer, sizes, selector, ("queueOffset",))
+                assert found.column("queueOffset").to_pylist() == wanted, (text, name, search)
+                assert np.flatnonzero(picked).tolist() == wanted, (text, name, search)
+                del found, picked
+    monkeypatch.setattr(stored, "_MEMMEM", memmem)
+    for search in (memmem, None):
+        monkeypatch.setattr(stored, "_MEMMEM", search)
+        at = stored.occurrences(data, frozenset({b"region\x01eu", b"region\x01us"}), 10**6)
+        assert at is not None
+        assert sorted(at) == sorted(
+            [m.start() for m in __import__("re").finditer(b"region\x01(?:eu|us)", data)]
+        )
+        assert stored.occurrences(data, frozenset({b"region\x01us"}), 5) is None  # too many
+    del buffers, buffer
+    mapped.close()  # no buffer of it is left exported
