@@ -228,7 +228,11 @@ class IndexFile:
         with files.lock:
             files.make_room(2)
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = retrying(
+                    files,
+                    f"create {path}",
+                    lambda: os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644),
+                )
             except FileExistsError:
                 raise StoreError(f"index file {path} already exists; not overwriting it") from None
             try:

@@ -96,6 +96,10 @@ class Resident(Protocol):
     def pinned(self) -> bool:
         """In use right now: not to be closed."""
 
+    @property
+    def held(self) -> int:
+        """Descriptors it holds now."""
+
     def release(self) -> None:
         """Close whatever it holds (it opens again at its next use)."""
 
@@ -143,11 +147,16 @@ class OpenFiles:
         pinned ones stay open, so the limit may be passed while they are in use."""
         if self.limit is None or self.held + need <= self.limit:
             return
-        for file in list(self._open.values()):  # from the least used end
-            if self.held + need <= self.limit:
+        victims: list[Resident] = []  # from the least used end: the work is what is closed
+        freed = 0
+        for file in self._open.values():
+            if self.held - freed + need <= self.limit:
                 break
             if not file.pinned:
-                file.release()
+                victims.append(file)
+                freed += file.held
+        for file in victims:
+            file.release()
 
     def shed(self) -> int:
         """Close every unpinned file (lock held): the process ran out of descriptors.
