@@ -103,7 +103,7 @@ def build_store(store_dir: Path, messages: int) -> None:
     from rmq_spark.store import MessageStore, StoreConfig
 
     batch = 4096
-    body = (bytes(range(256)) * 2)[:BODY]
+    body = (bytes(range(256)) * (BODY // 256 + 1))[:BODY]
     with MessageStore.open(StoreConfig(store_dir)) as store:
         store.topics.create("warm", queues=2)
         store.append("warm", 0, [b"w"] * 100, properties(0, 100), tags=["TagA"] * 100)

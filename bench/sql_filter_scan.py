@@ -8,13 +8,16 @@ in interleaved rounds (every case once a round, after an untimed warm-up), each 
 CPU time (user + system) per message over the rounds, with the spread:
 
 * ``memmem``: what a task does, the bytes ``region\\x01eu`` searched for with the C
-  library's ``memmem`` where the records lie, then only the records holding them decoded;
+  library's ``memmem`` where the records lie (in their properties alone when the records
+  are of 1.5 KB or more), then only the records holding them decoded;
 * ``find``: the same with Python's ``find`` (where ``memmem`` is not available, and what
   tasks did before);
+* ``memmem, whole records``: the whole records searched whatever their size;
 * ``no needle``: ``region = 'eu' OR amount < 0``, a selector naming no bytes a match must
   hold: every record's properties read and the selector applied to them.
 
-Run: ``.venv/bin/python bench/sql_filter_scan.py [--messages N] [--rounds R]``.
+Run: ``.venv/bin/python bench/sql_filter_scan.py [--messages N] [--rounds R] [--body B]``
+(``--body``: the bodies' size, 100 bytes by default).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import spark_sql_filter
 from spark_sql_filter import QUEUES, SELECTOR, TOPIC, build_store, matching
 
 from rmq_spark.client.short_circuit import LocalRange
@@ -101,14 +105,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=800_000)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--body", type=int, default=100)
     args = parser.parse_args()
     messages = args.messages // (QUEUES * 100) * QUEUES * 100
     memmem = stored._MEMMEM
     if memmem is None:
         sys.exit("this C library has no memmem: nothing to compare")
 
-    def with_memmem(on: bool) -> None:
+    properties_only_from = stored.PROPERTIES_ONLY_FROM
+    spark_sql_filter.BODY = args.body
+
+    def searching(on: bool, whole: bool = False) -> None:
         stored._MEMMEM = memmem if on else None
+        stored.PROPERTIES_ONLY_FROM = 1 << 62 if whole else properties_only_from
 
     with tempfile.TemporaryDirectory(prefix="sql-filter-scan-") as tmp:
         build_store(Path(tmp), messages)
@@ -116,9 +125,10 @@ def main() -> None:
             wanted = matching(messages)
             needle, no_needle = reader(store, SELECTOR), reader(store, f"{SELECTOR} OR amount < 0")
             cases: dict[str, Callable[[], int]] = {
-                "memmem": lambda: (with_memmem(True), scan(store, needle))[1],
-                "find": lambda: (with_memmem(False), scan(store, needle))[1],
-                "no needle": lambda: (with_memmem(True), scan(store, no_needle))[1],
+                "memmem": lambda: (searching(True), scan(store, needle))[1],
+                "find": lambda: (searching(False), scan(store, needle))[1],
+                "memmem, whole records": lambda: (searching(True, True), scan(store, needle))[1],
+                "no needle": lambda: (searching(True), scan(store, no_needle))[1],
             }
             for run in cases.values():  # warm-up
                 cpu_seconds(run, wanted)
@@ -126,8 +136,9 @@ def main() -> None:
             for _ in range(args.rounds):
                 for name, run in cases.items():
                     seconds[name].append(cpu_seconds(run, wanted))
-            with_memmem(True)
-    print(f"{messages:,} messages, {args.rounds} rounds, load average {os.getloadavg()}")
+            searching(True)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"{messages:,} messages of {args.body} B, {args.rounds} rounds, load average {load}")
     print("| case | CPU µs per message (median) | spread |")
     print("|---|---|---|")
     for name, values in seconds.items():

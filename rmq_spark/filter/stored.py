@@ -11,11 +11,13 @@ applied, so a selector that picks 1% of a topic looks at little more than 1% of 
 records. Where the bytes are common, or the selector names none (``amount > 100``,
 ``NOT``...), every record's properties are read.
 
-Searching whole records beats searching only their properties sections for records of
-a few hundred bytes: finding where each record's properties are takes reads of every
-record's header and then its tail (numpy gathers, each paying the memory's latency), and
-the sections copied out back to back; measured on 300-byte records (100-byte bodies), that
-way cost 136 ns a record, ``memmem`` over the whole records 80 ns, ``find`` 193 ns.
+Records of :data:`PROPERTIES_ONLY_FROM` bytes or more on average have only their
+properties searched: where each record's properties are takes four reads of every record
+(:func:`~rmq_spark.codec.arrow_decode.spans.properties_sections`, numpy gathers each paying
+the memory's latency) and the sections are copied out back to back, ~200-300 ns a record
+whatever its body; ``memmem`` over whole records costs ~0.25 ns a byte (80 ns a 300-byte
+record, ~950 ns a 4 KB one; ``find`` twice that). A record whose fields do not agree with
+its size is a candidate: the decoder refuses it, naming it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from rmq_spark.codec.arrow_decode import stored_properties
+from rmq_spark.codec.arrow_decode.spans import properties_sections
 from rmq_spark.filter.selector import Selector
 from rmq_spark.filter.sql92_parse import (
     And,
@@ -54,7 +57,7 @@ def select_stored(
     """The mask of the records of ``data`` (at ``starts``, ``sizes`` long) that
     ``selector`` picks. ``look_at_all``: read every record's properties (skip the search
     for needles, as when ``data`` holds candidates already)."""
-    look_at = None if look_at_all else candidates(data, starts, selector)
+    look_at = None if look_at_all else candidates(data, starts, selector, sizes)
     if look_at is None:  # every record is looked at
         return selector.select_raw(stored_properties(data, starts, sizes))
     picked = np.zeros(len(sizes), bool)
@@ -78,12 +81,17 @@ _SAMPLE_BYTES = 1 << 20
 
 
 def candidates(
-    data: bytes | bytearray | memoryview, starts: np.ndarray, selector: Selector
+    data: bytes | bytearray | memoryview,
+    starts: np.ndarray,
+    selector: Selector,
+    sizes: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Indices (sorted) of the records of ``data`` (starting at ``starts``) worth applying
     ``selector`` to: those holding a needle of the rarest of its sets of needles; None when
     each record should be looked at (no needle known, or needles in most records). The
-    bytes of a mapped file are searched where they are, without a copy."""
+    bytes of a mapped file are searched where they are, without a copy; with ``sizes``,
+    records of :data:`PROPERTIES_ONLY_FROM` bytes or more on average have only their
+    properties searched (see the module's doc)."""
     sets = needles(selector.tree)
     if not sets:
         return None
@@ -91,12 +99,40 @@ def candidates(
     if len(sets) > 1:  # the rarest in a sample of the buffer
         sample = bytes(data[:_SAMPLE_BYTES])
         chosen = min(sets, key=lambda found: sum(sample.count(n) for n in found))
-    at = occurrences(data, chosen, int(len(starts) * _MOSTLY))
+    limit = int(len(starts) * _MOSTLY)
+    if sizes is not None and len(sizes) and sizes.mean() >= PROPERTIES_ONLY_FROM:
+        return _in_properties(data, starts, sizes, chosen, limit)
+    at = occurrences(data, chosen, limit)
     if at is None:
         return None
     if not at:
         return np.zeros(0, np.int64)
     records = np.searchsorted(starts, np.array(at, np.int64), side="right") - 1
+    return np.unique(records[records >= 0])
+
+
+#: the average record size from which only the properties are searched
+PROPERTIES_ONLY_FROM = 1536
+
+
+def _in_properties(
+    data: bytes | bytearray | memoryview,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+    found: frozenset[bytes],
+    limit: int,
+) -> np.ndarray | None:
+    """:func:`candidates` by a search of the records' properties copied out back to back;
+    a record whose fields do not agree with its size is a candidate (the decoder judges)."""
+    sections, ok = properties_sections(data, starts, sizes)
+    values = sections.buffers()[2]
+    at = [] if values is None else occurrences(memoryview(values), found, limit)
+    if at is None:
+        return None
+    offsets = np.frombuffer(sections.buffers()[1], np.int32)[: len(sizes)]
+    records = np.searchsorted(offsets, np.array(at, np.int64), side="right") - 1
+    if not ok.all():
+        records = np.concatenate([records, np.flatnonzero(~ok)])
     return np.unique(records[records >= 0])
 
 

@@ -249,12 +249,15 @@ def test_needles_are_searched_in_a_mapped_file_where_it_lies(tmp_path):
 
 
 def test_memmem_and_find_pick_the_same_records_as_looking_at_every_one(tmp_path, monkeypatch):
-    """The C library's memmem searches where ``find`` did, and neither narrows what is
-    picked: the bytes in bodies, topics (a long one too: two-byte topic length) and other
-    properties, values that only start with them, IPv6 hosts (a longer header), in a buffer,
-    a view of part of one, records joined from two files, and a mapped file."""
+    """The C library's memmem searches where ``find`` did, as does a search of the records'
+    properties alone (records of 1.5 KB and more), and none narrows what is picked: the
+    bytes in bodies, topics (a long one too: two-byte topic length) and other properties,
+    values that only start with them, IPv6 hosts (a longer header), in a buffer, a view of
+    part of one, records joined from two files, and a mapped file. Each record's properties
+    are found where they are, whatever its layout."""
     import mmap
 
+    from rmq_spark.codec.arrow_decode.spans import properties_sections
     from rmq_spark.filter import stored
 
     if stored._MEMMEM is None:
@@ -301,19 +304,29 @@ def test_memmem_and_find_pick_the_same_records_as_looking_at_every_one(tmp_path,
         "bytearray": bytearray(data),
         "a mapped file": memoryview(mapped)[len(pad) :],
     }
+    for name, buffer in buffers.items():  # where each record's properties are: every layout
+        sections, ok = properties_sections(buffer, stored.record_starts(sizes), sizes)
+        assert ok.all(), name
+        assert sections.to_pylist() == [encode_properties(p) for p, *_ in rows], name
+        del sections
     memmem = stored._MEMMEM
+    searches = [(memmem, 10**9), (None, 10**9), (memmem, 0), (None, 0)]  # 0: properties only
     for text in ["region = 'eu'", "region IN ('eu', 'x')", "region STARTSWITH 'eu'"]:
         selector = compile_selector(text)
         wanted = np.flatnonzero(selector.select_map(mapped_props)).tolist()
         assert wanted, text
         for name, buffer in buffers.items():
-            for search in (memmem, None):
+            for search, properties_only_from in searches:
                 monkeypatch.setattr(stored, "_MEMMEM", search)
-                looked_at = stored.candidates(buffer, stored.record_starts(sizes), selector)
+                monkeypatch.setattr(stored, "PROPERTIES_ONLY_FROM", properties_only_from)
+                starts = stored.record_starts(sizes)
+                looked_at = stored.candidates(buffer, starts, selector, sizes)
                 assert looked_at is not None and set(wanted) <= set(looked_at.tolist())
+                assert len(looked_at) < len(sizes) // 4, "only the records holding them"
                 found, picked = decode_selected(buffer, sizes, selector, ("queueOffset",))
-                assert found.column("queueOffset").to_pylist() == wanted, (text, name, search)
-                assert np.flatnonzero(picked).tolist() == wanted, (text, name, search)
+                case = (text, name, search, properties_only_from)
+                assert found.column("queueOffset").to_pylist() == wanted, case
+                assert np.flatnonzero(picked).tolist() == wanted, case
                 del found, picked
     monkeypatch.setattr(stored, "_MEMMEM", memmem)
     for search in (memmem, None):
@@ -326,3 +339,31 @@ def test_memmem_and_find_pick_the_same_records_as_looking_at_every_one(tmp_path,
         assert stored.occurrences(data, frozenset({b"region\x01us"}), 5) is None  # too many
     del buffers, buffer
     mapped.close()  # no buffer of it is left exported
+
+
+def test_a_search_of_the_properties_alone_leaves_a_record_that_lies_to_the_decoder(
+    monkeypatch,
+):
+    """A record whose length fields do not agree with its size is looked at (and refused
+    by the decoder, naming it) rather than searched where its fields say."""
+    from rmq_spark.codec.arrow_decode.spans import properties_sections
+    from rmq_spark.errors import CorruptDataError
+    from rmq_spark.filter import stored
+
+    props = [{"region": "eu" if i == 3 else "us"} for i in range(40)]
+    data, sizes = records(props)
+    starts = stored.record_starts(sizes)
+    sections, ok = properties_sections(data, starts, sizes)
+    assert ok.all()
+    assert sections.to_pylist() == [encode_properties(p) for p in props]
+    broken = bytearray(data)
+    body_len_at = int(starts[7]) + 84  # BODYLEN of record 7 (IPv4 hosts)
+    broken[body_len_at : body_len_at + 4] = (500).to_bytes(4, "big")
+    sections, ok = properties_sections(bytes(broken), starts, sizes)
+    assert np.flatnonzero(~ok).tolist() == [7] and sections[7].as_py() == b""
+    monkeypatch.setattr(stored, "PROPERTIES_ONLY_FROM", 0)
+    selector = compile_selector("region = 'eu'")
+    looked_at = stored.candidates(bytes(broken), starts, selector, sizes)
+    assert looked_at is not None and looked_at.tolist() == [3, 7]
+    with pytest.raises(CorruptDataError, match="record 1 "):  # the second looked at
+        decode_selected(bytes(broken), sizes, selector, ("queueOffset",))

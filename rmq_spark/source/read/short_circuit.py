@@ -127,7 +127,7 @@ class ShortCircuitReader:
         bytes it needs (searched in the mapped file), else all."""
         assert self._selector is not None
         starts = record_starts(sizes)
-        look_at = candidates(data, starts, self._selector)
+        look_at = candidates(data, starts, self._selector, sizes)
         if look_at is None:
             held += data
             held_sizes.append(sizes)
