@@ -434,27 +434,37 @@ def remoting_sends(client, topic: str, broker_name: str, seconds: float, size: i
     from rmq_spark.structs import MessageQueue
 
     body = b"x" * size
-    counts = [0] * SEND_THREADS
+    queues = [MessageQueue(topic, broker_name, k % SEND_QUEUES) for k in range(SEND_THREADS)]
+    calls, elapsed = in_threads(
+        SEND_THREADS, seconds, lambda k: client.send(queues[k], [body], [{}])
+    )
+    return calls / elapsed
+
+
+def in_threads(threads: int, seconds: float, call: Callable[[int], object]) -> tuple[int, float]:
+    """``threads`` threads each calling ``call(its number)`` in a loop for ``seconds``: the
+    calls made in all and the seconds taken. A call's exception stops its thread and is
+    raised here once all have ended."""
+    counts = [0] * threads
     errors: list[BaseException] = []
     begin = time.perf_counter()
 
-    def sender(k: int) -> None:
-        mq = MessageQueue(topic, broker_name, k % SEND_QUEUES)
+    def loop(k: int) -> None:
         try:
             while time.perf_counter() - begin < seconds:
-                client.send(mq, [body], [{}])
+                call(k)
                 counts[k] += 1
         except BaseException as exc:  # re-raised below, in the bench's thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=sender, args=(k,)) for k in range(SEND_THREADS)]
-    for thread in threads:
+    running = [threading.Thread(target=loop, args=(k,)) for k in range(threads)]
+    for thread in running:
         thread.start()
-    for thread in threads:
+    for thread in running:
         thread.join()
     if errors:
         raise errors[0]
-    return sum(counts) / (time.perf_counter() - begin)
+    return sum(counts), time.perf_counter() - begin
 
 
 def compare_sends(brokers: list[ServerProcess], timing: Timing) -> dict[str, SendRounds]:

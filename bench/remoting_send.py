@@ -82,6 +82,7 @@ from _common import (
     fmt_bytes,
     fmt_int,
     fmt_ratio,
+    in_threads,
     paired_ratio,
     timing_from_args,
 )
@@ -169,27 +170,9 @@ def benchmark_producer(java: Java, namesrv: str, topic: str, size: int, lines: i
 
 def grpc_sends(producer: Producer, topic: str, body: bytes, seconds: float) -> RateResult:
     """``THREADS`` threads calling ``producer.send`` for ``seconds``: one round."""
-    counts = [0] * THREADS
-    errors: list[BaseException] = []
-    begin = time.perf_counter()
-
-    def sender(k: int) -> None:
-        try:
-            while time.perf_counter() - begin < seconds:
-                producer.send(topic, body)
-                counts[k] += 1
-        except BaseException as exc:  # re-raised below, in the bench's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=sender, args=(k,)) for k in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    calls, elapsed = in_threads(THREADS, seconds, lambda _: producer.send(topic, body))
     result = RateResult()
-    result.add(sum(counts), sum(counts), time.perf_counter() - begin)
+    result.add(calls, calls, elapsed)
     return result
 
 
