@@ -16,7 +16,7 @@ CPU time (user + system) per message over the rounds, with the spread:
 * ``no needle``: ``region = 'eu' OR amount < 0``, a selector naming no bytes a match must
   hold: every record's properties read and the selector applied to them.
 
-Run: ``.venv/bin/python bench/sql_filter_scan.py [--messages N] [--rounds R] [--body B]``
+Run: ``.venv/bin/python bench/sql_filter_scan.py [--quick] [--messages N] [--rounds R] [--body B]``
 (``--body``: the bodies' size, 100 bytes by default).
 """
 
@@ -106,7 +106,10 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=800_000)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--body", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="16,000 messages, 1 round")
     args = parser.parse_args()
+    if args.quick:
+        args.messages, args.rounds = 16_000, 1
     messages = args.messages // (QUEUES * 100) * QUEUES * 100
     memmem = stored._MEMMEM
     if memmem is None:
