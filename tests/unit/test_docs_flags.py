@@ -45,7 +45,12 @@ def flags() -> set[str]:
 
 
 def configuration(*extra: str):
-    """What the broker would run with: its config, with the store's part resolved."""
+    """What the broker would run with: its config, with the store's part resolved. Without
+    ``--remoting-port`` the port's default is RocketMQ's 9876 when it is free, else off: a
+    broker of a test running beside this one makes that differ from call to call, so it is
+    taken as off here, but where that flag is the one checked."""
+    if "--remoting-port" not in extra:
+        extra = ("--remoting-port", "off", *extra)
     config = config_from_args(parser().parse_args([*STORE, *extra]))
     return config.store_config(), dataclasses.replace(config, store_options={})
 
