@@ -95,3 +95,16 @@ def test_remoting_clients_example_sends_filters_and_commits_over_rocketmqs_proto
     # committed over remoting, read back over gRPC: one offset table for both protocols
     assert "group billing committed offset 9 on queue 0" in out
     assert "gRPC sees group billing at 9 on queue 0" in out
+
+
+def test_metrics_example_reads_readiness_and_a_groups_lag_from_the_http_port():
+    out = run_example("metrics_and_health.py").stdout
+    assert "/readyz: 200 ready" in out, out
+    assert "messages in (orders): 300" in out and "messages out to billing: 200" in out, out
+    for queue in (0, 1):
+        found = re.search(
+            rf"billing on queue {queue}: lag 75 messages \((\d+) ms\), in flight 25, ready 50",
+            out,
+        )
+        assert found and int(found.group(1)) > 0, out
+    assert re.search(r"console: http://127\.0\.0\.1:\d+/", out), out
