@@ -206,6 +206,8 @@ class IndexFile:
         self._fd = -1
         self._map: mmap.mmap | None = None
         self._pins = 0
+        #: closed while in use: the last use closes it (see close)
+        self._close_when_unpinned = False
         self._dirty = False
         self.closed = False
         #: takes no more keys: its head could not be given blocks (see _allocate_head)
@@ -339,13 +341,21 @@ class IndexFile:
                     files.opened(self)
                 files.used(self)
             except BaseException:
-                self._pins -= 1
+                self._unpin()
                 raise
         try:
             yield self._map  # type: ignore[misc]
         finally:
             with files.lock:
-                self._pins -= 1
+                self._unpin()
+
+    def _unpin(self) -> None:
+        """One use ended (lock held); the last one ends a close that waited for it."""
+        self._pins -= 1
+        if not self._pins and self._close_when_unpinned:
+            self._close_when_unpinned = False
+            self.release()
+            self._files.forget(self)
 
     def release(self) -> None:
         """Close the map and the descriptor (each opens again at its next use)."""
@@ -493,10 +503,16 @@ class IndexFile:
         self._dirty = False
 
     def close(self) -> None:
+        """Close it for good; a use in progress on another thread keeps the descriptor and
+        map until it ends (closed under it, a write could land on whatever file the
+        descriptor's number is given to next)."""
         with self._files.lock:
             if self.closed:
                 return
             self.closed = True
+            if self._pins:
+                self._close_when_unpinned = True
+                return
             self.release()
             self._files.forget(self)
 

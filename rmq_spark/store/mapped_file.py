@@ -199,6 +199,10 @@ def map_file(files: OpenFiles, path: Path, fd: int, size: int, access: int) -> m
 UNBOUNDED = OpenFiles()
 
 
+class FileClosedError(ValueError):
+    """The file was closed for good (deleted by retention, or the store closed)."""
+
+
 class MappedFile:
     """One segment. ``write_pos`` and ``flushed_pos`` are relative to the file start.
 
@@ -233,6 +237,8 @@ class MappedFile:
         self._fd = -1
         self._mmap: mmap.mmap | None = None
         self._pins = 0
+        #: closed while in use: the last use closes it (see close)
+        self._close_when_unpinned = False
         self.write_pos = 0
         self.flushed_pos = 0
         self.closed = False
@@ -312,12 +318,20 @@ class MappedFile:
     def _pinned(self) -> Iterator[None]:
         """Never closed for room inside the block (lock held on entry)."""
         if self.closed:
-            raise ValueError(f"{self.path} is closed")
+            raise FileClosedError(f"{self.path} is closed")
         self._pins += 1
         try:
             yield
         finally:
-            self._pins -= 1
+            self._unpin()
+
+    def _unpin(self) -> None:
+        """One use ended (lock held); the last one ends a close that waited for it."""
+        self._pins -= 1
+        if not self._pins and self._close_when_unpinned:
+            self._close_when_unpinned = False
+            self.release()
+            self._files.forget(self)
 
     @contextmanager
     def _descriptor(self) -> Iterator[int]:
@@ -325,7 +339,7 @@ class MappedFile:
         files = self._files
         with files.lock:
             if self.closed:
-                raise ValueError(f"{self.path} is closed")
+                raise FileClosedError(f"{self.path} is closed")
             self._pins += 1
             try:
                 if self._fd < 0:
@@ -335,13 +349,13 @@ class MappedFile:
                 else:
                     files.used(self)
             except BaseException:
-                self._pins -= 1
+                self._unpin()
                 raise
         try:
             yield self._fd
         finally:
             with files.lock:
-                self._pins -= 1
+                self._unpin()
 
     def _map(self) -> mmap.mmap:
         """The map, made if it is not (lock held, the file pinned). From the descriptor
@@ -445,8 +459,11 @@ class MappedFile:
         is only read from now on, through the map."""
         target = self.write_pos
         if target > self.flushed_pos and not self.closed:
-            with self._descriptor() as fd:
-                os.fdatasync(fd)
+            try:
+                with self._descriptor() as fd:
+                    os.fdatasync(fd)
+            except FileClosedError:  # deleted meanwhile (retention): nothing left to sync
+                return self.flushed_pos
             self.flushed_pos = target
             with self._files.lock:
                 if self.flushed_pos >= self.size and self._mmap is not None and not self.pinned:
@@ -469,10 +486,16 @@ class MappedFile:
         self.flushed_pos = min(self.flushed_pos, pos)
 
     def close(self) -> None:
+        """Close it for good. A use in progress (a write, a sync on another thread) keeps
+        its descriptor until it ends: closing it under that use would make the call fail,
+        or land on whatever file the descriptor's number is given to next."""
         with self._files.lock:
             if self.closed:
                 return
             self.closed = True
+            if self._pins:
+                self._close_when_unpinned = True
+                return
             self.release()
             self._files.forget(self)
 

@@ -334,3 +334,21 @@ def test_index_files_hold_descriptors_under_the_budget_and_keep_their_keys(tmp_p
         assert [f.held for f in index.files] == [0] * 20  # checked at open, not kept open
         assert index.query("t", "k19") == [38]
         assert index.query("t", "all", max_num=64) == list(range(39, 0, -2))
+
+
+def test_a_file_closed_while_in_use_keeps_its_descriptor_until_the_use_ends(tmp_path):
+    """Retention may delete a segment while the flush thread syncs it: the close waits for
+    that use, so the sync neither fails (a failed sync stops the store) nor lands on a file
+    the descriptor's number was given to meanwhile; a flush after the close does nothing."""
+    files = OpenFiles(limit=64)
+    segment = MappedFile(tmp_path / "segment", 0, 4096, create=True, files=files)
+    segment.write_at(0, b"x" * 10)
+    with segment._descriptor() as fd:  # a use in progress, as the flush thread's
+        segment.destroy()
+        assert segment.closed and not (tmp_path / "segment").exists()
+        os.fstat(fd)  # still open under the use
+        os.fdatasync(fd)
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed once the use ended
+    assert files.held == 0
+    assert segment.flush() == 0  # nothing to sync any more, and no error
