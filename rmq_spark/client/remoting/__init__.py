@@ -4,11 +4,18 @@ and commits offsets there (:mod:`.client`), and a producer with rocketlite's ``M
 (:mod:`.producer`). It reads Apache RocketMQ clusters and
 rocketlite's remoting port alike."""
 
-from rmq_spark.client.remoting.client import PullAnswer, RemotingClient, Route, parse_route
+from rmq_spark.client.remoting.client import (
+    PendingPull,
+    PullAnswer,
+    RemotingClient,
+    Route,
+    parse_route,
+)
 from rmq_spark.client.remoting.producer import RemotingProducer
 from rmq_spark.client.remoting.transport import RemotingConnection, RemotingError
 
 __all__ = [
+    "PendingPull",
     "PullAnswer",
     "RemotingClient",
     "RemotingConnection",

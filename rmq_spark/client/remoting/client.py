@@ -21,6 +21,8 @@ import ssl
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,6 +140,100 @@ class PullAnswer:
         return decode_records(self.data, sizes=self.sizes, columns=columns)
 
 
+def _pull_request(
+    mq: MessageQueue,
+    offset: int,
+    max_messages: int,
+    max_bytes: int | None,
+    group: str | None,
+    expression: str,
+    expression_type: str,
+    suspend_ms: int,
+) -> Command:
+    """PULL_MESSAGE of ``mq`` at ``offset`` (see :meth:`RemotingClient.pull`)."""
+    sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms > 0 else 0)
+    return Command(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": group or DEFAULT_GROUP,
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "queueOffset": str(offset),
+            "maxMsgNums": str(max_messages),
+            "sysFlag": str(sys_flag),
+            "commitOffset": "0",
+            "suspendTimeoutMillis": str(suspend_ms),
+            "subscription": expression,
+            "subVersion": str(now_ms()),
+            "expressionType": expression_type,
+            # a rocketlite broker answers with the records' sizes; others ignore it
+            "rocketliteSizes": "true",
+            **({"maxMsgBytes": str(max_bytes)} if max_bytes else {}),
+        },
+    )
+
+
+class PendingPull:
+    """A pull :meth:`RemotingClient.start_pulls` sent without waiting for its answer."""
+
+    def __init__(self, client: RemotingClient, mq: MessageQueue, offset: int, request: Command):
+        self.mq = mq
+        self.offset = offset
+        self._client = client
+        self._request = request
+        self._connection: RemotingConnection | None = None
+        self._future: Future[Command] | None = None
+        self._broker_id = MASTER_ID
+        self._timeout_s = 0.0
+
+    def sent(
+        self,
+        connection: RemotingConnection,
+        request: Command,
+        future: Future[Command],
+        broker_id: int,
+        timeout_s: float,
+    ) -> None:
+        """The request went out on ``connection`` (as ``request``, signed and numbered) to
+        replica ``broker_id``; its answer comes to ``future``."""
+        self._connection, self._request, self._future = connection, request, future
+        self._broker_id, self._timeout_s = broker_id, timeout_s
+
+    def result(self) -> PullAnswer:
+        """The pull's answer, as :meth:`RemotingClient.pull` gives it. A replica that did
+        not answer in the client's request timeout, or whose connection failed, is passed
+        over for a while and the pull made again through :meth:`RemotingClient.pull`."""
+        client, future, connection = self._client, self._future, self._connection
+        if future is not None and connection is not None:
+            try:
+                answer = future.result(self._timeout_s)
+            except FutureTimeout:
+                connection.forget(self._request)
+                client._mark_down(connection.address)
+            except RocketliteError as exc:
+                if not exc.retriable:
+                    raise
+                client._mark_down(connection.address)
+            else:
+                return client._pull_answer(self.mq, self.offset, answer, self._broker_id)
+        ext = self._request.ext
+        return client.pull(
+            self.mq,
+            self.offset,
+            max_messages=int(ext["maxMsgNums"]),
+            max_bytes=int(ext["maxMsgBytes"]) if "maxMsgBytes" in ext else None,
+            group=ext["consumerGroup"],
+            expression=ext["subscription"],
+            expression_type=ext["expressionType"],
+        )
+
+    def cancel(self) -> None:
+        """Drop the answer, wherever it is."""
+        if self._connection is not None:
+            self._connection.forget(self._request)
+        self._future = self._connection = None
+
+
 def parse_route(topic: str, body: bytes | bytearray | memoryview) -> Route:
     """A TopicRouteData body (standard JSON or fastjson's) as a :class:`Route`: every
     replica of every broker group. A group without a master is read from its slaves but
@@ -249,30 +345,64 @@ class RemotingClient:
         A selector the broker cannot compile raises RemotingError with code 23
         (SUBSCRIPTION_PARSE_FAILED, the broker's reason in the message); a broker that does
         not filter by SQL92, FilterNotSupportedError."""
-        sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms > 0 else 0)
-        request = Command(
-            RequestCode.PULL_MESSAGE,
-            {
-                "consumerGroup": group or DEFAULT_GROUP,
-                "topic": mq.topic,
-                "queueId": str(mq.queue_id),
-                "queueOffset": str(offset),
-                "maxMsgNums": str(max_messages),
-                "sysFlag": str(sys_flag),
-                "commitOffset": "0",
-                "suspendTimeoutMillis": str(suspend_ms),
-                "subscription": expression,
-                "subVersion": str(now_ms()),
-                "expressionType": expression_type,
-                # a rocketlite broker answers with the records' sizes; others ignore it
-                "rocketliteSizes": "true",
-                **({"maxMsgBytes": str(max_bytes)} if max_bytes else {}),
-            },
+        request = _pull_request(
+            mq, offset, max_messages, max_bytes, group, expression, expression_type, suspend_ms
         )
         suggested = self.suggested(mq)
         answer, broker_id = self._read_call(
             mq, request, f"pull of {mq}", suggested, extra_s=suspend_ms / 1000
         )
+        return self._pull_answer(mq, offset, answer, broker_id)
+
+    def start_pulls(
+        self,
+        mq: MessageQueue,
+        starts: Sequence[tuple[int, int]],
+        *,
+        max_bytes: int | None = None,
+        group: str | None = None,
+        expression: str = "*",
+        expression_type: str = TAG,
+    ) -> list[PendingPull]:
+        """:meth:`pull` of ``mq`` at each ``(offset, max_messages)`` of ``starts``, written
+        to the replica a read goes to now in one go, without waiting: a reader keeps several
+        pulls in flight this way (RocketMQ's brokers answer at most 32 messages a pull by
+        default) with no thread per pull. Each answer is taken with
+        :meth:`PendingPull.result`; one whose replica failed is pulled again through
+        :meth:`pull` (the replica rules and retries)."""
+        requests = [
+            _pull_request(mq, offset, size, max_bytes, group, expression, expression_type, 0)
+            for offset, size in starts
+        ]
+        pendings = [
+            PendingPull(self, mq, offset, request)
+            for (offset, _), request in zip(starts, requests, strict=True)
+        ]
+        try:
+            node = self._read_node(mq, self.suggested(mq))
+        except RocketliteError:  # raised again by pull() when the answer is asked for
+            node = None
+        if node is None or not requests:
+            return pendings  # each is pulled through pull() when its answer is asked for
+        broker_id, address = node
+        connection = self._connection(address)
+        signed = [self._signed(request) for request in requests]
+        try:
+            futures = connection.submit_many(signed)
+        except RocketliteError as exc:
+            if not exc.retriable:
+                raise
+            self._mark_down(address)
+            return pendings
+        for pending, request, future in zip(pendings, signed, futures, strict=True):
+            pending.sent(connection, request, future, broker_id, self.config.request_timeout_s)
+        return pendings
+
+    def _pull_answer(
+        self, mq: MessageQueue, offset: int, answer: Command, broker_id: int
+    ) -> PullAnswer:
+        """A pull's answer from replica ``broker_id`` as a :class:`PullAnswer` (errors as
+        :meth:`pull` raises them); remembers the replica it suggests."""
         status = _PULL_STATUS.get(answer.code)  # type: ignore[call-overload]
         if answer.code == ResponseCode.TOPIC_NOT_EXIST and broker_id != MASTER_ID:
             # a slave takes topic configs from its master now and then (RocketMQ: every

@@ -38,7 +38,6 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Generator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Generic, Protocol, TypeVar
 
@@ -46,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmq_spark.client.connection import NO_RETRY, Connection, PendingCall
-from rmq_spark.client.remoting import PullAnswer, RemotingClient
+from rmq_spark.client.remoting import PendingPull, PullAnswer, RemotingClient
 from rmq_spark.client.remoting.client import BrokerGroupGoneError
 from rmq_spark.client.remoting.replicas import MASTER_ID
 from rmq_spark.codec.arrow_decode import decode_records
@@ -70,7 +69,7 @@ log = logging.getLogger("rmq_spark.source")
 __all__ = ["GrpcReader", "PullReader", "RemotingReader"]
 
 #: pulls a remoting read keeps in flight for one queue
-READ_AHEAD = 4
+READ_AHEAD = 8
 #: a remoting read decodes the records of small pull answers together, this many bytes
 DECODE_BYTES = 1 << 20
 
@@ -91,7 +90,7 @@ AnswerT_co = TypeVar("AnswerT_co", covariant=True)
 
 
 class _Pending(Protocol[AnswerT_co]):
-    """A pull already sent: a gRPC call in flight, or a future of the read-ahead thread."""
+    """A pull already sent: a gRPC call in flight, or a remoting pull written ahead."""
 
     def result(self) -> AnswerT_co: ...
     def cancel(self) -> object: ...
@@ -363,9 +362,10 @@ class GrpcReader(PullReader[messaging_pb2.PullMessagesResponse]):
 
 class RemotingReader(PullReader[PullAnswer]):
     """Pulls with RocketMQ's PULL_MESSAGE over the remoting protocol (option
-    ``nameServer``): one pull at a time per connection, its answer's body the stored records
-    back to back. The brokers' addresses come with the partition, so no name server is
-    asked. The next pull is sent from a read-ahead thread."""
+    ``nameServer``): its answer's body the stored records back to back. The brokers'
+    addresses come with the partition, so no name server is asked. Pulls ahead of the
+    reader go out together on the replica's connection without waiting
+    (:meth:`~rmq_spark.client.remoting.RemotingClient.start_pulls`)."""
 
     def __init__(
         self,
@@ -388,12 +388,13 @@ class RemotingReader(PullReader[PullAnswer]):
                 client.learn_broker(name, address)
         for name, group in groups.items():
             client.learn_replicas(name, group)
-        self._ahead = ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="rmq-read-ahead")
         #: pulls started ahead of the reader, by queue and offset
-        self._started: dict[tuple[MessageQueue, int], Future[PullAnswer]] = {}
+        self._started: dict[tuple[MessageQueue, int], _Ahead] = {}
         #: per queue, how many messages its last pull found (where the next ones start)
         self._step: dict[MessageQueue, int] = {}
         self._end: dict[MessageQueue, int] = {}
+        #: bytes of the answers held for decoding together (see :meth:`_enough`)
+        self._held_bytes = 0
 
     def read_range(self, queue_range: QueueRange) -> Generator[pa.RecordBatch, None, None]:
         self._end[queue_range.mq] = queue_range.end
@@ -407,18 +408,31 @@ class RemotingReader(PullReader[PullAnswer]):
         started = self._started.pop((mq, offset), None)
         for key in [k for k in self._started if k[0] == mq and k[1] < offset]:
             self._started.pop(key).cancel()  # guessed wrong: the pull moved elsewhere
-        if started is None:
-            started = self._ahead.submit(self._call, mq, offset, max_messages)
+        wanted = [] if started is not None else [(offset, max_messages)]
         step, end = self._step.get(mq, 0), self._end.get(mq, offset)
         if step > 0 and not self.broker_filters(mq):
-            at = offset
-            for _ in range(READ_AHEAD - 1):
-                at += step
-                if at >= end:
-                    break
-                if (mq, at) not in self._started:
-                    size = min(self.options.pull_batch_size, end - at)
-                    self._started[(mq, at)] = self._ahead.submit(self._call, mq, at, size)
+            after = [(at, min(self.options.pull_batch_size, end - at)) for at in range(
+                offset + step, min(end, offset + step * READ_AHEAD), step
+            ) if (mq, at) not in self._started]  # fmt: skip
+            # topped up a few at a time: they go out in one write
+            if wanted or len(after) >= READ_AHEAD // 2:
+                wanted.extend(after)
+        if not wanted:
+            assert started is not None
+            return started
+        expression_type, expression = self.pull_filter(mq)
+        pendings = self.client.start_pulls(
+            mq,
+            wanted,
+            max_bytes=PULL_MAX_BYTES,
+            group=self.options.group,
+            expression=expression,
+            expression_type=expression_type,
+        )
+        for pending in pendings:
+            self._started[(mq, pending.offset)] = _Ahead(self, pending)
+        if started is None:
+            started = self._started.pop((mq, offset))
         return started
 
     def _range_done(self, mq: MessageQueue) -> None:
@@ -427,7 +441,8 @@ class RemotingReader(PullReader[PullAnswer]):
         self._step.pop(mq, None)
 
     def _enough(self, held: list[PullAnswer]) -> bool:
-        return sum(len(answer.data) for answer in held) >= DECODE_BYTES
+        self._held_bytes = len(held[-1].data) + (self._held_bytes if len(held) > 1 else 0)
+        return self._held_bytes >= DECODE_BYTES
 
     def _decoded(self, mq: MessageQueue, held: list[PullAnswer]) -> pa.RecordBatch:
         selects = self.selector is not None and (
@@ -444,14 +459,6 @@ class RemotingReader(PullReader[PullAnswer]):
         return decode_records(data, sizes=joined, columns=self.columns)
 
     def _call(self, mq: MessageQueue, offset: int, max_messages: int) -> PullAnswer:
-        answer = self._pull_once(mq, offset, max_messages)
-        if answer.status == PullStatus.FOUND:
-            self._step[mq] = answer.next_begin_offset - offset
-        else:
-            self._step.pop(mq, None)
-        return answer
-
-    def _pull_once(self, mq: MessageQueue, offset: int, max_messages: int) -> PullAnswer:
         expression_type, expression = self.pull_filter(mq)
         answer = self.client.pull(
             mq,
@@ -462,21 +469,17 @@ class RemotingReader(PullReader[PullAnswer]):
             expression=expression,
             expression_type=expression_type,
         )
-        if answer.broker_id == MASTER_ID:
-            return answer
-        if answer.status == PullStatus.NO_MATCHED_MSG and offset < answer.min_offset:
-            # a RocketMQ slave answers an offset below its first one so, not with
-            # OFFSET_ILLEGAL: retention deleted what the read has not reached
-            return replace(answer, status=PullStatus.OFFSET_ILLEGAL)
-        if _short_of(offset, answer):
-            # A slave behind its master: what it lacks is not lost (the master has it),
-            # so this is retried as an unavailable broker, not reported as data loss.
-            raise UnavailableError(
-                f"the slave (broker id {answer.broker_id}) of broker group "
-                f"{mq.broker_name!r} holds {mq.describe()} only up to offset "
-                f"{answer.max_offset}, short of offset {offset} this read needs, and the "
-                "group's master did not answer"
-            )
+        return self.checked(mq, offset, answer)
+
+    def checked(self, mq: MessageQueue, offset: int, answer: PullAnswer) -> PullAnswer:
+        """``answer`` of the pull of ``mq`` at ``offset`` as the read takes it: a slave's
+        answers are read as a master's would be (see below); the queue's step is noted."""
+        if answer.broker_id != MASTER_ID:
+            answer = _as_master_would(mq, offset, answer)
+        if answer.status == PullStatus.FOUND:
+            self._step[mq] = answer.next_begin_offset - offset
+        else:
+            self._step.pop(mq, None)
         return answer
 
     def _pause(self, error: RocketliteError, pause_s: float) -> None:
@@ -504,8 +507,43 @@ class RemotingReader(PullReader[PullAnswer]):
         return answer.records(self.columns)
 
     def close(self) -> None:
-        self._ahead.shutdown(wait=False, cancel_futures=True)
+        for pending in self._started.values():
+            pending.cancel()
+        self._started.clear()
         self.client.close()
+
+
+class _Ahead:
+    """A pull :class:`RemotingReader` started ahead, its answer taken as the read takes it."""
+
+    def __init__(self, reader: RemotingReader, pending: PendingPull) -> None:
+        self.reader = reader
+        self.pending = pending
+
+    def result(self) -> PullAnswer:
+        pending = self.pending
+        return self.reader.checked(pending.mq, pending.offset, pending.result())
+
+    def cancel(self) -> None:
+        self.pending.cancel()
+
+
+def _as_master_would(mq: MessageQueue, offset: int, answer: PullAnswer) -> PullAnswer:
+    """A slave's answer to the pull of ``mq`` at ``offset`` as the master's would read."""
+    if answer.status == PullStatus.NO_MATCHED_MSG and offset < answer.min_offset:
+        # a RocketMQ slave answers an offset below its first one so, not with
+        # OFFSET_ILLEGAL: retention deleted what the read has not reached
+        return replace(answer, status=PullStatus.OFFSET_ILLEGAL)
+    if _short_of(offset, answer):
+        # A slave behind its master: what it lacks is not lost (the master has it),
+        # so this is retried as an unavailable broker, not reported as data loss.
+        raise UnavailableError(
+            f"the slave (broker id {answer.broker_id}) of broker group "
+            f"{mq.broker_name!r} holds {mq.describe()} only up to offset "
+            f"{answer.max_offset}, short of offset {offset} this read needs, and the "
+            "group's master did not answer"
+        )
+    return answer
 
 
 def _short_of(offset: int, answer: PullAnswer) -> bool:
