@@ -42,6 +42,7 @@ from rmq_spark.source.planning import QueueRange
 from rmq_spark.source.read.short_circuit import ShortCircuitReader
 from rmq_spark.store import MessageStore, StoreConfig
 from rmq_spark.structs import MessageQueue
+from rmq_spark.wire.short_circuit import MAX_FDS, range_answer
 
 
 class InProcess:
@@ -53,17 +54,8 @@ class InProcess:
     def open_range(
         self, mq: MessageQueue, start: int, end: int, group: str | None = None
     ) -> LocalRange:
-        found = self.store.range_files(mq.topic, mq.queue_id, start, end, 64)
-        spans = [*found.queue_files, *found.segments]
-        fds = [os.open(span.path, os.O_RDONLY) for span in spans]
-        answer = {
-            "minOffset": found.min_offset,
-            "maxOffset": found.max_offset,
-            "start": found.start,
-            "end": found.end,
-            "queueFiles": [[s.start, s.size] for s in found.queue_files],
-            "segments": [[s.start, s.size] for s in found.segments],
-        }
+        found = self.store.range_files(mq.topic, mq.queue_id, start, end, MAX_FDS)
+        answer, fds = range_answer("bench", found)
         try:
             return LocalRange(answer, fds)
         finally:

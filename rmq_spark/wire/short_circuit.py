@@ -31,9 +31,11 @@ or ``{"ok": false, "code": "...", "message": "..."}`` with a code of :data:`CODE
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 VERSION = 1
 #: refusals: PERMISSION_DENIED and UNAUTHENTICATED fail the read (a pull would fail too);
@@ -47,6 +49,59 @@ _LENGTH = struct.Struct(">I")
 
 class WireError(Exception):
     """The other side broke the protocol or went away."""
+
+
+class Span(Protocol):
+    """A file of a range: its path, the first byte it holds and its size."""
+
+    @property
+    def path(self) -> os.PathLike[str]: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+
+
+class RangeFiles(Protocol):
+    """The store's files of a queue range (``MessageStore.range_files``)."""
+
+    @property
+    def min_offset(self) -> int: ...
+    @property
+    def max_offset(self) -> int: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def queue_files(self) -> Sequence[Span]: ...
+    @property
+    def segments(self) -> Sequence[Span]: ...
+
+
+def range_answer(broker: str, found: RangeFiles) -> tuple[dict[str, Any], list[int]]:
+    """The ``ok`` answer for ``found``, and its files opened read-only in the order the
+    answer lists them (the caller sends, then closes them). An OSError closes what was
+    opened before it."""
+    fds: list[int] = []
+    try:
+        for span in [*found.queue_files, *found.segments]:
+            fds.append(os.open(span.path, os.O_RDONLY | os.O_CLOEXEC))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    answer = {
+        "ok": True,
+        "broker": broker,
+        "minOffset": found.min_offset,
+        "maxOffset": found.max_offset,
+        "start": found.start,
+        "end": found.end,
+        "queueFiles": [[s.start, s.size] for s in found.queue_files],
+        "segments": [[s.start, s.size] for s in found.segments],
+    }
+    return answer, fds
 
 
 def encode_message(obj: dict[str, Any]) -> bytes:
@@ -104,8 +159,6 @@ def _recv_some(sock: socket.socket) -> bytes:
 
 
 def _close_quietly(fd: int) -> None:
-    import os
-
     try:
         os.close(fd)
     except OSError:

@@ -37,6 +37,7 @@ from rmq_spark.wire.short_circuit import (
     MAX_FDS,
     VERSION,
     WireError,
+    range_answer,
     recv_message,
     send_message,
 )
@@ -165,25 +166,8 @@ class ShortCircuitServer:
         group = request.get("group")
         self._check_access(request, topic, queue_id, group)
         found = self.broker.messaging.range_files(topic, queue_id, start, end, MAX_FDS)
-        fds: list[int] = []
-        try:
-            for span in [*found.queue_files, *found.segments]:
-                fds.append(os.open(span.path, os.O_RDONLY | os.O_CLOEXEC))
-        except OSError:
-            for fd in fds:
-                os.close(fd)
-            raise
+        answer, fds = range_answer(self.broker.name, found)
         self.broker.short_circuit_reads += 1
-        answer = {
-            "ok": True,
-            "broker": self.broker.name,
-            "minOffset": found.min_offset,
-            "maxOffset": found.max_offset,
-            "start": found.start,
-            "end": found.end,
-            "queueFiles": [[s.start, s.size] for s in found.queue_files],
-            "segments": [[s.start, s.size] for s in found.segments],
-        }
         return answer, fds
 
     def _check_access(
