@@ -208,6 +208,11 @@ class ApacheRocketMQ:
         self.broker_port = broker_port
         return self
 
+    @property
+    def broker_pid(self) -> int:
+        """The broker's process id (after :meth:`start`)."""
+        return self.processes[1].pid
+
     def stop(self) -> None:
         for process in reversed(self.processes):  # the broker first
             stop_process(process, JVM_STOP_S)
