@@ -199,7 +199,7 @@ class CommitLog:
             preallocate=True,
             files=self._files,
         )
-        fsync_dir(self.directory)
+        fsync_dir(self.directory, self._files)
         self._publish([*self.segments, seg])
         return seg
 

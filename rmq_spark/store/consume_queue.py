@@ -160,7 +160,7 @@ class ConsumeQueue:
             create=True,
             files=self._files,
         )
-        fsync_dir(self.directory)
+        fsync_dir(self.directory, self._files)
         self._publish([*files[:i], seg, *files[i:]])
         if len(self.files) == 1:
             self.min_offset = start // ENTRY_SIZE

@@ -339,7 +339,7 @@ class MessageIndex:
         for f in gone:
             log.warning("%s holds keys stored after the checkpoint: deleting it", f.path)
             f.destroy()
-        fsync_dir(self.directory)
+        fsync_dir(self.directory, self._open_files)
         return rebuild_from
 
     def delete_before(self, commitlog_min_offset: int) -> int:
@@ -352,7 +352,7 @@ class MessageIndex:
             self._files = files[count:]
             for f in files[:count]:
                 f.destroy()
-            fsync_dir(self.directory)
+            fsync_dir(self.directory, self._open_files)
         return count
 
     def flush(self) -> None:
@@ -397,7 +397,7 @@ class MessageIndex:
             files=self._open_files,
         )
         try:
-            fsync_dir(self.directory)
+            fsync_dir(self.directory, self._open_files)
         except BaseException:  # e.g. no descriptor left: the new file is not left behind
             created.destroy()
             raise

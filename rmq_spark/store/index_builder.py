@@ -79,7 +79,7 @@ def open_index(
     except BaseException:
         index.close()
         raise
-    return IndexBuilder(index, commitlog, lambda: commitlog.max_offset, position)
+    return IndexBuilder(index, commitlog, lambda: commitlog.max_offset, position, files)
 
 
 def position_after_last(index: MessageIndex, commitlog: CommitLog) -> int:
@@ -100,12 +100,19 @@ def position_after_last(index: MessageIndex, commitlog: CommitLog) -> int:
 
 class IndexBuilder:
     """Adds the keys of new records to ``index`` every :data:`ROUND_INTERVAL_S`; ``end()``
-    says up to where the commit log may be read."""
+    says up to where the commit log may be read. ``files``: the store's open files, which
+    its rounds never close to get a descriptor (out of descriptors, a round waits)."""
 
     def __init__(
-        self, index: MessageIndex, commitlog: CommitLog, end: Callable[[], int], position: int
+        self,
+        index: MessageIndex,
+        commitlog: CommitLog,
+        end: Callable[[], int],
+        position: int,
+        files: OpenFiles = UNBOUNDED,
     ) -> None:
         self.index = index
+        self._files = files
         self._commitlog = commitlog
         self._end = end
         self.position = position
@@ -157,7 +164,12 @@ class IndexBuilder:
         waiting_for: str | None = None  # what a round waits for, said once per episode
         while not self._stop.wait(ROUND_INTERVAL_S):
             try:
-                self.catch_up()
+                # Out of descriptors, a round waits for the next instead of closing the
+                # store's files for its own: whatever it closed, the connections waiting to
+                # be accepted would take, and the reads of queues served before (their
+                # files open until then) would find no descriptor to open them again.
+                with self._files.waiting_for_descriptors():
+                    self.catch_up()
                 waiting_for = None
             except OSError as exc:
                 wanted = _WAITS_FOR.get(exc.errno or 0)

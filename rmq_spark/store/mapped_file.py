@@ -24,10 +24,14 @@ only while in use, and each opened for what an operation needs:
 
 Every use goes through :class:`OpenFiles`, one per store, which counts the descriptors its
 files hold and keeps them within ``limit``: to make room it closes the least recently used
-files (map and descriptor). A file in the middle of a write or a flush is pinned and never
-closed under it; a reader's view keeps its map alive by itself (the map, and the descriptor
-it keeps, go when the last view of it goes). Closing and opening again loses nothing: writes
-go to the file with ``pwrite`` and a later ``fdatasync`` on a new descriptor flushes them.
+files (map and descriptor). When the process itself is out of descriptors (connections
+took them), an open closes the least recently used file and tries again, one file at a
+time: the store trades its own descriptors rather than giving them up to whatever asks
+next, so the reads it served go on; the message index's background rounds close none and
+wait. A file in the middle of a write or a flush is pinned and never closed under it; a
+reader's view keeps its map alive by itself (the map, and the descriptor it keeps, go when
+the last view of it goes). Closing and opening again loses nothing: writes go to the file
+with ``pwrite`` and a later ``fdatasync`` on a new descriptor flushes them.
 """
 
 from __future__ import annotations
@@ -55,8 +59,15 @@ def file_name(start_offset: int) -> str:
     return f"{start_offset:020d}"
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def fsync_dir(path: Path, files: OpenFiles | None = None) -> None:
+    """fsync the directory ``path`` (a file made or removed in it is durable). With the
+    store's ``files``, a process out of descriptors gets one as a file's open does (see
+    :func:`retrying`)."""
+    if files is None:
+        fd = os.open(path, os.O_RDONLY)
+    else:
+        with files.lock:
+            fd = retrying(files, f"open {path}", lambda: os.open(path, os.O_RDONLY))
     try:
         os.fsync(fd)
     finally:
@@ -120,6 +131,7 @@ class OpenFiles:
         self.held = 0
         #: descriptors and maps opened since the store opened (a churn figure)
         self.opens = 0
+        self._waiting = threading.local()
 
     def __len__(self) -> int:
         """How many files hold a descriptor or a map."""
@@ -159,8 +171,8 @@ class OpenFiles:
             file.release()
 
     def shed(self) -> int:
-        """Close every unpinned file (lock held): the process ran out of descriptors.
-        How many were closed."""
+        """Close every unpinned file (lock held), as a store reopened finds them; how many
+        were closed."""
         closed = 0
         for file in list(self._open.values()):
             if not file.pinned:
@@ -168,25 +180,57 @@ class OpenFiles:
                 closed += 1
         return closed
 
+    @contextmanager
+    def waiting_for_descriptors(self) -> Iterator[None]:
+        """Inside the block, on this thread, an open that finds the process out of
+        descriptors closes none of the other files: it fails (ResourceExhaustedError) and
+        the caller tries again later. For background work (the message index's rounds):
+        a file it traded for one of its own would be one the reads had open."""
+        outer = getattr(self._waiting, "on", False)
+        self._waiting.on = True
+        try:
+            yield
+        finally:
+            self._waiting.on = outer
+
+    def shed_one(self) -> bool:
+        """Close the least recently used unpinned file (lock held): the process ran out of
+        descriptors and needs one. False when none is left to close.
+
+        One file at a time, each followed by the open that needed it, so the store trades a
+        descriptor of its own for the new one: descriptors it freed and did not take back
+        at once would go to whatever asks next (a listener accepting connections waiting in
+        its backlog takes each within 0.1 s), and the store would be left with none for the
+        reads it served before."""
+        if getattr(self._waiting, "on", False):
+            return False
+        victim = next((file for file in self._open.values() if not file.pinned), None)
+        if victim is None:
+            return False
+        victim.release()
+        self._open.pop(id(victim), None)  # (released, it is gone already): never picked twice
+        return True
+
     def forget(self, file: Resident) -> None:
         self._open.pop(id(file), None)
 
 
 def retrying(files: OpenFiles, what: str, opening: Callable[[], _T]) -> _T:
-    """``opening()`` (an os.open, or an mmap: Python duplicates its descriptor), closing
-    the unpinned files of ``files`` first when the process is out of descriptors (lock
-    held); ResourceExhaustedError saying it could not ``what`` when none can be closed."""
-    try:
-        return opening()
-    except OSError as exc:
-        if exc.errno not in (errno.EMFILE, errno.ENFILE):
-            raise
-        if not files.shed():
-            raise ResourceExhaustedError(
-                f"cannot {what}: the process has no file descriptor left "
-                f"({exc.strerror}); raise the file limit (ulimit -n) or close connections"
-            ) from None
-        return opening()
+    """``opening()`` (an os.open, or an mmap: Python duplicates its descriptor); when the
+    process is out of descriptors, the least recently used unpinned file of ``files`` is
+    closed and ``opening()`` tried again, one file at a time (see :meth:`OpenFiles.shed_one`;
+    lock held); ResourceExhaustedError saying it could not ``what`` when none is left."""
+    while True:
+        try:
+            return opening()
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            if not files.shed_one():
+                raise ResourceExhaustedError(
+                    f"cannot {what}: the process has no file descriptor left "
+                    f"({exc.strerror}); raise the file limit (ulimit -n) or close connections"
+                ) from None
 
 
 def map_file(files: OpenFiles, path: Path, fd: int, size: int, access: int) -> mmap.mmap:

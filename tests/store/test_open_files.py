@@ -352,3 +352,70 @@ def test_a_file_closed_while_in_use_keeps_its_descriptor_until_the_use_ends(tmp_
         os.fstat(fd)  # closed once the use ended
     assert files.held == 0
     assert segment.flush() == 0  # nothing to sync any more, and no error
+
+
+def test_out_of_descriptors_the_store_keeps_its_files_for_the_reads_it_served(tmp_path):
+    """Out of descriptors, with whatever is freed taken at once by something else (as by a
+    listener whose backlog holds connections): a write that needs a new file trades one of
+    the store's open files for it, not all of them; a round of the message index that needs
+    a new file waits, closing none; the queues read before are read on throughout, and the
+    key is found once descriptors are free."""
+    script = textwrap.dedent(
+        f"""
+        import os, resource, time
+        from rmq_spark.codec.properties import encode_properties
+        from rmq_spark.store import MessageStore, StoreConfig
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+        store = MessageStore.open(
+            StoreConfig({str(tmp_path / "s")!r}, consumequeue_entries_per_file=64)
+        )
+        store.topics.create("Old", 4)
+        store.topics.create("New", 1)
+        for q in range(4):
+            store.append("Old", q, [b"acked"], tags=["x"])
+        hog = []
+
+        def exhaust():  # take every descriptor free now
+            try:
+                while True:
+                    hog.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError:
+                pass
+
+        def reads():
+            return [store.get_messages("Old", q, 0, 10).count for q in range(4)]
+
+        print("READ", reads())
+        held = store.open_files.held
+        exhaust()
+        store.append("New", 0, [b"new"], tags=["x"])  # a new queue file
+        exhaust()
+        print("TRADED", held - store.open_files.held, "READ", reads())
+        held = store.open_files.held
+        props = encode_properties({{"KEYS": "k1", "TAGS": "x"}})
+        store.append("Old", 0, [b"keyed"], [props])  # the index's first key: a new file
+        time.sleep(1)  # its rounds, every 0.2 s, wait
+        exhaust()
+        print("ROUNDS", held - store.open_files.held, "READ", reads(),
+              "FOUND", len(store.query_messages("Old", "k1")))
+        for fd in hog:
+            os.close(fd)
+        deadline = time.monotonic() + 30
+        while not store.query_messages("Old", "k1") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("LATER FOUND", len(store.query_messages("Old", "k1")))
+        store.close()
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "READ [1, 1, 1, 1]", out.stdout
+    # files closed one at a time for the new file and its directory's fsync: of what the
+    # store held, only the directory's descriptor (closed after the fsync) went elsewhere
+    traded, read = lines[1].split(" READ ")
+    assert traded in ("TRADED 0", "TRADED 1") and read == "[1, 1, 1, 1]", out.stdout
+    assert lines[2] == "ROUNDS 0 READ [2, 1, 1, 1] FOUND 0", out.stdout
+    assert lines[3] == "LATER FOUND 1", out.stdout
