@@ -317,8 +317,20 @@ def test_lag_listener_reports_how_far_behind_each_batch_is(spark, broker, topic,
         eventually(
             lambda: len(seen) >= batches, what=f"lag reports of {batches} batches", timeout=30
         )
+
+        # Once the query has ended, its series are gone: the listener drops them when told
+        # of the end, an event that follows the last progress event on the same bus. Only
+        # a listener still registered is told (Spark drops the events not yet delivered to
+        # one removed), so the wait is before the removal.
+        def ended():
+            url = f"http://127.0.0.1:{listener.prometheus_port}/metrics"
+            with urllib.request.urlopen(url) as r:
+                return "rocketlite_query_lag_messages{" not in r.read().decode()
+
+        eventually(ended, what="the ended query's series gone", timeout=30)
     finally:
         spark.streams.removeListener(listener)
+        listener.close()
     assert seen, "no lag was reported"
     first, last = seen[0], seen[-1]
     # First batch: 10 of 40 admitted, shared by backlog (7 + 3): 23 and 7 left behind.
@@ -339,11 +351,3 @@ def test_lag_listener_reports_how_far_behind_each_batch_is(spark, broker, topic,
     queue_lags = sorted(v for (n, q), v in first_scrape.items() if n.endswith("query_lag_messages"))
     assert queue_lags == [7, 23]
     assert first_scrape["rocketlite_query_max_lag_messages", None] == 23
-
-    # once the query has ended, its series are gone
-    def ended():
-        with urllib.request.urlopen(f"http://127.0.0.1:{listener.prometheus_port}/metrics") as r:
-            return "rocketlite_query_lag_messages{" not in r.read().decode()
-
-    eventually(ended, what="the ended query's series gone")
-    listener.close()
