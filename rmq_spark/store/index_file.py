@@ -26,8 +26,7 @@ import errno
 import mmap
 import os
 import struct
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 
@@ -35,7 +34,7 @@ import numpy as np
 
 from rmq_spark.codec.java_hash import java_string_hash, java_string_hashes
 from rmq_spark.errors import CorruptDataError, InvalidArgumentError, StoreError
-from rmq_spark.store.mapped_file import UNBOUNDED, OpenFiles, map_file, retrying
+from rmq_spark.store.mapped_file import UNBOUNDED, OpenFiles, ResidentFile, retrying
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = HEADER.size
@@ -175,12 +174,12 @@ def time_matched(header: IndexHeader, begin_ms: int, end_ms: int) -> bool:
 # -- the file ----------------------------------------------------------------------------
 
 
-class IndexFile:
+class IndexFile(ResidentFile):
     """One index file. Make one with :meth:`create` or :meth:`open`.
 
     One writer at a time; lookups may run beside it (they read the header afresh).
 
-    Like a :class:`~rmq_spark.store.mapped_file.MappedFile` it is opened on use, under the
+    A :class:`~rmq_spark.store.mapped_file.ResidentFile`: opened on use, under the
     store's descriptor budget (``files``), and closed when it has gone cold: its map (the
     header and the slots, and lookups) and its descriptor (``pwrite`` of entries, ``fsync``)
     open apart, each when an operation needs it, and stay pinned while it runs. A file only
@@ -196,20 +195,14 @@ class IndexFile:
         read_only: bool,
         files: OpenFiles = UNBOUNDED,
     ) -> None:
-        self.path = path
+        super().__init__(path, file_size(hash_slots, max_entries), files)
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         self.read_only = read_only
-        self._files = files
-        self._size = file_size(hash_slots, max_entries)
+        self.open_flags = os.O_RDONLY if read_only else os.O_RDWR
+        self.map_access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
         self._entries_at = HEADER_SIZE + hash_slots * SLOT_SIZE
-        self._fd = -1
-        self._map: mmap.mmap | None = None
-        self._pins = 0
-        #: closed while in use: the last use closes it (see close)
-        self._close_when_unpinned = False
         self._dirty = False
-        self.closed = False
         #: takes no more keys: its head could not be given blocks (see _allocate_head)
         self._closed_for_keys = False
 
@@ -244,11 +237,10 @@ class IndexFile:
                 os.close(fd)
                 path.unlink(missing_ok=True)
                 raise
-            index._fd = fd
-            files.opened(index)
+            index.adopt(fd)
         try:
             # Like RocketMQ: only the inherited positions are written, the counts stay 0.
-            with index._using(descriptor=False, mapped=True) as mapped:
+            with index.using(descriptor=False, mapped=True) as mapped:
                 for at, value in ((16, end_phy_offset), (0, end_timestamp)):
                     if value > 0:
                         struct.pack_into(">qq", mapped, at, value, value)
@@ -298,85 +290,14 @@ class IndexFile:
         index._closed_for_keys = not allocated
         return index
 
-    # -- the descriptor and the map, each open while in use ---------------------------------
-
-    @property
-    def pinned(self) -> bool:
-        return self._pins > 0
-
-    @property
-    def held(self) -> int:
-        """Descriptors it holds now: its own, and its map's."""
-        return (self._fd >= 0) + (self._map is not None)
-
-    @contextmanager
-    def _using(self, *, descriptor: bool, mapped: bool) -> Iterator[mmap.mmap]:
-        """Pinned (never closed for room) inside the block, with the descriptor and the
-        map asked for open; yields the map (None when not asked for). The descriptor is
-        opened first when both are wanted: the map is then made from it."""
-        files = self._files
-        with files.lock:
-            if self.closed:
-                raise StoreError(f"index file {self.path} was closed (deleted by retention?)")
-            self._pins += 1
-            try:
-                flags = os.O_RDONLY if self.read_only else os.O_RDWR
-                if descriptor and self._fd < 0:
-                    files.make_room()
-                    self._fd = retrying(
-                        files, f"open {self.path}", lambda: os.open(self.path, flags)
-                    )
-                    files.opened(self)
-                if mapped and self._map is None:
-                    files.make_room()
-                    access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
-                    if self._fd >= 0:
-                        self._map = map_file(files, self.path, self._fd, self._size, access)
-                    else:
-                        fd = retrying(files, f"open {self.path}", lambda: os.open(self.path, flags))
-                        try:
-                            self._map = map_file(files, self.path, fd, self._size, access)
-                        finally:
-                            os.close(fd)  # the map keeps a duplicate of its own
-                    files.opened(self)
-                files.used(self)
-            except BaseException:
-                self._unpin()
-                raise
-        try:
-            yield self._map  # type: ignore[misc]
-        finally:
-            with files.lock:
-                self._unpin()
-
-    def _unpin(self) -> None:
-        """One use ended (lock held); the last one ends a close that waited for it."""
-        self._pins -= 1
-        if not self._pins and self._close_when_unpinned:
-            self._close_when_unpinned = False
-            self.release()
-            self._files.forget(self)
-
-    def release(self) -> None:
-        """Close the map and the descriptor (each opens again at its next use)."""
-        with self._files.lock:
-            mapped, self._map = self._map, None
-            if mapped is not None:
-                try:
-                    mapped.close()
-                except BufferError:
-                    pass  # an array still points into it: it closes when that is gone
-                self._files.closed(self, self.held)
-            fd, self._fd = self._fd, -1
-            if fd >= 0:
-                os.close(fd)
-                self._files.closed(self, self.held)
+    def closed_error(self) -> Exception:
+        return StoreError(f"index file {self.path} was closed (deleted by retention?)")
 
     # -- reading and writing ------------------------------------------------------------------
 
     @property
     def header(self) -> IndexHeader:
-        with self._using(descriptor=False, mapped=True) as mapped:
+        with self.using(descriptor=False, mapped=True) as mapped:
             return decode_header(mapped)
 
     @property
@@ -402,7 +323,7 @@ class IndexFile:
                 f"key hash {key_hashes.min()} is negative: pass index_key_hashes(), not "
                 "String.hashCode() values"
             )
-        with self._using(descriptor=True, mapped=True) as mapped:
+        with self.using(descriptor=True, mapped=True) as mapped:
             return self._add(mapped, key_hashes, phys_offsets, store_timestamps)
 
     def _add(
@@ -459,7 +380,7 @@ class IndexFile:
         with self._files.lock:
             if self.closed:  # deleted by retention while a query was on its way
                 return found
-            using = self._using(descriptor=False, mapped=True)
+            using = self.using(descriptor=False, mapped=True)
             mapped = using.__enter__()  # pinned: retention waits for the lock, not for this
         try:
             self._lookup(mapped, key_hash, begin_ms, end_ms, limit, found)
@@ -496,25 +417,11 @@ class IndexFile:
         """Write the header in full (RocketMQ's flush does), then msync and fsync."""
         if not self._dirty or self.read_only or self.closed:
             return
-        with self._using(descriptor=True, mapped=True) as mapped:
+        with self.using(descriptor=True, mapped=True) as mapped:
             mapped[:HEADER_SIZE] = encode_header(decode_header(mapped))
             mapped.flush()
-            os.fsync(self._fd)
+            os.fsync(self.fd)
         self._dirty = False
-
-    def close(self) -> None:
-        """Close it for good; a use in progress on another thread keeps the descriptor and
-        map until it ends (closed under it, a write could land on whatever file the
-        descriptor's number is given to next)."""
-        with self._files.lock:
-            if self.closed:
-                return
-            self.closed = True
-            if self._pins:
-                self._close_when_unpinned = True
-                return
-            self.release()
-            self._files.forget(self)
 
     def destroy(self) -> None:
         self.close()
@@ -524,7 +431,7 @@ class IndexFile:
         """Write at ``pos`` with the descriptor (the caller has it open and pinned)."""
         view = memoryview(data)
         while view:
-            written = os.pwrite(self._fd, view, pos)
+            written = os.pwrite(self.fd, view, pos)
             view, pos = view[written:], pos + written
 
 

@@ -247,7 +247,145 @@ class FileClosedError(ValueError):
     """The file was closed for good (deleted by retention, or the store closed)."""
 
 
-class MappedFile:
+class ResidentFile:
+    """A store file opened on use under the store's descriptor budget (:class:`OpenFiles`).
+
+    Its descriptor and its map open apart, each at the first use that needs it
+    (:meth:`using`), and stay pinned while that use runs; cold, they are closed to make
+    room (:meth:`release`), and open again at the next use. :meth:`close` closes it for
+    good; a use in progress on another thread keeps the descriptor and the map until it
+    ends (closed under it, a call would fail, or land on whatever file the descriptor's
+    number is given to next). :attr:`held` is 0, 1 or 2 descriptors. Subclasses set how
+    the descriptor is opened (:attr:`open_flags`) and the map made (:attr:`map_access`)."""
+
+    def __init__(self, path: Path, map_size: int, files: OpenFiles) -> None:
+        self.path = path
+        self.closed = False
+        #: flags the descriptor is opened with, and the access its map is made with
+        self.open_flags = os.O_RDWR
+        self.map_access = mmap.ACCESS_READ
+        self._map_size = map_size
+        self._files = files
+        self._fd = -1
+        self._mmap: mmap.mmap | None = None
+        self._pins = 0
+        #: closed while in use: the last use closes it (see close)
+        self._close_when_unpinned = False
+
+    def closed_error(self) -> Exception:
+        """What a use of the file after :meth:`close` raises."""
+        return FileClosedError(f"{self.path} is closed")
+
+    @property
+    def pinned(self) -> bool:
+        return self._pins > 0
+
+    @property
+    def is_open(self) -> bool:
+        """It holds a descriptor or a map."""
+        return self._fd >= 0 or self._mmap is not None
+
+    @property
+    def held(self) -> int:
+        """Descriptors it holds now: its own, and its map's."""
+        return (self._fd >= 0) + (self._mmap is not None)
+
+    @property
+    def fd(self) -> int:
+        """The descriptor: open inside :meth:`using` with ``descriptor=True``."""
+        return self._fd
+
+    def adopt(self, fd: int) -> None:
+        """Hold ``fd``, just opened on the file by its maker (lock held)."""
+        self._fd = fd
+        self._files.opened(self)
+
+    @contextmanager
+    def using(self, *, descriptor: bool = False, mapped: bool = False) -> Iterator[mmap.mmap]:
+        """Pinned (never closed for room) inside the block, with the descriptor and the map
+        asked for open; yields the map (None when not asked for). The map is made from the
+        descriptor when that is open, else from one opened for it and closed at once: the
+        map keeps a duplicate of its own."""
+        files = self._files
+        with files.lock:
+            if self.closed:
+                raise self.closed_error()
+            self._pins += 1
+            try:
+                if descriptor and self._fd < 0:
+                    files.make_room()
+                    self._fd = self._open()
+                    files.opened(self)
+                if mapped and self._mmap is None:
+                    files.make_room()
+                    self._mmap = self._make_map()
+                    files.opened(self)
+                files.used(self)
+            except BaseException:
+                self._unpin()
+                raise
+        try:
+            yield self._mmap  # type: ignore[misc]
+        finally:
+            with files.lock:
+                self._unpin()
+
+    def _open(self, flags: int | None = None) -> int:
+        flags = self.open_flags if flags is None else flags
+        return retrying(self._files, f"open {self.path}", lambda: os.open(self.path, flags, 0o644))
+
+    def _make_map(self) -> mmap.mmap:
+        files, size, access = self._files, self._map_size, self.map_access
+        if self._fd >= 0:
+            return map_file(files, self.path, self._fd, size, access)
+        fd = self._open(os.O_RDONLY if access == mmap.ACCESS_READ else None)
+        try:
+            return map_file(files, self.path, fd, size, access)
+        finally:
+            os.close(fd)  # the map keeps a duplicate of its own
+
+    def _unpin(self) -> None:
+        """One use ended (lock held); the last one ends a close that waited for it."""
+        self._pins -= 1
+        if not self._pins and self._close_when_unpinned:
+            self._close_when_unpinned = False
+            self.release()
+            self._files.forget(self)
+
+    def release(self) -> None:
+        """Close the map and the descriptor (each opens again at its next use). A map a
+        reader still has a view of is released when the last view goes."""
+        with self._files.lock:
+            mapped, self._mmap = self._mmap, None
+            if mapped is not None:
+                try:
+                    mapped.close()
+                except BufferError:
+                    pass  # views still point into it: it closes when they are gone
+                self._files.closed(self, self.held)
+            self.release_descriptor()
+
+    def release_descriptor(self) -> None:
+        """Close the descriptor alone (lock held)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+            self._files.closed(self, self.held)
+
+    def close(self) -> None:
+        """Close it for good (see the class doc)."""
+        with self._files.lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self._pins:
+                self._close_when_unpinned = True
+                return
+            self.release()
+            self._files.forget(self)
+
+
+class MappedFile(ResidentFile):
     """One segment. ``write_pos`` and ``flushed_pos`` are relative to the file start.
 
     Its descriptor (for ``pwrite``, ``pread``, ``fdatasync``) and its map (for
@@ -273,19 +411,12 @@ class MappedFile:
         the file is removed again), and an existing one with ``grow`` (the one written
         next) gets its missing blocks if the disk has room (older versions made sparse
         files). A file created or grown keeps its descriptor open (it is written next)."""
-        self.path = path
+        super().__init__(path, size, files)
         self.start_offset = start_offset
         self.size = size
         self.preallocate = preallocate
-        self._files = files
-        self._fd = -1
-        self._mmap: mmap.mmap | None = None
-        self._pins = 0
-        #: closed while in use: the last use closes it (see close)
-        self._close_when_unpinned = False
         self.write_pos = 0
         self.flushed_pos = 0
-        self.closed = False
         if not create and not grow:
             # An existing file that needs no fixing: checked by its size alone, opened at
             # its first use (a store of many queues opens only what it reads).
@@ -295,7 +426,11 @@ class MappedFile:
             return
         with files.lock:
             files.make_room()
-            fd = self._open_fd(os.O_RDWR | (os.O_CREAT if create else 0))
+            fd = retrying(
+                files,
+                f"open {path}",
+                lambda: os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644),
+            )
             try:
                 self._check_size(fd, size, create=create, grow=grow)
             except BaseException:
@@ -303,11 +438,7 @@ class MappedFile:
                 if create:
                     path.unlink(missing_ok=True)
                 raise
-            self._fd = fd
-            files.opened(self)
-
-    def _open_fd(self, flags: int) -> int:
-        return retrying(self._files, f"open {self.path}", lambda: os.open(self.path, flags, 0o644))
+            self.adopt(fd)
 
     def _check_size(self, fd: int, size: int, *, create: bool, grow: bool) -> None:
         if create:
@@ -342,114 +473,10 @@ class MappedFile:
                     raise
         os.ftruncate(fd, size)  # sparse: blocks are allocated as they are written
 
-    # -- the descriptor and the map, each open while in use ----------------------------------
-
-    @property
-    def pinned(self) -> bool:
-        return self._pins > 0
-
-    @property
-    def is_open(self) -> bool:
-        """It holds a descriptor or a map."""
-        return self._fd >= 0 or self._mmap is not None
-
-    @property
-    def held(self) -> int:
-        """Descriptors it holds now: its own, and its map's."""
-        return (self._fd >= 0) + (self._mmap is not None)
-
-    @contextmanager
-    def _pinned(self) -> Iterator[None]:
-        """Never closed for room inside the block (lock held on entry)."""
-        if self.closed:
-            raise FileClosedError(f"{self.path} is closed")
-        self._pins += 1
-        try:
-            yield
-        finally:
-            self._unpin()
-
-    def _unpin(self) -> None:
-        """One use ended (lock held); the last one ends a close that waited for it."""
-        self._pins -= 1
-        if not self._pins and self._close_when_unpinned:
-            self._close_when_unpinned = False
-            self.release()
-            self._files.forget(self)
-
-    @contextmanager
-    def _descriptor(self) -> Iterator[int]:
-        """The open descriptor, pinned (never closed for room) while in use."""
-        files = self._files
-        with files.lock:
-            if self.closed:
-                raise FileClosedError(f"{self.path} is closed")
-            self._pins += 1
-            try:
-                if self._fd < 0:
-                    files.make_room()
-                    self._fd = self._open_fd(os.O_RDWR)
-                    files.opened(self)
-                else:
-                    files.used(self)
-            except BaseException:
-                self._unpin()
-                raise
-        try:
-            yield self._fd
-        finally:
-            with files.lock:
-                self._unpin()
-
-    def _map(self) -> mmap.mmap:
-        """The map, made if it is not (lock held, the file pinned). From the descriptor
-        when it is open, else from one opened for it and closed at once: the map keeps a
-        duplicate of its own."""
-        files = self._files
-        if self._mmap is not None:
-            files.used(self)
-            return self._mmap
-        files.make_room()
-        if self._fd >= 0:
-            mapped = map_file(files, self.path, self._fd, self.size, mmap.ACCESS_READ)
-        else:
-            fd = retrying(files, f"open {self.path}", lambda: os.open(self.path, os.O_RDONLY))
-            try:
-                mapped = map_file(files, self.path, fd, self.size, mmap.ACCESS_READ)
-            finally:
-                os.close(fd)  # the map keeps a duplicate of its own
-        self._mmap = mapped
-        files.opened(self)
-        return mapped
-
     def open(self) -> None:
         """Open the descriptor now if it is not (the most recently used file)."""
-        with self._descriptor():
+        with self.using(descriptor=True):
             pass
-
-    def release(self) -> None:
-        """Close the map and the descriptor (each opens again at its next use). A map a
-        reader still has a view of is released when the last view goes."""
-        with self._files.lock:
-            self._unmap()
-            self._close_fd()
-
-    def _unmap(self) -> None:
-        mapped, self._mmap = self._mmap, None
-        if mapped is None:
-            return
-        try:
-            mapped.close()
-        except BufferError:
-            pass  # views still point into it: it closes when they are gone
-        self._files.closed(self, self.held)
-
-    def _close_fd(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd < 0:
-            return
-        os.close(fd)
-        self._files.closed(self, self.held)
 
     # -- positions and I/O ------------------------------------------------------------------
 
@@ -464,20 +491,22 @@ class MappedFile:
     def view(self, start: int = 0, end: int | None = None) -> memoryview:
         """A zero-copy view of bytes [start, end) of this file (relative positions). It
         needs the map only: a file only viewed holds one descriptor, the map's."""
-        with self._files.lock, self._pinned():
-            return memoryview(self._map())[start : self.size if end is None else end]
+        with self.using(mapped=True) as mapped:
+            return memoryview(mapped)[start : self.size if end is None else end]
 
     def read_copy(self, start: int, end: int) -> bytes:
         """Bytes [start, end) read with ``pread``: safe on holes, unlike the map, whose
         reading of a hole needs a free page on tmpfs (SIGBUS when there is none). It needs
         the descriptor only."""
-        with self._descriptor() as fd:
+        with self.using(descriptor=True):
+            fd = self._fd
             return os.pread(fd, end - start, start)
 
     def data_end(self) -> int:
         """Where the file's last written block ends: its size when the file system cannot
         tell holes apart (then the tail may still be zeros), 0 when nothing was written."""
-        with self._descriptor() as fd:
+        with self.using(descriptor=True):
+            fd = self._fd
             return data_end(fd, self.size)
 
     def write_at(self, pos: int, *chunks: bytes | memoryview) -> None:
@@ -485,7 +514,8 @@ class MappedFile:
         total = sum(len(c) for c in chunks)
         if pos < 0 or pos + total > self.size:
             raise ValueError(f"write of {total} bytes at {pos} overflows {self.path}")
-        with self._descriptor() as fd:
+        with self.using(descriptor=True):
+            fd = self._fd
             written = os.pwritev(fd, chunks, pos)
             while written < total:  # a short write only happens under signals or disk errors
                 rest = b"".join(bytes(c) for c in chunks)[written:]
@@ -504,21 +534,23 @@ class MappedFile:
         target = self.write_pos
         if target > self.flushed_pos and not self.closed:
             try:
-                with self._descriptor() as fd:
+                with self.using(descriptor=True):
+                    fd = self._fd
                     os.fdatasync(fd)
             except FileClosedError:  # deleted meanwhile (retention): nothing left to sync
                 return self.flushed_pos
             self.flushed_pos = target
             with self._files.lock:
                 if self.flushed_pos >= self.size and self._mmap is not None and not self.pinned:
-                    self._close_fd()
+                    self.release_descriptor()
         return self.flushed_pos
 
     def zero_from(self, pos: int) -> None:
         """Erase everything from ``pos`` to the end (recovery of a torn tail)."""
         if pos < self.size:
             # Punching a hole would be faster but is not portable; rewriting keeps it simple.
-            with self._descriptor() as fd:
+            with self.using(descriptor=True):
+                fd = self._fd
                 os.ftruncate(fd, pos)
                 if self.preallocate:
                     try:  # the blocks just freed: no hole is left behind
@@ -528,20 +560,6 @@ class MappedFile:
                 os.ftruncate(fd, self.size)
         self.write_pos = min(self.write_pos, pos)
         self.flushed_pos = min(self.flushed_pos, pos)
-
-    def close(self) -> None:
-        """Close it for good. A use in progress (a write, a sync on another thread) keeps
-        its descriptor until it ends: closing it under that use would make the call fail,
-        or land on whatever file the descriptor's number is given to next."""
-        with self._files.lock:
-            if self.closed:
-                return
-            self.closed = True
-            if self._pins:
-                self._close_when_unpinned = True
-                return
-            self.release()
-            self._files.forget(self)
 
     def destroy(self) -> None:
         self.close()

@@ -142,7 +142,8 @@ def test_a_sealed_flushed_file_keeps_only_its_map(tmp_path):
 def test_a_file_in_use_is_never_closed_for_room(tmp_path):
     files = OpenFiles(limit=2)
     busy = MappedFile(tmp_path / "busy", 0, 4096, create=True, files=files)
-    with busy._descriptor() as fd:  # a write or flush in progress
+    with busy.using(descriptor=True):  # a write or flush in progress
+        fd = busy.fd
         others = make(tmp_path, files, 5)
         assert busy.is_open
         os.pwrite(fd, b"still mine", 0)  # the descriptor is still this file's
@@ -343,7 +344,8 @@ def test_a_file_closed_while_in_use_keeps_its_descriptor_until_the_use_ends(tmp_
     files = OpenFiles(limit=64)
     segment = MappedFile(tmp_path / "segment", 0, 4096, create=True, files=files)
     segment.write_at(0, b"x" * 10)
-    with segment._descriptor() as fd:  # a use in progress, as the flush thread's
+    with segment.using(descriptor=True):  # a use in progress, as the flush thread's
+        fd = segment.fd
         segment.destroy()
         assert segment.closed and not (tmp_path / "segment").exists()
         os.fstat(fd)  # still open under the use
