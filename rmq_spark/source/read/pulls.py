@@ -39,7 +39,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from dataclasses import replace
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypedDict, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -72,6 +72,13 @@ __all__ = ["GrpcReader", "PullReader", "RemotingReader"]
 READ_AHEAD = 8
 #: a remoting read decodes the records of small pull answers together, this many bytes
 DECODE_BYTES = 1 << 20
+
+
+class _PullTerms(TypedDict):
+    max_bytes: int
+    group: str | None
+    expression: str
+    expression_type: str
 
 
 class _Answer(Protocol):
@@ -420,15 +427,7 @@ class RemotingReader(PullReader[PullAnswer]):
         if not wanted:
             assert started is not None
             return started
-        expression_type, expression = self.pull_filter(mq)
-        pendings = self.client.start_pulls(
-            mq,
-            wanted,
-            max_bytes=PULL_MAX_BYTES,
-            group=self.options.group,
-            expression=expression,
-            expression_type=expression_type,
-        )
+        pendings = self.client.start_pulls(mq, wanted, **self._pull_terms(mq))
         for pending in pendings:
             self._started[(mq, pending.offset)] = _Ahead(self, pending)
         if started is None:
@@ -459,17 +458,18 @@ class RemotingReader(PullReader[PullAnswer]):
         return decode_records(data, sizes=joined, columns=self.columns)
 
     def _call(self, mq: MessageQueue, offset: int, max_messages: int) -> PullAnswer:
-        expression_type, expression = self.pull_filter(mq)
-        answer = self.client.pull(
-            mq,
-            offset,
-            max_messages=max_messages,
-            max_bytes=PULL_MAX_BYTES,
-            group=self.options.group,
-            expression=expression,
-            expression_type=expression_type,
-        )
+        answer = self.client.pull(mq, offset, max_messages=max_messages, **self._pull_terms(mq))
         return self.checked(mq, offset, answer)
+
+    def _pull_terms(self, mq: MessageQueue) -> _PullTerms:
+        """What every pull of ``mq`` carries besides its offset and size."""
+        expression_type, expression = self.pull_filter(mq)
+        return {
+            "max_bytes": PULL_MAX_BYTES,
+            "group": self.options.group,
+            "expression": expression,
+            "expression_type": expression_type,
+        }
 
     def checked(self, mq: MessageQueue, offset: int, answer: PullAnswer) -> PullAnswer:
         """``answer`` of the pull of ``mq`` at ``offset`` as the read takes it: a slave's
