@@ -55,6 +55,7 @@ _STORE_FLAGS = (
     "message_index",
     "index_hash_slots",
     "index_max_entries",
+    "max_open_descriptors",
 )
 
 
@@ -323,6 +324,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="keys per index file, RocketMQ's maxIndexNum (default 20000000)",
     )
+    store.add_argument(
+        "--max-open-descriptors",
+        type=_positive_int,
+        metavar="N",
+        help="descriptors the store's files hold at once at most, the least recently used "
+        "closed to make room (default: the process's file limit, raised to its hard limit "
+        "at start, less 256 for connections)",
+    )
 
     parser.add_argument(
         "--log-level",
@@ -341,6 +350,12 @@ def _remoting_port(text: str) -> int:
         return _REMOTING_OFF
     if not text.isdigit() or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (0..65535) or 'off'")
+    return int(text)
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
     return int(text)
 
 
