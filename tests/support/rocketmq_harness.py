@@ -177,8 +177,16 @@ class RocketMQCluster:
                     start_new_session=True,
                 )
             self._processes.append(process)
-            _wait_port(port, process, log)
-        _wait_registered(self.name_server)
+            try:
+                _wait_port(port, process, log)
+            except BaseException:
+                self.stop()  # the name server would outlive the test run
+                raise
+        try:
+            _wait_registered(self.name_server)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self, keep_store: bool = False, *, crash: bool = False) -> None:
@@ -386,10 +394,14 @@ class ReplicatedCluster:
             self.address[(name, broker_id)] = f"127.0.0.1:{port}"
 
     def start(self) -> ReplicatedCluster:
-        self._namesrv.start(self.env)
-        for key in self.BROKERS:
-            self._brokers[key].start(self.env)
-        self.wait_routed(self.BROKERS)
+        try:
+            self._namesrv.start(self.env)
+            for key in self.BROKERS:
+                self._brokers[key].start(self.env)
+            self.wait_routed(self.BROKERS)
+        except BaseException:
+            self.stop()  # what started would outlive the test run
+            raise
         return self
 
     def start_broker(self, name: str, broker_id: int) -> None:
