@@ -45,6 +45,18 @@ def _child_environment() -> None:
 _child_environment()
 
 
+def pytest_configure(config):
+    """The run's first process (xdist's controller, or the only one) starts making the
+    archive of Spark's classes when this machine has none yet (see
+    tests/support/spark_classes.py): the Spark JVMs started once it is there start in half
+    the time. It runs on by itself (a minute or two) if the tests end first."""
+    if hasattr(config, "workerinput"):
+        return
+    from tests.support import spark_classes
+
+    spark_classes.build_in_background()
+
+
 @pytest.fixture
 def store_factory(tmp_path):
     """Open MessageStores in tmp_path with small segments; closes them after the test."""

@@ -11,6 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+from tests.support import spark_classes
+
 #: the repository's root (where ``tests`` and ``rmq_spark`` are)
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,8 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 #: cluster's daemons, the Connect server): each runs for seconds to minutes, most of it
 #: starting up, where C2's compiler threads and the parallel collector's threads compete
 #: with everything else for the two cores. C1 alone and the serial collector start a driver
-#: in about half the time and CPU; what the JVMs do is the same.
-SPARK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: in about half the time and CPU; the archive of Spark's classes (once it is made, see
+#: tests/support/spark_classes.py) halves a SparkSession's start again. What the JVMs do is
+#: the same.
+SPARK_JVM_OPTIONS = f"{spark_classes.FAST_START} {spark_classes.jvm_options()}".strip()
 
 
 def env(**extra: str) -> dict[str, str]:
