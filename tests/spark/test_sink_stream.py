@@ -123,15 +123,22 @@ def _written(admin: Admin, target: str) -> tuple[int, int]:
 
 
 def _wait_for_staged_epoch(job: subprocess.Popen, endpoint: str, target: str, log: Path) -> None:
-    """Until more rows were staged than became visible since the call: a micro-batch is
-    being written and is not committed yet."""
+    """Until a micro-batch is being written and is not committed yet: more rows staged and
+    not visible than at the least of that seen in the wait. (Rows staged and never made
+    visible, an aborted attempt's, stay staged for good; and the wait may begin while a batch
+    is staged, whose commit then brings that least down.)"""
     # one connection for the whole wait: it asks 100 times a second, next to the job
     with Admin(endpoint) as admin:
-        staged0, visible0 = _written(admin, target)
+        least: int | None = None
 
         def in_flight() -> bool:
+            nonlocal least
             staged, visible = _written(admin, target)
-            return staged - staged0 > visible - visible0
+            pending = staged - visible  # staged, not (yet) visible
+            if least is not None and pending > least:
+                return True
+            least = pending if least is None else min(least, pending)
+            return False
 
         eventually(
             unless_exited(job, log, in_flight),
