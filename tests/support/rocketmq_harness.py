@@ -161,6 +161,15 @@ class RocketMQCluster:
             )
             + "\n"
         )
+        try:
+            self._start_processes(env)
+            _wait_registered(self.name_server)
+        except BaseException:
+            self.stop()  # what started would outlive the test run
+            raise
+        return self
+
+    def _start_processes(self, env: dict[str, str]) -> None:
         for name, main, conf, heap, port in (
             ("namesrv", "org.apache.rocketmq.namesrv.NamesrvStartup", "namesrv.conf", "256m",
              self.namesrv_port),
@@ -177,17 +186,7 @@ class RocketMQCluster:
                     start_new_session=True,
                 )
             self._processes.append(process)
-            try:
-                _wait_port(port, process, log)
-            except BaseException:
-                self.stop()  # the name server would outlive the test run
-                raise
-        try:
-            _wait_registered(self.name_server)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+            _wait_port(port, process, log)
 
     def stop(self, keep_store: bool = False, *, crash: bool = False) -> None:
         """SIGTERM both processes (a clean shutdown; SIGKILL with ``crash``); the store is
