@@ -18,7 +18,8 @@ import pytest
 from rmq_spark.client.remoting import RemotingClient
 from tests.spark.test_sink_stream import produce_keyed
 from tests.support.eventually import eventually
-from tests.support.spark_helpers import create_topic, log_tail, start_job, unless_exited
+from tests.support.sink_name_server_job import copy_query
+from tests.support.spark_helpers import create_topic, drain, start_job, unless_exited
 
 JOB = "sink_name_server_job"  # tests/support/sink_name_server_job.py
 ROWS = 2400
@@ -55,6 +56,7 @@ def _stop_responder(checkpoint: Path) -> None:
 
 
 def _copy_with_driver_kills(
+    spark,
     endpoint: str,
     source: str,
     name_server: str,
@@ -64,8 +66,8 @@ def _copy_with_driver_kills(
 ) -> list[str]:
     """Produce ROWS keyed rows into ``source``, run the copy job twice and SIGKILL its
     driver each time (once as soon as a batch is recorded and not yet ended: in the middle
-    of its commit; once a while after a commit), then let a last run drain the rest.
-    Returns the bodies sent."""
+    of its commit; once a while after a commit), then let a last run drain the rest in
+    another driver, ``spark``'s. Returns the bodies sent."""
     sent = produce_keyed(endpoint, source, ROWS)
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "job.log"
     args = [endpoint, source, name_server, target, str(checkpoint)]
@@ -96,8 +98,7 @@ def _copy_with_driver_kills(
                 os.killpg(job.pid, signal.SIGKILL)
                 job.wait(30)
             between_runs(run)
-        final = start_job(JOB, [*args, "--available-now"], log)
-        assert final.wait(300) == 0, log_tail(log)
+        drain(copy_query(spark, *args))
     finally:
         _stop_responder(checkpoint)
     assert _commits(checkpoint) >= ROWS // 400
@@ -133,7 +134,9 @@ def _check_exactly_once(sent: list[str], copied: list[tuple[int, str]]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_exactly_once_into_the_remoting_port_through_driver_kills(broker_factory, topic, tmp_path):
+def test_exactly_once_into_the_remoting_port_through_driver_kills(
+    spark, broker_factory, topic, tmp_path
+):
     broker = broker_factory(
         "broker-nseo",
         "--remoting-port",
@@ -148,7 +151,7 @@ def test_exactly_once_into_the_remoting_port_through_driver_kills(broker_factory
     create_topic(broker.endpoint, source, queues=4)
     create_topic(broker.endpoint, target, queues=3)
     sent = _copy_with_driver_kills(
-        broker.endpoint, source, broker.remoting_address, target, tmp_path
+        spark, broker.endpoint, source, broker.remoting_address, target, tmp_path
     )
     _check_exactly_once(sent, _read_all(broker.remoting_address, target))
 
@@ -156,7 +159,7 @@ def test_exactly_once_into_the_remoting_port_through_driver_kills(broker_factory
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_exactly_once_into_apache_rocketmq_through_driver_kills_and_a_broker_restart(
-    broker_factory, topic, tmp_path, tmp_path_factory
+    spark, broker_factory, topic, tmp_path, tmp_path_factory
 ):
     from tests.support import rocketmq_harness
     from tests.support.java_probe import MISSING, compile_probe
@@ -181,7 +184,7 @@ def test_exactly_once_into_apache_rocketmq_through_driver_kills_and_a_broker_res
                 apache.start()
 
         sent = _copy_with_driver_kills(
-            broker.endpoint, source, apache.name_server, target, tmp_path, restart_broker
+            spark, broker.endpoint, source, apache.name_server, target, tmp_path, restart_broker
         )
         copied = [(q, b) for q, b in _read_all(apache.name_server, target) if b != "first"]
         _check_exactly_once(sent, copied)

@@ -1,9 +1,11 @@
 """The streaming job of the sink's exactly-once test, run in its own process (and
 SIGKILLed): it copies topic SRC to topic DST through the ``rocketlite`` sink.
 
-    python -m tests.support.sink_copy_job ENDPOINTS SRC DST CHECKPOINT MARKER [--available-now]
+    python -m tests.support.sink_copy_job ENDPOINTS SRC DST CHECKPOINT MARKER
 
-Each row's body is upper-cased and its key kept as the sharding key. Once per MARKER file,
+It runs until it is killed (micro-batches every 200 ms); the test drains the rest with the
+same query (:func:`copy_query`) in its own session. Each row's body is upper-cased and its
+key kept as the sharding key. Once per MARKER file,
 the first task attempt that gets a full Arrow batch (40 rows, the session's
 maxRecordsPerBatch) passes it on and then fails (Spark retries the task: ``local[2,4]``
 allows 4 attempts). The Python worker buffers its output until the failure, so the batch
@@ -42,9 +44,29 @@ def fail_once(marker: str):
     return transform
 
 
+def copy_query(spark, endpoints: str, source: str, target: str, checkpoint: str, marker: str):
+    """The copy, a DataStreamWriter to start with a trigger."""
+    rows = (
+        spark.readStream.format("rocketlite")
+        .option("endpoints", endpoints)
+        .option("topic", source)
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "400")
+        .load()
+        .select("body", "keys")
+        .mapInArrow(fail_once(marker), "body string, shardingKey string")
+    )
+    return (
+        rows.writeStream.format("rocketlite")
+        .option("endpoints", endpoints)
+        .option("topic", target)
+        .option("sendBatchSize", "20")
+        .option("checkpointLocation", checkpoint)
+    )
+
+
 def main(argv: list[str]) -> int:
-    endpoints, source, target, checkpoint, marker = argv[:5]
-    available_now = "--available-now" in argv
+    endpoints, source, target, checkpoint, marker = argv
     from pyspark.sql import SparkSession
 
     spark = (
@@ -56,29 +78,10 @@ def main(argv: list[str]) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    rows = (
-        spark.readStream.format("rocketlite")
-        .option("endpoints", endpoints)
-        .option("topic", source)
-        .option("startingOffsets", "earliest")
-        .option("maxMessagesPerTrigger", "400")
-        .load()
-        .select("body", "keys")
-        .mapInArrow(fail_once(marker), "body string, shardingKey string")
-    )
-    writer = (
-        rows.writeStream.format("rocketlite")
-        .option("endpoints", endpoints)
-        .option("topic", target)
-        .option("sendBatchSize", "20")
-        .option("checkpointLocation", checkpoint)
-    )
-    if available_now:
-        writer.trigger(availableNow=True).start().awaitTermination()
-    else:
-        writer.trigger(processingTime="200 milliseconds").start()
-        print("query started", flush=True)
-        spark.streams.awaitAnyTermination()
+    query = copy_query(spark, endpoints, source, target, checkpoint, marker)
+    query.trigger(processingTime="200 milliseconds").start()
+    print("query started", flush=True)
+    spark.streams.awaitAnyTermination()
     spark.stop()
     return 0
 

@@ -166,6 +166,20 @@ def run_available_now(
     return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
 
+def drain(writer, timeout_s: float = 300) -> None:
+    """Start ``writer`` (a DataStreamWriter) with Trigger.AvailableNow and wait until the
+    query ends; raises the query's error."""
+    query = writer.trigger(availableNow=True).start()
+    try:
+        finished = query.awaitTermination(timeout_s)
+        assert finished, f"the AvailableNow query did not finish within {timeout_s:g} s"
+        if query.exception() is not None:
+            raise query.exception()
+    finally:
+        if query.isActive:
+            query.stop()
+
+
 def start_collecting(
     df, checkpoint: Path, interval: str = "300 milliseconds", collected: Collected | None = None
 ):
